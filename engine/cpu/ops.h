@@ -1,0 +1,55 @@
+// Reference CPU operators: f32 math with f32 accumulation. They are the numerical
+// reference for the generated GPU kernels, so each states its exact layout.
+// All pointers are row-major and non-aliasing unless said otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/model/config.h"
+#include "engine/model/dtype.h"
+
+namespace ptxserve::cpu {
+
+// out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   for t < rows; out may alias x.
+void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out);
+
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr), for m < M, n < N.
+// w is [N, K] (the HF linear layout). Uses the engine's thread pool.
+void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
+          float* y);
+
+// Inverse frequencies for RoPE: inv_freq[i] = theta^(-2i/head_dim) for i < head_dim/2,
+// with linear or llama3 scaling applied as config.json describes.
+void RopeInvFreq(const ModelConfig& cfg, float* inv_freq);
+
+// Rotates q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in
+// place at positions[t], using `style` pairing and inv_freq (head_dim/2 entries).
+void Rope(float* q, float* k, const int32_t* positions, int64_t tokens, int64_t num_heads,
+          int64_t num_kv_heads, int64_t head_dim, const float* inv_freq, RopeStyle style);
+
+// KV pools: [num_blocks][num_kv_heads][block_size][head_dim] of `dtype` elements.
+// Writes k[t] and v[t] ([tokens, num_kv_heads, head_dim] f32) at slot_mapping[t].
+void KvScatter(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
+               int64_t num_kv_heads, int64_t head_dim, int64_t block_size, DType dtype,
+               void* k_pool, void* v_pool);
+
+// Paged GQA attention for a ragged batch (StepBatch layout): each token row of
+// sequence s attends causally to positions <= its own over the blocks in
+// block_tables[s]. q: [tokens, num_heads, head_dim]; out: same shape. scale = 1/sqrt(hd).
+void PagedAttention(const float* q, const int32_t* positions, const int32_t* query_start,
+                    const int32_t* seq_lens, const int32_t* block_tables,
+                    int32_t max_blocks_per_seq, int32_t num_seqs, int64_t num_heads,
+                    int64_t num_kv_heads, int64_t head_dim, int64_t block_size, DType dtype,
+                    const void* k_pool, const void* v_pool, float scale, float* out);
+
+// out[i] = silu(gate[i]) * up[i]; gate_up is [rows, 2, inter] (gate then up) when fused,
+// here given as two arrays. out may alias gate.
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// x[i] += y[i]
+void AddInPlace(float* x, const float* y, int64_t n);
+
+// Gathers rows ids[t] of table [vocab, dim] (f32) into out [tokens, dim].
+void Embed(const float* table, const int32_t* ids, int64_t tokens, int64_t dim, float* out);
+
+}  // namespace ptxserve::cpu

@@ -1,0 +1,64 @@
+// A loaded model: its config and views of its tensors in the files' own dtypes.
+// Backends convert these once into their own layout (the CPU backend to f32,
+// the GPU backend uploads them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/config.h"
+#include "engine/model/dtype.h"
+
+namespace ptxserve {
+
+// A read-only view of one tensor; the bytes belong to the Model's storage (mmap).
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // row-major, HF layout: linear weights are [out, in]
+  const void* data = nullptr;  // nullptr: absent (e.g. no bias)
+  size_t nbytes = 0;
+
+  bool present() const { return data != nullptr; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+struct LayerTensors {
+  Tensor attn_norm;       // [hidden]
+  Tensor wq, wk, wv, wo;  // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Tensor bq, bk, bv;      // [q_dim], [kv_dim] x2; present only with attention_bias
+  Tensor mlp_norm;        // [hidden]
+  Tensor w_gate, w_up;    // [intermediate, hidden]
+  Tensor w_down;          // [hidden, intermediate]
+};
+
+struct ModelTensors {
+  Tensor embed;       // [vocab, hidden]
+  Tensor final_norm;  // [hidden]
+  Tensor lm_head;     // [vocab, hidden]; the same bytes as embed when tied
+  std::vector<LayerTensors> layers;
+};
+
+struct Model {
+  std::string dir;
+  ModelConfig config;
+  ModelTensors tensors;
+  std::shared_ptr<const void> storage;  // keeps the mapped files alive
+
+  // Total bytes of all distinct weight tensors as stored in the files.
+  size_t WeightBytes() const;
+};
+
+// Loads a Hugging Face model directory: config.json plus model.safetensors or
+// model.safetensors.index.json shards. Files are mmapped; every tensor is checked
+// against config.json. Errors name the file, the tensor and the problem.
+absl::StatusOr<Model> LoadModel(const std::string& dir);
+
+}  // namespace ptxserve
