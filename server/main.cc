@@ -1,13 +1,40 @@
-// ptxserve: one executable, one subcommand per job.
+// ptxserve: one executable, one subcommand per job (see server/cli/).
 #include <cstdio>
-#include <cstring>
-#include <string>
+#include <string_view>
+
+#include "server/cli/subcommands.h"
+
+namespace {
+
+struct Subcommand {
+  std::string_view name;
+  int (*run)(int argc, char** argv);
+  std::string_view help;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"generate", ptxserve::cli::RunGenerate, "generate text from a prompt on the CPU backend"},
+    {"make-model", ptxserve::cli::RunMakeModel, "write a deterministic synthetic Llama model"},
+};
+
+int Usage(FILE* out) {
+  std::fprintf(out, "usage: ptxserve <subcommand> [flags]   (ptxserve <subcommand> --help)\n\n");
+  for (const auto& s : kSubcommands) {
+    std::fprintf(out, "  %-12.*s %.*s\n", static_cast<int>(s.name.size()), s.name.data(),
+                 static_cast<int>(s.help.size()), s.help.data());
+  }
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: ptxserve <generate|make-model> [flags]\n");
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) return Usage(stderr);
+  const std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return Usage(stdout);
+  for (const auto& s : kSubcommands) {
+    if (s.name == cmd) return s.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "ptxserve: unknown subcommand '%s'\n", argv[1]);
-  return 2;
+  std::fprintf(stderr, "ptxserve: unknown subcommand '%s'\n\n", argv[1]);
+  return Usage(stderr);
 }

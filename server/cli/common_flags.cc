@@ -1,0 +1,83 @@
+#include "server/cli/common_flags.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "engine/model/synthetic.h"
+#include "engine/util/log.h"
+
+ABSL_FLAG(std::string, model, "",
+          "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); empty: "
+          "the synthetic default model");
+ABSL_FLAG(std::string, model_cache_dir, "",
+          "where the synthetic default model is written once (default: $XDG_CACHE_HOME/ptxserve "
+          "or ~/.cache/ptxserve, else /tmp/ptxserve)");
+
+ABSL_FLAG(uint64_t, seed, 0,
+          "random seed: of the sampler (generate) or of the weights (make-model); same seed, "
+          "same output");
+
+namespace ptxserve::cli {
+namespace {
+
+std::string DefaultCacheDir() {
+  // Read here, at the edge, and nowhere deeper (DESIGN.md: no environment reads in engine/).
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return absl::StrCat(xdg, "/ptxserve");
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return absl::StrCat(home, "/.cache/ptxserve");
+  }
+  return "/tmp/ptxserve";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveModelDir() {
+  const std::string flag = absl::GetFlag(FLAGS_model);
+  if (!flag.empty()) return flag;
+  std::string cache = absl::GetFlag(FLAGS_model_cache_dir);
+  if (cache.empty()) cache = DefaultCacheDir();
+  const std::string dir = absl::StrCat(cache, "/models/tiny-seed0-f32");
+  if (std::filesystem::exists(dir + "/config.json")) return dir;
+  auto spec = SyntheticPreset("tiny");
+  if (!spec.ok()) return spec.status();
+  // Write into a temporary sibling and rename, so a crash never leaves half a model.
+  const std::string tmp = absl::StrCat(dir, ".tmp", ::getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(tmp, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  PTX_LOG(INFO) << "writing the synthetic default model to " << dir;
+  if (auto st = WriteSyntheticModel(tmp, *spec, /*seed=*/0, DType::kF32); !st.ok()) return st;
+  std::filesystem::rename(tmp, dir, ec);
+  if (ec && !std::filesystem::exists(dir + "/config.json")) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", dir, ": ", ec.message()));
+  }
+  std::filesystem::remove_all(tmp, ec);
+  return dir;
+}
+
+std::vector<char*> ParseSubcommandFlags(int argc, char** argv, const char* usage) {
+  absl::SetProgramUsageMessage(usage);
+  // Abseil flag names use underscores; accept the dashed spelling users expect from
+  // other servers (--max-tokens) by rewriting the name part of each --flag in place.
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    if (a[0] != '-' || a[1] != '-') continue;
+    if (a[2] == '\0') break;  // "--": the rest is positional
+    for (char* c = a + 2; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-') *c = '_';
+    }
+  }
+  return absl::ParseCommandLine(argc, argv);
+}
+
+}  // namespace ptxserve::cli

@@ -1,0 +1,25 @@
+// Flags several subcommands share, and what they resolve to.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, model_cache_dir);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+
+namespace ptxserve::cli {
+
+// The model directory to load: --model when given, else the synthetic default model
+// ("tiny" preset, seed 0, f32), written once under --model-cache-dir.
+absl::StatusOr<std::string> ResolveModelDir();
+
+// Parses argv for a subcommand: sets the usage text, handles --help, and returns the
+// positional arguments left over (argv[0] included). Exits on bad flags.
+std::vector<char*> ParseSubcommandFlags(int argc, char** argv, const char* usage);
+
+}  // namespace ptxserve::cli
