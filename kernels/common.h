@@ -1,0 +1,89 @@
+// Pieces shared by the kernel generators: element types, launch geometry, config
+// parsing helpers and code-generation helpers (addressing, typed vector loads and
+// stores with conversion to f32, warp reductions).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/ptx/builder.h"
+
+namespace ptxserve::kernels {
+
+// Storage type of a tensor a kernel reads or writes (KV pools, weights).
+enum class ElemType : uint8_t { kF32, kF16, kBF16 };
+
+absl::string_view ElemTypeName(ElemType t);  // "f32", "f16", "bf16"
+bool ParseElemType(absl::string_view s, ElemType* out);
+constexpr int ElemSize(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
+
+// How to launch a kernel: grid and block in CTAs / threads, dynamic shared bytes.
+struct LaunchDims {
+  std::array<uint32_t, 3> grid = {1, 1, 1};
+  std::array<uint32_t, 3> block = {1, 1, 1};
+  uint32_t shared_bytes = 0;
+};
+
+// Error unless lo <= v <= hi, naming the config field.
+absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t hi);
+// head_dim: a multiple of 32 in [32, 256] (one warp covers a head in whole vectors).
+absl::Status CheckHeadDim(int64_t head_dim);
+// num_heads a positive multiple of num_kv_heads.
+absl::Status CheckHeads(int64_t num_heads, int64_t num_kv_heads);
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+int Log2(int64_t pow2);
+
+namespace gen {
+
+using ptx::KernelBuilder;
+using ptx::Reg;
+
+// base (u64) + idx (u32 or u64) * scale, as a u64 address register.
+Reg AddrAdd(KernelBuilder& kb, Reg base, Reg idx, int64_t scale);
+// idx / d and idx % d for a u32 idx and a constant d (shifts when d is a power of two).
+Reg DivConst(KernelBuilder& kb, Reg idx, int64_t d);
+Reg RemConst(KernelBuilder& kb, Reg idx, int64_t d);
+
+// Loads n consecutive elements of `et` at [addr + offset] as f32 registers, using
+// vector loads as wide as `align_bytes` (the guaranteed alignment) allows, up to 128 bits.
+std::vector<Reg> LoadAsF32(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset, int n,
+                           int align_bytes, ptx::CacheOp cache = ptx::CacheOp::kDefault);
+// Same into existing f32 registers (loop-carried).
+void LoadAsF32To(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset,
+                 const std::vector<Reg>& dst, int align_bytes,
+                 ptx::CacheOp cache = ptx::CacheOp::kDefault);
+// Stores f32 registers as `et` (round to nearest even) at [addr + offset].
+void StoreFromF32(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset,
+                  const std::vector<Reg>& vals, int align_bytes);
+
+enum class Reduce : uint8_t { kSum, kMax, kMin };
+// Butterfly (shfl.bfly) reduction over groups of `width` lanes: every lane of a
+// group ends with the group's result.
+Reg WarpAllReduce(KernelBuilder& kb, Reg v, Reduce op, int width = 32);
+// shfl.down reduction over the warp: only lane 0 holds the result afterwards.
+Reg WarpReduceToLane0(KernelBuilder& kb, Reg v, Reduce op);
+// shfl.idx broadcast of lane `lane`'s value to the whole warp.
+Reg Broadcast(KernelBuilder& kb, Reg v, int lane = 0);
+// Block-wide reduction of an f32 over `num_warps` warps. Uses `scratch` (a shared
+// array of at least num_warps + 1 floats): per-warp partials in [0, num_warps), the
+// block result in its own slot [num_warps], so no thread reads a partial while
+// another overwrites it. Every thread returns the block result. Contains bar.sync:
+// all threads of the CTA must call it.
+Reg BlockAllReduceF32(KernelBuilder& kb, Reg v, Reduce op, int num_warps,
+                      const ptx::Symbol& scratch, Reg lane, Reg warp);
+// f32 ops on registers/immediates, shorthand for the table forms.
+Reg FAdd(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+Reg FMul(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+Reg FFma(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b, const ptx::Operand& c);
+Reg FMax(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+Reg FSub(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+Reg UAdd(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+Reg UMul(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+
+}  // namespace gen
+}  // namespace ptxserve::kernels

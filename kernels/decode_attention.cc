@@ -1,0 +1,109 @@
+// Config checks, work decomposition and the split plan of decode attention; the
+// PTX itself is written in decode_attention_gen.cc.
+#include "kernels/decode_attention.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace ptxserve::kernels {
+namespace {
+
+constexpr int kMaxSharedBytes = 48 * 1024;  // static shared memory limit per CTA
+constexpr int kRegBudget = 64;              // q + acc registers per lane / 2
+
+}  // namespace
+
+absl::Status DecodeAttentionConfig::Validate() const {
+  if (absl::Status s = target.Validate(); !s.ok()) return s;
+  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
+  if (absl::Status s = CheckRange("num_kv_heads", num_kv_heads, 1, 256); !s.ok()) return s;
+  if (absl::Status s = CheckRange("num_heads", num_heads, 1, 1024); !s.ok()) return s;
+  if (absl::Status s = CheckHeads(num_heads, num_kv_heads); !s.ok()) return s;
+  if (absl::Status s = CheckRange("block_size", block_size, 1, 1024); !s.ok()) return s;
+  if (num_warps != 0 && num_warps != 1 && num_warps != 2 && num_warps != 4 && num_warps != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_warps = ", num_warps, ": want 0 (auto), 1, 2, 4 or 8"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DecodeAttentionConfig::Key() const {
+  return absl::StrCat("decode_attention:h", num_heads, ":kvh", num_kv_heads, ":d", head_dim, ":bs",
+                      block_size, ":", ElemTypeName(kv_dtype), split ? ":split" : "",
+                      ragged ? ":ragged" : "", ":w", num_warps, ":", target.Key());
+}
+
+absl::StatusOr<DecodeAttentionShape> ShapeOf(const DecodeAttentionConfig& cfg) {
+  if (absl::Status s = cfg.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode_attention config: ", s.message()));
+  }
+  DecodeAttentionShape sh;
+  const int es = ElemSize(cfg.kv_dtype);
+  const int full_vec = 16 / es;  // elements in a 128-bit load
+  // Lanes per token: as many as make every lane's share whole 128-bit vectors.
+  const int nvec = cfg.head_dim / full_vec;
+  int lanes = 1;
+  while (lanes < 32 && nvec % (lanes * 2) == 0) lanes *= 2;
+  sh.group = cfg.num_heads / cfg.num_kv_heads;
+  sh.heads_per_cta = sh.group;
+  // q and the accumulators live in registers (2 * heads * elems each lane): trade
+  // load width, then heads per CTA, for staying clear of spills.
+  while (sh.heads_per_cta * (cfg.head_dim / lanes) > kRegBudget && lanes < 32) lanes *= 2;
+  const int elems = cfg.head_dim / lanes;
+  while (sh.heads_per_cta * elems > kRegBudget || sh.group % sh.heads_per_cta != 0) {
+    --sh.heads_per_cta;
+  }
+  sh.head_chunks = sh.group / sh.heads_per_cta;
+  sh.lanes_per_token = lanes;
+  sh.elems_per_lane = elems;
+  sh.vec_elems = 1;
+  while (sh.vec_elems * 2 <= full_vec && elems % (sh.vec_elems * 2) == 0) sh.vec_elems *= 2;
+  sh.tokens_per_warp = 32 / lanes;
+  auto smem = [&](int warps) { return warps * sh.heads_per_cta * (cfg.head_dim * 4 + 8); };
+  sh.num_warps = cfg.num_warps == 0 ? 4 : cfg.num_warps;
+  if (cfg.num_warps == 0) {
+    while (sh.num_warps > 1 && smem(sh.num_warps) > kMaxSharedBytes) sh.num_warps /= 2;
+  }
+  sh.shared_bytes = smem(sh.num_warps);
+  if (sh.shared_bytes > kMaxSharedBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_attention config: ", sh.num_warps, " warps x ", sh.heads_per_cta,
+                     " heads x head_dim ", cfg.head_dim, " need ", sh.shared_bytes,
+                     " bytes of shared memory, more than ", kMaxSharedBytes));
+  }
+  return sh;
+}
+
+LaunchDims DecodeAttentionLaunch(const DecodeAttentionShape& shape, int num_kv_heads,
+                                 int64_t num_rows, int num_splits) {
+  LaunchDims d;
+  d.grid = {static_cast<uint32_t>(num_kv_heads * shape.head_chunks),
+            static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)),
+            static_cast<uint32_t>(std::max(num_splits, 1))};
+  d.block = {static_cast<uint32_t>(shape.num_warps * 32), 1, 1};
+  return d;
+}
+
+AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_rows,
+                                  int64_t max_context, int num_sms) {
+  AttentionPlan plan;
+  absl::StatusOr<DecodeAttentionShape> sh = ShapeOf(cfg);
+  if (!sh.ok() || num_rows <= 0 || max_context <= 0) return plan;
+  // Splitting pays when the unsplit grid leaves SMs idle and each split still has
+  // enough tokens to amortise its partial write and the merge.
+  constexpr int64_t kMinPartition = 256;
+  const int64_t ctas = int64_t{cfg.num_kv_heads} * sh->head_chunks * num_rows;
+  const int64_t want_ctas = 2 * int64_t{std::max(num_sms, 1)};
+  if (ctas >= want_ctas || max_context < 2 * kMinPartition) return plan;
+  const int64_t splits = std::min(CeilDiv(want_ctas, ctas), max_context / kMinPartition);
+  if (splits <= 1) return plan;
+  int64_t partition = CeilDiv(max_context, splits);
+  partition = CeilDiv(partition, cfg.block_size) * cfg.block_size;
+  plan.split = true;
+  plan.partition_tokens = static_cast<int>(partition);
+  plan.num_splits = static_cast<int>(CeilDiv(max_context, partition));
+  return plan;
+}
+
+}  // namespace ptxserve::kernels

@@ -1,0 +1,84 @@
+// Batched paged attention for a whole ragged batch in one launch per layer, plus the
+// flash-decoding plan (split long contexts across CTAs; attention_merge.h combines).
+//
+// Contract (device pointers, row-major, non-aliasing); parameters in this order:
+//   q             f32 [num_rows][num_heads][head_dim]
+//   k_pool,v_pool kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+//   block_tables  s32 [num_seqs][max_blocks_per_seq]
+//   seq_lens      s32 [num_seqs]          (decode mode: row s is sequence s's one query)
+//   query_start   s32 [num_seqs + 1]      (ragged mode: rows of sequence s are
+//   positions     s32 [num_rows]           [query_start[s], query_start[s+1]))
+//   out           f32 [num_rows][num_heads][head_dim]                 (split = false)
+//                 f32 [num_rows][num_heads][num_splits][head_dim]     (split = true:
+//                 each split's normalised partial output)
+//   partial_lse   f32 [num_rows][num_heads][num_splits] (split = true): log2 of the
+//                 split's softmax denominator plus its running max, in units of
+//                 scale*log2(e); -inf for an empty split. Unused otherwise (may be 0).
+//   max_blocks_per_seq, num_seqs, num_rows  u32
+//   scale         f32 (usually 1/sqrt(head_dim))
+//   partition     u32 tokens per split (split = true; ignored otherwise)
+// Decode mode: row r attends to positions [0, seq_lens[r]). Ragged mode (prefill and
+// mixed batches): row r attends causally to [0, positions[r]], like cpu::PagedAttention;
+// query_start and positions are unused in decode mode (may be 0).
+// Grid: x = num_kv_heads * head_chunks, y = num_rows, z = num_splits (1 unless split).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common.h"
+#include "kernels/ptx/types.h"
+
+namespace ptxserve::kernels {
+
+inline constexpr char kDecodeAttentionEntry[] = "decode_attention";
+
+struct DecodeAttentionConfig {
+  int num_heads = 32;
+  int num_kv_heads = 8;
+  int head_dim = 128;  // a multiple of 32, at most 256
+  int block_size = 16;
+  ElemType kv_dtype = ElemType::kF16;
+  bool split = false;   // write per-split partials for the merge kernel
+  bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
+  int num_warps = 0;    // warps per CTA; 0 picks 4 (fewer when shared memory is short)
+  ptx::Target target;
+
+  absl::Status Validate() const;
+  std::string Key() const;
+};
+
+// Work decomposition derived from a config (what the generator bakes in).
+struct DecodeAttentionShape {
+  int group = 0;          // query heads per KV head
+  int heads_per_cta = 0;  // query heads of one group handled by one CTA
+  int head_chunks = 0;    // group / heads_per_cta
+  int lanes_per_token = 0;
+  int elems_per_lane = 0;   // head_dim / lanes_per_token
+  int vec_elems = 0;        // elements per vector load of K/V
+  int tokens_per_warp = 0;  // 32 / lanes_per_token
+  int num_warps = 0;
+  int shared_bytes = 0;  // static shared memory
+};
+absl::StatusOr<DecodeAttentionShape> ShapeOf(const DecodeAttentionConfig& cfg);
+
+absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg);
+
+// Launch geometry for `num_rows` query rows split `num_splits` ways.
+LaunchDims DecodeAttentionLaunch(const DecodeAttentionShape& shape, int num_kv_heads,
+                                 int64_t num_rows, int num_splits);
+
+// Whether and how to split: few CTAs and long contexts split; otherwise one CTA per
+// (row, kv head chunk) reads the whole context.
+struct AttentionPlan {
+  bool split = false;
+  int num_splits = 1;
+  int partition_tokens = 0;  // multiple of the block size; 0 when not split
+};
+// `max_context`: longest context in the batch; `num_sms`: the device's SM count.
+AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_rows,
+                                  int64_t max_context, int num_sms);
+
+}  // namespace ptxserve::kernels

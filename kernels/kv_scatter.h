@@ -1,0 +1,40 @@
+// KV-cache scatter: writes each new token's K and V rows into the paged pools.
+//
+// Contract (device pointers, row-major, non-aliasing), parameters in this order:
+//   k, v          f32 [num_tokens][num_kv_heads][head_dim]
+//   slot_mapping  s64 [num_tokens]; slot = block * block_size + offset, a negative
+//                 slot skips the token (padding)
+//   k_pool,v_pool kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+//   num_tokens    u32
+// f16/bf16 pools receive round-to-nearest-even conversions (engine/cpu KvScatter).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common.h"
+#include "kernels/ptx/types.h"
+
+namespace ptxserve::kernels {
+
+inline constexpr char kKvScatterEntry[] = "kv_scatter";
+
+struct KvScatterConfig {
+  int num_kv_heads = 8;
+  int head_dim = 128;  // a multiple of 32, at most 256
+  int block_size = 16;
+  ElemType kv_dtype = ElemType::kF16;
+  ptx::Target target;
+
+  absl::Status Validate() const;
+  // Kernel-cache key: every field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".
+  std::string Key() const;
+};
+
+absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);
+// One CTA per token; threads stride over the token's kv_heads * head_dim elements.
+LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens);
+
+}  // namespace ptxserve::kernels

@@ -1,0 +1,203 @@
+// Each entry turns a string map into its kernel's Config; values are parsed
+// strictly (whole string, in range) so a typo is an error, not a default.
+#include "kernels/registry.h"
+
+#include <fstream>
+#include <functional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "kernels/attention_merge.h"
+#include "kernels/common.h"
+#include "kernels/decode_attention.h"
+#include "kernels/kv_scatter.h"
+
+namespace ptxserve::kernels {
+namespace {
+
+// Typed reads from a settings map; the first parse error is kept.
+class Reader {
+ public:
+  explicit Reader(const KernelSettings& s) : s_(s) {}
+
+  int Int(const std::string& key) {
+    int v = 0;
+    if (!absl::SimpleAtoi(Get(key), &v)) Error(key, "an integer");
+    return v;
+  }
+  double Float(const std::string& key) {
+    double v = 0;
+    if (!absl::SimpleAtod(Get(key), &v)) Error(key, "a number");
+    return v;
+  }
+  bool Bool(const std::string& key) {
+    const std::string& v = Get(key);
+    if (v == "1" || v == "true") return true;
+    if (v != "0" && v != "false") Error(key, "true/false/1/0");
+    return false;
+  }
+  ElemType Elem(const std::string& key) {
+    ElemType t = ElemType::kF32;
+    if (!ParseElemType(Get(key), &t)) Error(key, "f32, f16 or bf16");
+    return t;
+  }
+  ptx::Target Target() {
+    ptx::Target t;
+    t.sm = Int("sm");
+    const std::string v = absl::StrReplaceAll(Get("ptx"), {{".", ""}});
+    if (!absl::SimpleAtoi(v, &t.ptx_version)) Error("ptx", "an ISA version like 7.8");
+    return t;
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const std::string& Get(const std::string& key) {
+    static const std::string kEmpty;
+    auto it = s_.find(key);
+    return it == s_.end() ? kEmpty : it->second;
+  }
+  void Error(const std::string& key, absl::string_view want) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat("setting ", key, "='", Get(key), "': want ", want));
+    }
+  }
+
+  const KernelSettings& s_;
+  absl::Status status_;
+};
+
+struct Entry {
+  std::string name;
+  KernelSettings defaults;  // without the common sm/ptx keys
+  std::function<absl::StatusOr<std::string>(Reader&)> generate;
+};
+
+template <typename Config>
+absl::StatusOr<std::string> Run(Reader& r, const Config& cfg,
+                                absl::StatusOr<std::string> (*fn)(const Config&)) {
+  if (!r.status().ok()) return r.status();
+  return fn(cfg);
+}
+
+const std::vector<Entry>& Entries() {
+  static const std::vector<Entry>* entries = new std::vector<Entry>{
+      {"kv_scatter",
+       {{"num_kv_heads", "8"}, {"head_dim", "128"}, {"block_size", "16"}, {"kv_dtype", "f16"}},
+       [](Reader& r) {
+         KvScatterConfig c;
+         c.num_kv_heads = r.Int("num_kv_heads");
+         c.head_dim = r.Int("head_dim");
+         c.block_size = r.Int("block_size");
+         c.kv_dtype = r.Elem("kv_dtype");
+         c.target = r.Target();
+         return Run(r, c, &GenerateKvScatter);
+       }},
+      {"attention_merge",
+       {{"num_heads", "32"}, {"head_dim", "128"}},
+       [](Reader& r) {
+         AttentionMergeConfig c;
+         c.num_heads = r.Int("num_heads");
+         c.head_dim = r.Int("head_dim");
+         c.target = r.Target();
+         return Run(r, c, &GenerateAttentionMerge);
+       }},
+      {"decode_attention",
+       {{"num_heads", "32"},
+        {"num_kv_heads", "8"},
+        {"head_dim", "128"},
+        {"block_size", "16"},
+        {"kv_dtype", "f16"},
+        {"split", "false"},
+        {"ragged", "false"},
+        {"num_warps", "0"}},
+       [](Reader& r) {
+         DecodeAttentionConfig c;
+         c.num_heads = r.Int("num_heads");
+         c.num_kv_heads = r.Int("num_kv_heads");
+         c.head_dim = r.Int("head_dim");
+         c.block_size = r.Int("block_size");
+         c.kv_dtype = r.Elem("kv_dtype");
+         c.split = r.Bool("split");
+         c.ragged = r.Bool("ragged");
+         c.num_warps = r.Int("num_warps");
+         c.target = r.Target();
+         return Run(r, c, &GenerateDecodeAttention);
+       }},
+  };
+  return *entries;
+}
+
+const Entry* Find(absl::string_view name) {
+  for (const Entry& e : Entries()) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+KernelSettings WithCommon(const KernelSettings& d) {
+  const ptx::Target t;
+  KernelSettings all = d;
+  all["sm"] = absl::StrCat(t.sm);
+  all["ptx"] = t.VersionText();
+  return all;
+}
+
+}  // namespace
+
+std::vector<std::string> KernelNames() {
+  std::vector<std::string> names;
+  for (const Entry& e : Entries()) names.push_back(e.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<KernelSettings> KernelDefaults(absl::string_view name) {
+  const Entry* e = Find(name);
+  if (e == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown kernel '", name, "'; known: ", absl::StrJoin(KernelNames(), ", ")));
+  }
+  return WithCommon(e->defaults);
+}
+
+absl::StatusOr<std::string> GeneratePtxByName(absl::string_view name,
+                                              const KernelSettings& settings) {
+  absl::StatusOr<KernelSettings> defaults = KernelDefaults(name);
+  if (!defaults.ok()) return defaults.status();
+  KernelSettings merged = *defaults;
+  for (const auto& [key, value] : settings) {
+    if (!merged.contains(key)) {
+      std::vector<std::string> keys;
+      for (const auto& kv : merged) keys.push_back(kv.first);
+      return absl::InvalidArgumentError(absl::StrCat("kernel ", name, ": unknown setting '", key,
+                                                     "'; known: ", absl::StrJoin(keys, ", ")));
+    }
+    merged[key] = value;
+  }
+  Reader r(merged);
+  absl::StatusOr<std::string> ptx = Find(name)->generate(r);
+  if (!ptx.ok()) {
+    return absl::Status(ptx.status().code(),
+                        absl::StrCat("kernel ", name, ": ", ptx.status().message()));
+  }
+  return ptx;
+}
+
+absl::Status WriteAllPtx(const std::string& dir, const ptx::Target& target) {
+  for (const std::string& name : KernelNames()) {
+    absl::StatusOr<std::string> ptx = GeneratePtxByName(
+        name, {{"sm", absl::StrCat(target.sm)}, {"ptx", absl::StrCat(target.ptx_version)}});
+    if (!ptx.ok()) return ptx.status();
+    const std::string path = absl::StrCat(dir, "/", name, ".ptx");
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << *ptx;
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ptxserve::kernels

@@ -1,0 +1,249 @@
+// The PTX builder: text it writes, and the misuse it turns into errors instead of
+// PTX that ptxas would reject.
+#include "kernels/ptx/builder.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ptxserve::ptx {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+absl::StatusOr<std::string> Build(const std::function<void(KernelBuilder&)>& body,
+                                  Target target = Target{}) {
+  KernelBuilder kb("k", target);
+  body(kb);
+  return kb.Finish({"test"});
+}
+
+TEST(BuilderTest, WritesHeaderParamsDeclarationsAndBody) {
+  absl::StatusOr<std::string> ptx = Build([](KernelBuilder& kb) {
+    kb.SetMaxThreads(64);
+    const Reg a = kb.GlobalPtrParam("a");
+    const Reg n = kb.Param("n", Type::kU32);
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg in = kb.Setp(Cmp::kLt, Type::kU32, tid, n);
+    const Reg off = kb.Emit(Op::kMulWide, Type::kU32, {tid, 4});
+    const Reg addr = kb.Emit(Op::kAdd, Type::kU64, {a, off});
+    auto g = kb.If(in);
+    const Reg x = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(addr));
+    const Reg y = kb.Emit(Op::kFma, Type::kF32, {x, Operand::F32(2.0f), Operand::F32(-1.5f)});
+    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(addr, 16), {y});
+  });
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(*ptx, HasSubstr(".version 7.8\n.target sm_80\n.address_size 64\n"));
+  EXPECT_THAT(*ptx, HasSubstr(".visible .entry k(\n\t.param .u64 p_a,\n\t.param .u32 p_n\n)\n"));
+  EXPECT_THAT(*ptx, HasSubstr(".maxntid 64, 1, 1\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\t.reg .pred \t%p<1>;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\t.reg .f32 \t%f<2>;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\t.reg .b64 \t%rd<4>;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("cvta.to.global.u64 \t%rd1, %rd0;"));
+  EXPECT_THAT(*ptx, HasSubstr("\t@%p0 ld.global.f32 \t%f0, [%rd3];\n"));
+  // Float immediates are exact hex: 2.0f and -1.5f.
+  EXPECT_THAT(*ptx, HasSubstr("fma.rn.f32 \t%f1, %f0, 0f40000000, 0fBFC00000;"));
+  EXPECT_THAT(*ptx, HasSubstr("\t@%p0 st.global.f32 \t[%rd3+16], %f1;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\tret;\n}\n"));
+  // Declarations come before the first instruction.
+  EXPECT_LT(ptx->find(".reg .b64"), ptx->find("ld.param"));
+}
+
+TEST(BuilderTest, VectorHalfAndWarpForms) {
+  absl::StatusOr<std::string> ptx = Build([](KernelBuilder& kb) {
+    const Reg a = kb.GlobalPtrParam("a");
+    const std::vector<Reg> v =
+        kb.Ld(Space::kGlobal, Type::kB32, Operand::Addr(a), 4, CacheOp::kNonCoherent);
+    const std::vector<Reg> h = kb.Unpack(v[0], Type::kF16);
+    const Reg f = kb.Cvt(Type::kF32, Type::kF16, h[1]);
+    const Reg packed = kb.CvtPack(Type::kF16x2, f, f);
+    const Reg s = kb.Shfl(ShflMode::kDown, f, 16);
+    const Reg b = kb.Shfl(ShflMode::kIdx, s, 0);
+    const Reg e = kb.Emit(Op::kEx2, Type::kF32, {b});
+    const Symbol sm = kb.Shared("buf", 256);
+    const Reg base = kb.AddressOf(sm);
+    kb.St(Space::kShared, Type::kB32, Operand::Addr(base, 4), {packed});
+    kb.BarSync();
+    kb.Atom(Op::kAtomAdd, Space::kGlobal, Type::kF32, Operand::Addr(a), e);
+  });
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(*ptx, HasSubstr("ld.global.nc.v4.b32 \t{%r0, %r1, %r2, %r3}, [%rd1];"));
+  EXPECT_THAT(*ptx, HasSubstr("mov.b32 \t{%rs0, %rs1}, %r0;"));
+  EXPECT_THAT(*ptx, HasSubstr("cvt.f32.f16 \t%f0, %rs1;"));
+  EXPECT_THAT(*ptx, HasSubstr("cvt.rn.f16x2.f32 \t%r4, %f0, %f0;"));
+  EXPECT_THAT(*ptx, HasSubstr("shfl.sync.down.b32 \t%f1, %f0, 16, 31, -1;"));
+  EXPECT_THAT(*ptx, HasSubstr("shfl.sync.idx.b32 \t%f2, %f1, 0, 31, -1;"));
+  EXPECT_THAT(*ptx, HasSubstr("ex2.approx.ftz.f32 \t%f3, %f2;"));
+  EXPECT_THAT(*ptx, HasSubstr("\t.shared .align 16 .b8 s_buf[256];"));
+  EXPECT_THAT(*ptx, HasSubstr("mov.u32 \t%r5, s_buf;"));
+  EXPECT_THAT(*ptx, HasSubstr("st.shared.b32 \t[%r5+4], %r4;"));
+  EXPECT_THAT(*ptx, HasSubstr("bar.sync \t0;"));
+  EXPECT_THAT(*ptx, HasSubstr("atom.global.add.f32 \t%f4, [%rd1], %f3;"));
+}
+
+TEST(BuilderTest, LabelsAndBranches) {
+  absl::StatusOr<std::string> ptx = Build([](KernelBuilder& kb) {
+    const Reg i = kb.Mov(Type::kU32, 0);
+    const Label top = kb.NewLabel("loop");
+    kb.Bind(top);
+    kb.EmitTo(i, Op::kAdd, Type::kU32, {i, 1});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, 10), top);
+  });
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(*ptx, HasSubstr("$L_loop_0:\n\tadd.u32 \t%r0, %r0, 1;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\t@%p0 bra \t$L_loop_0;\n"));
+}
+
+TEST(BuilderTest, DynamicSharedIsDeclaredAtModuleScope) {
+  absl::StatusOr<std::string> ptx = Build([](KernelBuilder& kb) {
+    const Reg base = kb.AddressOf(kb.DynamicShared(16));
+    kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(base));
+  });
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_LT(ptx->find(".extern .shared .align 16 .b8 s_dynamic[];"), ptx->find(".entry"));
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(KernelBuilder&)> body;
+  const char* message;
+};
+
+TEST(BuilderTest, MisuseIsAnErrorAndNoPtx) {
+  const std::vector<BadCase> cases = {
+      {"float register in an integer add",
+       [](KernelBuilder& kb) {
+         kb.Emit(Op::kAdd, Type::kU32, {kb.Mov(Type::kF32, Operand::F32(1)), 1});
+       },
+       "does not fit .u32"},
+      {"integer register in a float op",
+       [](KernelBuilder& kb) {
+         kb.Emit(Op::kMul, Type::kF32, {kb.Mov(Type::kU32, 1), Operand::F32(1)});
+       },
+       "does not fit .f32"},
+      {"immediate in a half op",
+       [](KernelBuilder& kb) {
+         const Reg h = kb.Cvt(Type::kF16, Type::kF32, Operand::F32(1), Round::kRn);
+         kb.Emit(Op::kFma, Type::kF16, {h, h, 1});
+       },
+       "not usable as .f16"},
+      {"bf16 add before sm_90",
+       [](KernelBuilder& kb) {
+         const Reg h = kb.Cvt(Type::kBF16, Type::kF32, Operand::F32(1), Round::kRn);
+         kb.Emit(Op::kAdd, Type::kBF16, {h, h});
+       },
+       "needs sm_90"},
+      {"bf16 -> f32 cvt before sm_90",
+       [](KernelBuilder& kb) {
+         const Reg h = kb.Cvt(Type::kBF16, Type::kF32, Operand::F32(1), Round::kRn);
+         kb.Cvt(Type::kF32, Type::kBF16, h);
+       },
+       "needs sm_90"},
+      {"no such form",
+       [](KernelBuilder& kb) {
+         kb.Emit(Op::kShl, Type::kF32, {kb.Mov(Type::kF32, Operand::F32(0)), 1});
+       },
+       "no instruction form"},
+      {"wrong operand count", [](KernelBuilder& kb) { kb.Emit(Op::kAdd, Type::kU32, {1}); },
+       "takes 2 sources"},
+      {"narrowing cvt without rounding",
+       [](KernelBuilder& kb) { kb.Cvt(Type::kF16, Type::kF32, Operand::F32(1)); },
+       "narrowing needs"},
+      {"unsigned comparison on floats",
+       [](KernelBuilder& kb) { kb.Setp(Cmp::kLo, Type::kF32, Operand::F32(1), Operand::F32(2)); },
+       "does not apply"},
+      {"vector over 128 bits",
+       [](KernelBuilder& kb) {
+         kb.Ld(Space::kGlobal, Type::kF64, Operand::Addr(kb.GlobalPtrParam("a")), 4);
+       },
+       "wider than 128 bits"},
+      {"global load through a 32-bit address",
+       [](KernelBuilder& kb) {
+         kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(kb.Mov(Type::kU32, 0)));
+       },
+       "bad address"},
+      {"barrier under a guard",
+       [](KernelBuilder& kb) {
+         auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, kb.Special(SReg::kTidX), 0));
+         kb.BarSync();
+       },
+       "every thread must reach it"},
+      {"label never placed", [](KernelBuilder& kb) { kb.Bra(kb.NewLabel("nowhere")); },
+       "never placed"},
+      {"label placed twice",
+       [](KernelBuilder& kb) {
+         const Label l = kb.NewLabel("twice");
+         kb.Bind(l);
+         kb.Bind(l);
+       },
+       "bound twice"},
+      {"duplicate parameter",
+       [](KernelBuilder& kb) {
+         kb.Param("n", Type::kU32);
+         kb.Param("n", Type::kU32);
+       },
+       "declared twice"},
+      {"bad identifier", [](KernelBuilder& kb) { kb.Param("a-b", Type::kU32); },
+       "not a PTX identifier"},
+      {"caller failure", [](KernelBuilder& kb) { kb.Fail("head_dim 48"); }, "head_dim 48"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<std::string> ptx = Build(c.body);
+    ASSERT_FALSE(ptx.ok()) << c.name;
+    EXPECT_THAT(std::string(ptx.status().message()), HasSubstr(c.message)) << c.name;
+  }
+}
+
+TEST(BuilderTest, FirstErrorWinsAndLaterCallsAreHarmless) {
+  KernelBuilder kb("k", Target{});
+  kb.Emit(Op::kAdd, Type::kU32, {kb.Mov(Type::kF32, 0), 1});
+  kb.Fail("second");
+  kb.BarSync();
+  absl::StatusOr<std::string> ptx = kb.Finish();
+  ASSERT_FALSE(ptx.ok());
+  EXPECT_THAT(std::string(ptx.status().message()), Not(HasSubstr("second")));
+}
+
+TEST(BuilderTest, TargetValidation) {
+  EXPECT_TRUE((Target{80, 70}).Validate().ok());
+  EXPECT_TRUE((Target{90, 78}).Validate().ok());
+  EXPECT_TRUE((Target{90, 90}).Validate().ok());
+  EXPECT_FALSE((Target{90, 70}).Validate().ok());  // sm_90 needs 7.8
+  EXPECT_FALSE((Target{75, 78}).Validate().ok());
+  EXPECT_FALSE((Target{80, 91}).Validate().ok());
+  KernelBuilder kb("k", Target{70, 78});
+  EXPECT_FALSE(kb.Finish().ok());
+  absl::StatusOr<std::string> sm90 = Build([](KernelBuilder&) {}, Target{90, 80});
+  ASSERT_TRUE(sm90.ok());
+  EXPECT_THAT(*sm90, HasSubstr(".version 8.0\n.target sm_90\n"));
+}
+
+TEST(BuilderTest, SameCallsSameBytes) {
+  auto body = [](KernelBuilder& kb) {
+    const Reg a = kb.GlobalPtrParam("a");
+    const Reg x = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(a));
+    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(a, 4), {kb.Emit(Op::kRsqrt, Type::kF32, {x})});
+  };
+  absl::StatusOr<std::string> a = Build(body);
+  absl::StatusOr<std::string> b = Build(body);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST(OperandTest, Text) {
+  EXPECT_EQ(Operand::F32(1.0f).Text(), "0f3F800000");
+  EXPECT_EQ(Operand::F32(-INFINITY).Text(), "0fFF800000");
+  EXPECT_EQ(Operand::F64(1.0).Text(), "0d3FF0000000000000");
+  EXPECT_EQ(Operand(-3).Text(), "-3");
+  EXPECT_EQ(Operand::Addr(Reg{Type::kU64, 3}, -8).Text(), "[%rd3-8]");
+  EXPECT_EQ(Operand::Addr(Symbol{"s_x"}, 12).Text(), "[s_x+12]");
+  EXPECT_EQ(Operand::Vec({Reg{Type::kF32, 1}, Reg{Type::kF32, 2}}).Text(), "{%f1, %f2}");
+  EXPECT_EQ((Reg{Type::kPred, 7}).Name(), "%p7");
+  EXPECT_EQ((Reg{Type::kF16, 2}).Name(), "%rs2");
+  EXPECT_EQ((Reg{Type::kF16x2, 2}).Name(), "%r2");
+}
+
+}  // namespace
+}  // namespace ptxserve::ptx

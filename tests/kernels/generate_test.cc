@@ -1,0 +1,209 @@
+// Generator-level properties: determinism, golden PTX, config validation, the
+// registry. Golden files live in tests/golden/<name>.ptx and are compared byte for
+// byte; after an intended change to generated code, regenerate them with
+//   PTXSERVE_UPDATE_GOLDEN=1 ./kernels_generate_test
+// and review the diff like any other code change.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
+#include "kernels/kv_scatter.h"
+#include "kernels/registry.h"
+#include "tests/kernels/kernel_matrix.h"
+
+namespace ptxserve::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(GenerateTest, SameConfigSameBytes) {
+  const std::vector<testing::PtxModule> a = testing::MatrixModules(ptx::Target{});
+  const std::vector<testing::PtxModule> b = testing::MatrixModules(ptx::Target{});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_FALSE(a[i].ptx.empty()) << a[i].label;
+    EXPECT_EQ(a[i].label, b[i].label);
+    EXPECT_TRUE(a[i].ptx == b[i].ptx) << a[i].label;
+  }
+}
+
+TEST(GenerateTest, DistinctConfigsDistinctKeysAndText) {
+  const std::vector<testing::PtxModule> mods = testing::MatrixModules(ptx::Target{});
+  std::set<std::string> keys, texts;
+  for (const auto& m : mods) {
+    EXPECT_TRUE(keys.insert(m.label).second) << "duplicate key " << m.label;
+    EXPECT_TRUE(texts.insert(m.ptx).second) << "same PTX as another config: " << m.label;
+  }
+}
+
+struct Golden {
+  const char* file;
+  const char* kernel;
+  KernelSettings settings;
+};
+
+const std::vector<Golden>& Goldens() {
+  static const std::vector<Golden> g = {
+      {"kv_scatter_f16_kvh8_d128", "kv_scatter", {}},
+      {"kv_scatter_f32_kvh2_d64_bs32",
+       "kv_scatter",
+       {{"kv_dtype", "f32"}, {"num_kv_heads", "2"}, {"head_dim", "64"}, {"block_size", "32"}}},
+      {"decode_attention_f16_h32_kvh8_d128", "decode_attention", {}},
+      {"decode_attention_f32_h8_kvh1_d64_split_sm90",
+       "decode_attention",
+       {{"kv_dtype", "f32"},
+        {"num_heads", "8"},
+        {"num_kv_heads", "1"},
+        {"head_dim", "64"},
+        {"split", "true"},
+        {"sm", "90"}}},
+      {"attention_merge_h32_d128", "attention_merge", {}},
+  };
+  return g;
+}
+
+TEST(GenerateTest, GoldenPtx) {
+  const bool update = std::getenv("PTXSERVE_UPDATE_GOLDEN") != nullptr &&
+                      std::string(std::getenv("PTXSERVE_UPDATE_GOLDEN")) == "1";
+  const std::filesystem::path dir = std::filesystem::path(PTXSERVE_SOURCE_DIR) / "tests/golden";
+  for (const Golden& g : Goldens()) {
+    absl::StatusOr<std::string> ptx = GeneratePtxByName(g.kernel, g.settings);
+    ASSERT_TRUE(ptx.ok()) << g.file << ": " << ptx.status();
+    const std::filesystem::path path = dir / (std::string(g.file) + ".ptx");
+    if (update) {
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << *ptx;
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in) << "missing " << path << " (run with PTXSERVE_UPDATE_GOLDEN=1)";
+    std::stringstream want;
+    want << in.rdbuf();
+    EXPECT_TRUE(want.str() == *ptx) << g.file << " differs from " << path
+                                    << "; if intended, rerun with PTXSERVE_UPDATE_GOLDEN=1";
+  }
+}
+
+TEST(GenerateTest, UnsupportedConfigsAreErrors) {
+  DecodeAttentionConfig a;
+  for (int hd : {0, 16, 48, 100, 288, 512}) {
+    a.head_dim = hd;
+    absl::StatusOr<std::string> r = GenerateDecodeAttention(a);
+    ASSERT_FALSE(r.ok()) << hd;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("head_dim"));
+  }
+  a = DecodeAttentionConfig{};
+  a.num_heads = 12;
+  a.num_kv_heads = 8;
+  absl::StatusOr<std::string> r = GenerateDecodeAttention(a);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("num_kv_heads"));
+  a = DecodeAttentionConfig{};
+  a.num_warps = 3;
+  EXPECT_FALSE(GenerateDecodeAttention(a).ok());
+  a = DecodeAttentionConfig{};
+  a.target.sm = 75;
+  EXPECT_FALSE(GenerateDecodeAttention(a).ok());
+  a = DecodeAttentionConfig{};
+  a.target = {90, 70};
+  EXPECT_FALSE(GenerateDecodeAttention(a).ok());
+
+  KvScatterConfig k;
+  k.head_dim = 48;
+  EXPECT_FALSE(GenerateKvScatter(k).ok());
+  k.head_dim = 288;
+  EXPECT_FALSE(GenerateKvScatter(k).ok());
+  k = KvScatterConfig{};
+  k.block_size = 0;
+  EXPECT_FALSE(GenerateKvScatter(k).ok());
+  AttentionMergeConfig m;
+  m.head_dim = 48;
+  EXPECT_FALSE(GenerateAttentionMerge(m).ok());
+}
+
+TEST(GenerateTest, AttentionShapes) {
+  DecodeAttentionConfig c;
+  c.num_heads = 8;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.kv_dtype = ElemType::kF32;
+  absl::StatusOr<DecodeAttentionShape> s = ShapeOf(c);
+  ASSERT_TRUE(s.ok());
+  // head_dim 128 in f32: a whole warp per token, 4 elements (one 128-bit load) per lane.
+  EXPECT_EQ(s->lanes_per_token, 32);
+  EXPECT_EQ(s->elems_per_lane, 4);
+  EXPECT_EQ(s->vec_elems, 4);
+  c.kv_dtype = ElemType::kF16;
+  s = ShapeOf(c);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->lanes_per_token, 16);
+  EXPECT_EQ(s->vec_elems, 8);  // 8 halves = 128 bits
+  c.num_heads = 256;           // a group of 32 heads is split over CTAs
+  s = ShapeOf(c);
+  ASSERT_TRUE(s.ok());
+  EXPECT_LT(s->heads_per_cta, 32);
+  EXPECT_EQ(s->heads_per_cta * s->head_chunks, 32);
+}
+
+TEST(GenerateTest, SplitPlan) {
+  DecodeAttentionConfig c;  // 8 kv heads
+  // Plenty of CTAs: no split.
+  EXPECT_FALSE(PlanDecodeAttention(c, 64, 4096, 132).split);
+  // Short contexts: no split.
+  EXPECT_FALSE(PlanDecodeAttention(c, 1, 300, 132).split);
+  // One long sequence on a big GPU: split into whole blocks covering the context.
+  const AttentionPlan p = PlanDecodeAttention(c, 1, 8000, 132);
+  ASSERT_TRUE(p.split);
+  EXPECT_GT(p.num_splits, 1);
+  EXPECT_EQ(p.partition_tokens % c.block_size, 0);
+  EXPECT_GE(int64_t{p.partition_tokens} * p.num_splits, 8000);
+  EXPECT_LT(int64_t{p.partition_tokens} * (p.num_splits - 1), 8000);
+}
+
+TEST(RegistryTest, NamesDefaultsAndErrors) {
+  const std::vector<std::string> names = KernelNames();
+  EXPECT_THAT(names,
+              ::testing::IsSupersetOf({"kv_scatter", "decode_attention", "attention_merge"}));
+  for (const std::string& n : names) {
+    absl::StatusOr<KernelSettings> d = KernelDefaults(n);
+    ASSERT_TRUE(d.ok()) << n;
+    EXPECT_TRUE(d->contains("sm") && d->contains("ptx")) << n;
+    absl::StatusOr<std::string> ptx = GeneratePtxByName(n, {});
+    ASSERT_TRUE(ptx.ok()) << n << ": " << ptx.status();
+    EXPECT_THAT(*ptx, HasSubstr(".entry " + n + "("));
+  }
+  EXPECT_EQ(GeneratePtxByName("nope", {}).status().code(), absl::StatusCode::kNotFound);
+  auto bad_key = GeneratePtxByName("kv_scatter", {{"head_dimm", "64"}});
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_THAT(std::string(bad_key.status().message()), HasSubstr("head_dimm"));
+  auto bad_value = GeneratePtxByName("kv_scatter", {{"head_dim", "64x"}});
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_THAT(std::string(bad_value.status().message()), HasSubstr("head_dim='64x'"));
+  EXPECT_FALSE(GeneratePtxByName("kv_scatter", {{"head_dim", "48"}}).ok());
+  EXPECT_FALSE(GeneratePtxByName("kv_scatter", {{"kv_dtype", "f8"}}).ok());
+  auto sm90 = GeneratePtxByName("kv_scatter", {{"sm", "90"}, {"ptx", "8.0"}});
+  ASSERT_TRUE(sm90.ok()) << sm90.status();
+  EXPECT_THAT(*sm90, HasSubstr(".version 8.0\n.target sm_90\n"));
+}
+
+TEST(RegistryTest, WriteAllPtx) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ptxserve_all_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteAllPtx(dir.string(), ptx::Target{}).ok());
+  for (const std::string& n : KernelNames()) {
+    EXPECT_TRUE(std::filesystem::exists(dir / (n + ".ptx"))) << n;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(WriteAllPtx((dir / "missing/sub").string(), ptx::Target{}).ok());
+}
+
+}  // namespace
+}  // namespace ptxserve::kernels

@@ -1,0 +1,104 @@
+#include "tests/kernels/kernel_matrix.h"
+
+#include <string>
+
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
+#include "kernels/kv_scatter.h"
+
+namespace ptxserve::kernels::testing {
+namespace {
+
+template <typename Config, typename Fn>
+void Add(std::vector<PtxModule>* out, const Config& c, Fn fn) {
+  absl::StatusOr<std::string> ptx = fn(c);
+  if (ptx.ok()) {
+    out->push_back({c.Key(), *ptx});
+  } else {
+    out->push_back({"ERROR " + c.Key() + ": " + std::string(ptx.status().message()), ""});
+  }
+}
+
+}  // namespace
+
+std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
+  std::vector<PtxModule> out;
+  const std::vector<ElemType> kv_types =
+      full ? std::vector<ElemType>{ElemType::kF32, ElemType::kF16, ElemType::kBF16}
+           : std::vector<ElemType>{ElemType::kF16};
+  const std::vector<ElemType> attn_types =
+      full ? std::vector<ElemType>{ElemType::kF32, ElemType::kF16}
+           : std::vector<ElemType>{ElemType::kF16};
+  const std::vector<int> head_dims = full ? std::vector<int>{64, 128} : std::vector<int>{128};
+  const std::vector<int> block_sizes = full ? std::vector<int>{16, 32} : std::vector<int>{16};
+  const std::vector<int> groups = full ? std::vector<int>{1, 4, 8} : std::vector<int>{4};
+  for (int hd : head_dims) {
+    for (int bs : block_sizes) {
+      for (ElemType dt : kv_types) {
+        KvScatterConfig c;
+        c.num_kv_heads = 2;
+        c.head_dim = hd;
+        c.block_size = bs;
+        c.kv_dtype = dt;
+        c.target = target;
+        Add(&out, c, GenerateKvScatter);
+      }
+    }
+    for (int group : groups) {
+      for (int bs : block_sizes) {
+        for (ElemType dt : attn_types) {
+          DecodeAttentionConfig c;
+          c.num_kv_heads = 2;
+          c.num_heads = 2 * group;
+          c.head_dim = hd;
+          c.block_size = bs;
+          c.kv_dtype = dt;
+          c.target = target;
+          Add(&out, c, GenerateDecodeAttention);
+          // The split and ragged variants once per shape, not per block size.
+          if (bs == block_sizes[0]) {
+            c.split = true;
+            Add(&out, c, GenerateDecodeAttention);
+            if (dt == attn_types.back()) {
+              c.ragged = true;
+              c.kv_dtype = ElemType::kBF16;
+              Add(&out, c, GenerateDecodeAttention);
+            }
+          }
+        }
+      }
+    }
+    AttentionMergeConfig m;
+    m.head_dim = hd;
+    m.target = target;
+    Add(&out, m, GenerateAttentionMerge);
+  }
+  if (!full) return out;
+  // Odd shapes: head_dim 32/96/160/256, non-power-of-two block size, wide groups.
+  for (int hd : {32, 96, 160, 256}) {
+    DecodeAttentionConfig c;
+    c.num_kv_heads = 1;
+    c.num_heads = 8;
+    c.head_dim = hd;
+    c.block_size = 24;
+    c.kv_dtype = ElemType::kF16;
+    c.target = target;
+    Add(&out, c, GenerateDecodeAttention);
+    KvScatterConfig k;
+    k.num_kv_heads = 3;
+    k.head_dim = hd;
+    k.block_size = 24;
+    k.target = target;
+    Add(&out, k, GenerateKvScatter);
+  }
+  DecodeAttentionConfig wide;
+  wide.num_kv_heads = 1;
+  wide.num_heads = 32;
+  wide.head_dim = 128;
+  wide.kv_dtype = ElemType::kF32;
+  wide.target = target;
+  Add(&out, wide, GenerateDecodeAttention);
+  return out;
+}
+
+}  // namespace ptxserve::kernels::testing
