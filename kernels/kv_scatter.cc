@@ -70,7 +70,7 @@ absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
   const ptx::Label done = kb.NewLabel("done");
   const Reg t = kb.Special(SReg::kCtaidX);
   kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);
-  const Reg slot = kb.Ld1(Space::kGlobal, Type::kS64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
+  const Reg slot = kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
   kb.BraIf(kb.Setp(Cmp::kLt, Type::kS64, slot, 0), done);
 
   Reg block;
