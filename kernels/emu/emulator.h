@@ -1,0 +1,146 @@
+// A PTX emulator behind a tiny driver-like interface (allocate, copy, load a module, launch)
+// so a GPU backend written against the CUDA Driver API can run on the CPU unchanged.
+//
+// Device memory lives in host buffers reached only through 64-bit device addresses that
+// start at 0x100000000 and leave a guard gap after every allocation; kernels can never touch
+// host memory. Every global access is checked against one allocation, every shared access
+// against the block's shared size, vector accesses must be naturally aligned, and a read of
+// a register the thread never wrote is an error. Faults, barrier deadlocks and bad
+// shfl/vote masks come back as a Status naming kernel, block, thread, PTX line and address.
+//
+// Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
+// run its blocks on several host threads (blocks are independent except for atomics, which
+// use host atomics).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ptxserve::emu {
+
+struct Module;
+struct Allocation;
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct ModuleHandle {
+  uint32_t id = 0;
+};
+struct FunctionHandle {
+  uint32_t module = 0;
+  uint32_t index = 0;
+};
+
+// One kernel argument's raw bytes (what a void* in cuLaunchKernel's kernelParams points at).
+struct KernelArg {
+  std::vector<uint8_t> bytes;
+  template <class T>
+  static KernelArg Of(const T& v) {
+    KernelArg a;
+    a.bytes.resize(sizeof(T));
+    std::memcpy(a.bytes.data(), &v, sizeof(T));
+    return a;
+  }
+};
+
+// A kernel parameter as declared in the PTX (.param), for packing cuLaunchKernel arguments.
+struct ParamDesc {
+  std::string name;
+  uint32_t offset = 0;
+  uint32_t size = 0;
+};
+
+struct EmulatorStats {
+  uint64_t launches = 0;
+  uint64_t warp_instructions = 0;    // instructions issued per warp
+  uint64_t thread_instructions = 0;  // instructions executed per active thread
+  uint64_t bytes_htod = 0, bytes_dtoh = 0, bytes_dtod = 0;
+  double launch_seconds = 0;  // wall time spent inside Launch
+};
+
+struct EmulatorOptions {
+  int num_threads = 2;  // host threads running blocks of one launch
+  // A launch fails after this many warp-instructions on one host thread (runaway loops).
+  uint64_t max_warp_instructions = 4'000'000'000ull;
+  bool poison_allocations = true;  // fill new allocations with 0xff (device memory is
+                                   // uninitialised; NaN/-1 makes stray reads visible)
+  bool poison_shared = true;       // likewise for each block's shared memory
+  uint32_t max_shared_bytes = 227 * 1024;
+  uint64_t max_device_bytes = 16ull << 30;  // total live allocation limit
+};
+
+class Emulator {
+ public:
+  explicit Emulator(EmulatorOptions opts = {});
+  ~Emulator();
+  Emulator(const Emulator&) = delete;
+  Emulator& operator=(const Emulator&) = delete;
+
+  // Allocates `bytes` (> 0) of device memory, 256-byte aligned; returns its device address.
+  absl::StatusOr<uint64_t> Alloc(size_t bytes);
+  // Frees an allocation by its base address; addresses are never reused.
+  absl::Status Free(uint64_t dptr);
+  // Copies; each device range must lie inside one allocation.
+  absl::Status CopyHtoD(uint64_t dst, const void* src, size_t n);
+  absl::Status CopyDtoH(void* dst, uint64_t src, size_t n);
+  absl::Status CopyDtoD(uint64_t dst, uint64_t src, size_t n);
+  // Sets n bytes to `value` (cuMemsetD8) / `count` 32-bit words to `value` (cuMemsetD32).
+  absl::Status Memset(uint64_t dst, uint8_t value, size_t n);
+  absl::Status MemsetD32(uint64_t dst, uint32_t value, size_t count);
+  // Bytes currently allocated and the configured limit.
+  void MemInfo(uint64_t* used, uint64_t* total) const;
+
+  // Parses and decodes PTX text once; errors name the PTX line.
+  absl::StatusOr<ModuleHandle> LoadModule(std::string_view ptx_text);
+  absl::Status UnloadModule(ModuleHandle m);
+  // Finds a .entry by name.
+  absl::StatusOr<FunctionHandle> GetFunction(ModuleHandle m, std::string_view name);
+  // The function's parameters in declaration order.
+  absl::StatusOr<std::vector<ParamDesc>> GetParams(FunctionHandle f) const;
+  // Static shared bytes of the function (dynamic shared comes on top).
+  absl::StatusOr<uint32_t> GetStaticSharedBytes(FunctionHandle f) const;
+
+  // Runs the kernel to completion. `args` holds one entry per .param with exactly the
+  // parameter's size.
+  absl::Status Launch(FunctionHandle f, Dim3 grid, Dim3 block, uint32_t dynamic_shared_bytes,
+                      const std::vector<KernelArg>& args);
+  // Same, with cuLaunchKernel's kernelParams: params[i] points at parameter i's bytes.
+  absl::Status LaunchRaw(FunctionHandle f, Dim3 grid, Dim3 block, uint32_t dynamic_shared_bytes,
+                         void* const* params);
+
+  EmulatorStats stats() const;
+
+ private:
+  struct Buffer {
+    uint64_t size = 0;
+    std::unique_ptr<uint8_t[]> host;
+  };
+  // Host pointer for [addr, addr+n) inside one allocation, or an error naming `what`.
+  absl::StatusOr<uint8_t*> Range(uint64_t addr, size_t n, const char* what);
+  absl::Status LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uint32_t dyn,
+                            const std::vector<const uint8_t*>& args);
+  void RebuildTable();
+
+  EmulatorOptions opts_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, Buffer> buffers_;   // by base address
+  std::vector<Allocation> table_;        // sorted snapshot for kernels
+  uint64_t next_addr_ = 0x100000000ull;  // bump pointer, never reused
+  uint64_t used_bytes_ = 0;
+  std::map<uint32_t, std::unique_ptr<Module>> modules_;
+  uint32_t next_module_ = 1;
+  EmulatorStats stats_;
+};
+
+}  // namespace ptxserve::emu

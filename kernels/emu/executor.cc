@@ -1,0 +1,539 @@
+// The warp scheduler. Each warp keeps one "active" group of lanes sharing a PC; a divergent
+// branch parks the other lanes with their own PCs and the group with the lowest PC runs
+// next. Lanes rejoin the moment the running group reaches a parked PC, which for the
+// structured control flow PTX generators emit is the immediate post-dominator. Warps of a
+// block run one at a time until they exit or block at a barrier; a barrier releases its
+// waiters when its expected thread count has arrived.
+#include "kernels/emu/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/emu/ops.h"
+
+namespace ptxserve::emu {
+namespace {
+
+constexpr int kNumBarriers = 16;
+
+std::string Dim(const Dim3u& d) { return absl::StrFormat("(%u,%u,%u)", d.x, d.y, d.z); }
+
+class BlockRunner {
+ public:
+  explicit BlockRunner(const LaunchConfig& cfg) : cfg_(cfg), fn_(*cfg.fn) {
+    nthreads_ = cfg.block.x * cfg.block.y * cfg.block.z;
+    nwarps_ = (nthreads_ + kWarpSize - 1) / kWarpSize;
+    const size_t slots = fn_.num_slots;
+    regs_.assign(static_cast<size_t>(nwarps_) * slots * kWarpSize, 0);
+    init_.assign(static_cast<size_t>(nwarps_) * slots, 0);
+    preds_.assign(static_cast<size_t>(nwarps_) * std::max<uint32_t>(fn_.num_preds, 1), 0);
+    pinit_.assign(preds_.size(), 0);
+    warps_.resize(nwarps_);
+    shared_.resize(static_cast<size_t>(fn_.dynamic_offset) + cfg.dynamic_shared + 16);
+    ctx_.allocs = cfg.allocs;
+    ctx_.num_allocs = cfg.num_allocs;
+    ctx_.shared = shared_.data();
+    ctx_.shared_size =
+        fn_.uses_dynamic_shared ? fn_.dynamic_offset + cfg.dynamic_shared : fn_.static_shared;
+    ctx_.params = cfg.params.data();
+    ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
+    ctx_.block_dim = cfg.block;
+    ctx_.grid_dim = cfg.grid;
+  }
+
+  absl::Status Run(uint64_t linear_block);
+  const LaunchCounters& counters() const { return counters_; }
+
+ private:
+  void InitWarp(uint32_t wi);
+  absl::Status RunWarp(Warp& w);
+  static bool NextGroup(Warp& w);
+  static void Reconverge(Warp& w);
+  static void UpdateMinSuspended(Warp& w);
+  absl::Status Barrier(Warp& w, const Instr& in, uint32_t m);
+  void Release(int id);
+  absl::Status DeadlockError() const;
+
+  Dim3u ThreadOf(const Warp& w, int lane) const {
+    const uint32_t t = w.index * kWarpSize + static_cast<uint32_t>(lane);
+    const Dim3u& b = cfg_.block;
+    return Dim3u{t % b.x, (t / b.x) % b.y, t / (b.x * b.y)};
+  }
+  absl::Status Error(const Warp& w, int lane, int32_t line, std::string_view msg) const {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("kernel %s: block %s, thread %s, PTX line %d: %s", fn_.name,
+                        Dim(ctx_.block_idx), Dim(ThreadOf(w, std::max(lane, 0))), line, msg));
+  }
+  absl::Status UninitError(const Warp& w, const Instr& in, const std::string& name,
+                           uint32_t missing) const {
+    return Error(w, std::countr_zero(missing), in.line,
+                 absl::StrFormat("'%s' reads register %s, which this thread never wrote "
+                                 "(uninitialised in lanes 0x%08x of warp %u)",
+                                 OpName(static_cast<Op>(in.op)), name, missing, w.index));
+  }
+
+  const LaunchConfig& cfg_;
+  const Function& fn_;
+  uint32_t nthreads_ = 0, nwarps_ = 0;
+  std::vector<uint64_t> regs_;
+  std::vector<uint32_t> init_, preds_, pinit_;
+  std::vector<Warp> warps_;
+  std::vector<uint8_t> shared_;
+  ExecCtx ctx_;
+  LaunchCounters counters_;
+  struct Bar {
+    uint32_t arrived = 0;
+    uint32_t expected = 0;
+  } bars_[kNumBarriers];
+};
+
+void BlockRunner::InitWarp(uint32_t wi) {
+  Warp& w = warps_[wi];
+  const size_t slots = fn_.num_slots;
+  const uint32_t np = std::max<uint32_t>(fn_.num_preds, 1);
+  w = Warp();
+  w.regs = regs_.data() + wi * slots * kWarpSize;
+  w.init = init_.data() + wi * slots;
+  w.preds = preds_.data() + wi * np;
+  w.pinit = pinit_.data() + wi * np;
+  w.index = wi;
+  const uint32_t first = wi * kWarpSize;
+  const uint32_t n = std::min<uint32_t>(kWarpSize, nthreads_ - first);
+  w.exists = n == kWarpSize ? kFullMask : ((1u << n) - 1);
+  w.live = w.active = w.exists;
+  std::memset(w.init, 0, slots * sizeof(uint32_t));
+  std::memset(w.pinit, 0, np * sizeof(uint32_t));
+  for (const auto& [slot, value] : fn_.consts) {
+    uint64_t* r = w.R(slot);
+    for (int l = 0; l < kWarpSize; ++l) r[l] = value;
+    w.init[slot] = kFullMask;
+  }
+  const Dim3u& bd = cfg_.block;
+  for (const auto& [slot, sp] : fn_.specials) {
+    uint64_t* r = w.R(slot);
+    for (uint32_t l = 0; l < kWarpSize; ++l) {
+      const uint32_t t = first + l;
+      const uint64_t lm = uint64_t{1} << l;
+      uint64_t v = 0;
+      switch (sp) {
+        case Special::kTidX:
+          v = t % bd.x;
+          break;
+        case Special::kTidY:
+          v = (t / bd.x) % bd.y;
+          break;
+        case Special::kTidZ:
+          v = t / (bd.x * bd.y);
+          break;
+        case Special::kNtidX:
+          v = bd.x;
+          break;
+        case Special::kNtidY:
+          v = bd.y;
+          break;
+        case Special::kNtidZ:
+          v = bd.z;
+          break;
+        case Special::kCtaidX:
+          v = ctx_.block_idx.x;
+          break;
+        case Special::kCtaidY:
+          v = ctx_.block_idx.y;
+          break;
+        case Special::kCtaidZ:
+          v = ctx_.block_idx.z;
+          break;
+        case Special::kNctaidX:
+          v = cfg_.grid.x;
+          break;
+        case Special::kNctaidY:
+          v = cfg_.grid.y;
+          break;
+        case Special::kNctaidZ:
+          v = cfg_.grid.z;
+          break;
+        case Special::kLaneId:
+          v = l;
+          break;
+        case Special::kWarpId:
+          v = wi;
+          break;
+        case Special::kNWarpId:
+          v = nwarps_;
+          break;
+        case Special::kSmId:
+        case Special::kGridId:
+          v = 0;
+          break;
+        case Special::kNSmId:
+          v = 1;
+          break;
+        case Special::kLanemaskEq:
+          v = lm;
+          break;
+        case Special::kLanemaskLe:
+          v = (lm << 1) - 1;
+          break;
+        case Special::kLanemaskLt:
+          v = lm - 1;
+          break;
+        case Special::kLanemaskGe:
+          v = ~(lm - 1);
+          break;
+        case Special::kLanemaskGt:
+          v = ~((lm << 1) - 1);
+          break;
+        case Special::kDynamicSmemSize:
+          v = cfg_.dynamic_shared;
+          break;
+        case Special::kTotalSmemSize:
+          v = ctx_.shared_size;
+          break;
+      }
+      r[l] = v & 0xffffffffu;
+    }
+    w.init[slot] = kFullMask;
+  }
+}
+
+void BlockRunner::UpdateMinSuspended(Warp& w) {
+  uint32_t mn = UINT32_MAX;
+  for (uint32_t s = w.suspended; s != 0; s &= s - 1) {
+    mn = std::min(mn, w.lane_pc[std::countr_zero(s)]);
+  }
+  w.min_susp_pc = mn;
+}
+
+// Makes the lowest-PC parked lanes the active group; false when none is ready.
+bool BlockRunner::NextGroup(Warp& w) {
+  if (w.suspended == 0) return false;
+  const uint32_t pc = w.min_susp_pc;
+  uint32_t group = 0;
+  for (uint32_t s = w.suspended; s != 0; s &= s - 1) {
+    const int l = std::countr_zero(s);
+    if (w.lane_pc[l] == pc) group |= 1u << l;
+  }
+  w.active = group;
+  w.suspended &= ~group;
+  w.pc = pc;
+  UpdateMinSuspended(w);
+  return true;
+}
+
+// Called when the running group's PC reached or passed the lowest parked PC.
+void BlockRunner::Reconverge(Warp& w) {
+  if (w.pc == w.min_susp_pc) {
+    for (uint32_t s = w.suspended; s != 0; s &= s - 1) {
+      const int l = std::countr_zero(s);
+      if (w.lane_pc[l] == w.pc) w.active |= 1u << l;
+    }
+    w.suspended &= ~w.active;
+    UpdateMinSuspended(w);
+    return;
+  }
+  for (uint32_t s = w.active; s != 0; s &= s - 1) w.lane_pc[std::countr_zero(s)] = w.pc;
+  w.suspended |= w.active;
+  w.active = 0;
+  UpdateMinSuspended(w);
+  NextGroup(w);
+}
+
+void BlockRunner::Release(int id) {
+  for (Warp& w : warps_) {
+    uint32_t rel = 0;
+    for (uint32_t s = w.waiting; s != 0; s &= s - 1) {
+      const int l = std::countr_zero(s);
+      if (w.bar_id[l] == id) {
+        rel |= 1u << l;
+        ++w.lane_pc[l];
+      }
+    }
+    if (rel == 0) continue;
+    w.waiting &= ~rel;
+    w.suspended |= rel;
+    UpdateMinSuspended(w);
+  }
+}
+
+absl::Status BlockRunner::Barrier(Warp& w, const Instr& in, uint32_t m) {
+  const bool has_count = (in.mode & 1) != 0, aligned = (in.mode & 2) != 0;
+  const bool arrive = in.ctl == Ctl::kBarArrive;
+  const char* name = static_cast<Op>(in.op) == Op::kBar ? "bar" : "barrier";
+  if (aligned && m != 0 && m != w.live) {
+    const uint32_t missing = w.live & ~m;
+    std::string where;
+    for (uint32_t s = missing; s != 0; s &= s - 1) {
+      const int l = std::countr_zero(s);
+      const bool waits = (w.waiting >> l) & 1;
+      const bool parked = (w.suspended >> l) & 1;
+      const uint32_t pc = (waits || parked) ? w.lane_pc[l] : w.pc;
+      where = absl::StrFormat("lane %d is %s line %d", l,
+                              waits    ? "waiting at a barrier on"
+                              : parked ? "diverged, at"
+                                       : "predicated off at",
+                              fn_.code[pc].line);
+      break;
+    }
+    return Error(w, std::countr_zero(m), in.line,
+                 absl::StrFormat("%s.%s executed by a diverged warp: lanes 0x%08x arrive, "
+                                 "0x%08x do not (%s); an aligned barrier must be reached by all "
+                                 "threads of a warp together",
+                                 name, arrive ? "arrive" : "sync", m, missing, where));
+  }
+  if (m == 0) {
+    ++w.pc;
+    return absl::OkStatus();
+  }
+  const uint32_t first = std::countr_zero(m);
+  const uint64_t id = w.R(in.s[0])[first] & 0xffffffffu;
+  if (id >= kNumBarriers) {
+    return Error(w, first, in.line, absl::StrFormat("barrier id %u out of range 0..15", id));
+  }
+  uint32_t expected = nthreads_;
+  if (has_count) {
+    expected = static_cast<uint32_t>(w.R(in.s[1])[first]);
+    if (expected == 0 || expected % kWarpSize != 0 ||
+        expected > (nthreads_ + kWarpSize - 1) / kWarpSize * kWarpSize) {
+      return Error(w, first, in.line,
+                   absl::StrFormat("barrier thread count %u must be a non-zero multiple of 32 "
+                                   "no larger than the block",
+                                   expected));
+    }
+    // A partial last warp counts as a whole warp, as on the hardware.
+    if (expected > nthreads_) expected = nthreads_;
+  }
+  Bar& b = bars_[id];
+  if (b.arrived != 0 && b.expected != expected) {
+    return Error(w, first, in.line,
+                 absl::StrFormat("barrier %u used with different thread counts (%u and %u)", id,
+                                 b.expected, expected));
+  }
+  b.expected = expected;
+  b.arrived += std::popcount(m);
+  if (!arrive) {
+    for (uint32_t s = m; s != 0; s &= s - 1) {
+      const int l = std::countr_zero(s);
+      w.lane_pc[l] = w.pc;
+      w.bar_id[l] = static_cast<uint8_t>(id);
+    }
+    w.waiting |= m;
+    w.active &= ~m;
+  }
+  if (w.active != 0) ++w.pc;
+  if (b.arrived >= b.expected) {
+    b.arrived = 0;
+    Release(static_cast<int>(id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockRunner::RunWarp(Warp& w) {
+  const Instr* code = fn_.code.data();
+  const uint64_t limit = cfg_.max_warp_instructions;
+  uint64_t warp_instr = counters_.warp_instructions;
+  uint64_t thread_instr = counters_.thread_instructions;
+  absl::Status status;
+  while (true) {
+    if (w.active == 0 && !NextGroup(w)) break;
+    const Instr& in = code[w.pc];
+    uint32_t m = w.active;
+    thread_instr += std::popcount(m);  // active lanes, predicated-off ones included
+    if (in.guard >= 0) {
+      if ((w.pinit[in.guard] & m) != m) {
+        status = UninitError(w, in, fn_.pred_names[in.guard], m & ~w.pinit[in.guard]);
+        break;
+      }
+      m &= in.guard_neg ? ~w.preds[in.guard] : w.preds[in.guard];
+    }
+    ++warp_instr;
+    if (limit != 0 && warp_instr > limit) {
+      status = Error(w, std::countr_zero(w.active), in.line,
+                     absl::StrFormat("instruction limit of %u warp-instructions exceeded "
+                                     "(infinite loop?)",
+                                     limit));
+      break;
+    }
+    switch (in.ctl) {
+      case Ctl::kNone:
+        if (m != 0) {
+          bool ok = true;
+          for (int i = 0; i < in.nchk; ++i) {
+            const uint32_t missing = m & ~w.init[in.chk[i]];
+            if (missing != 0) {
+              status = UninitError(w, in, fn_.slot_names[in.chk[i]], missing);
+              ok = false;
+              break;
+            }
+          }
+          for (int i = 0; ok && i < in.npchk; ++i) {
+            const uint32_t missing = m & ~w.pinit[in.pchk[i]];
+            if (missing != 0) {
+              status = UninitError(w, in, fn_.pred_names[in.pchk[i]], missing);
+              ok = false;
+            }
+          }
+          if (!ok) break;
+          ctx_.clock = warp_instr;
+          if (!in.fn(ctx_, w, in, m)) {
+            std::string msg = std::move(ctx_.fault.msg);
+            status = Error(w, ctx_.fault.lane, in.line, msg);
+            break;
+          }
+        }
+        ++w.pc;
+        break;
+      case Ctl::kBra:
+        if (m == w.active) {
+          w.pc = in.target;
+        } else if (m == 0) {
+          ++w.pc;
+        } else {
+          for (uint32_t s = w.active; s != 0; s &= s - 1) {
+            const int l = std::countr_zero(s);
+            w.lane_pc[l] = ((m >> l) & 1) ? in.target : w.pc + 1;
+          }
+          w.suspended |= w.active;
+          w.active = 0;
+          UpdateMinSuspended(w);
+          continue;
+        }
+        break;
+      case Ctl::kExit:
+        if (m != 0) {
+          if (w.exit_lane < 0) {
+            w.exit_lane = std::countr_zero(m);
+            w.exit_line = in.line;
+          }
+          w.live &= ~m;
+          w.active &= ~m;
+        }
+        if (w.active == 0) continue;
+        ++w.pc;
+        break;
+      case Ctl::kBar:
+      case Ctl::kBarArrive:
+        status = Barrier(w, in, m);
+        if (!status.ok()) break;
+        if (w.active == 0) continue;
+        break;
+    }
+    if (!status.ok()) break;
+    if (w.pc >= w.min_susp_pc) Reconverge(w);
+  }
+  counters_.warp_instructions = warp_instr;
+  counters_.thread_instructions = thread_instr;
+  return status;
+}
+
+absl::Status BlockRunner::DeadlockError() const {
+  std::map<int32_t, uint32_t> waiting_lines;  // line -> threads waiting there
+  uint32_t waiting = 0, exited = 0;
+  const Warp* exit_warp = nullptr;
+  for (const Warp& w : warps_) {
+    for (uint32_t s = w.waiting; s != 0; s &= s - 1) {
+      ++waiting_lines[fn_.code[w.lane_pc[std::countr_zero(s)]].line];
+    }
+    waiting += std::popcount(w.waiting);
+    const uint32_t gone = w.exists & ~w.live;
+    exited += std::popcount(gone);
+    if (gone != 0 && exit_warp == nullptr) exit_warp = &w;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [line, n] : waiting_lines)
+    parts.push_back(absl::StrFormat("%u at line %d", n, line));
+  std::string msg = absl::StrFormat(
+      "kernel %s: block %s can never pass its barrier: %u of %u threads wait (%s)", fn_.name,
+      Dim(ctx_.block_idx), waiting, nthreads_, absl::StrJoin(parts, ", "));
+  if (exited != 0) {
+    absl::StrAppend(&msg,
+                    absl::StrFormat("; %u threads exited before reaching it, first thread %s at "
+                                    "PTX line %d (early exit before bar.sync)",
+                                    exited, Dim(ThreadOf(*exit_warp, exit_warp->exit_lane)),
+                                    exit_warp->exit_line));
+  }
+  if (waiting_lines.size() > 1) {
+    absl::StrAppend(&msg, "; threads wait at different barrier instructions");
+  }
+  return absl::FailedPreconditionError(msg);
+}
+
+absl::Status BlockRunner::Run(uint64_t b) {
+  const Dim3u& g = cfg_.grid;
+  ctx_.block_idx = Dim3u{static_cast<uint32_t>(b % g.x), static_cast<uint32_t>((b / g.x) % g.y),
+                         static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
+  if (cfg_.poison_shared) std::memset(shared_.data(), 0xff, shared_.size());
+  for (auto& bar : bars_) bar = Bar();
+  for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
+  while (true) {
+    bool ran = false;
+    for (Warp& w : warps_) {
+      if ((w.active | w.suspended) == 0) continue;
+      ran = true;
+      if (auto s = RunWarp(w); !s.ok()) return s;
+    }
+    if (!ran) break;
+  }
+  for (const Warp& w : warps_) {
+    if (w.waiting != 0) return DeadlockError();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
+  const uint64_t nblocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
+  const int nthreads = static_cast<int>(
+      std::min<uint64_t>(std::max(cfg.num_threads, 1), std::max<uint64_t>(nblocks, 1)));
+  if (nthreads <= 1) {
+    BlockRunner r(cfg);
+    absl::Status st;
+    for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = r.Run(b);
+    counters->warp_instructions += r.counters().warp_instructions;
+    counters->thread_instructions += r.counters().thread_instructions;
+    return st;
+  }
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  uint64_t fail_block = UINT64_MAX;
+  absl::Status fail;
+  LaunchCounters total;
+  auto work = [&]() {
+    BlockRunner r(cfg);
+    while (!failed.load(std::memory_order_relaxed)) {
+      const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= nblocks) break;
+      absl::Status st = r.Run(b);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (b < fail_block) {
+          fail_block = b;
+          fail = st;
+        }
+        failed.store(true);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    total.warp_instructions += r.counters().warp_instructions;
+    total.thread_instructions += r.counters().thread_instructions;
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < nthreads; ++i) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  counters->warp_instructions += total.warp_instructions;
+  counters->thread_instructions += total.thread_instructions;
+  return fail;
+}
+
+}  // namespace ptxserve::emu

@@ -1,0 +1,36 @@
+// Runs a decoded kernel over a grid: blocks (optionally on several host threads), warps
+// of 32 lanes executed instruction by instruction, divergence handled with per-lane PCs
+// (the group of lanes with the lowest PC runs next, so lanes reconverge where their paths
+// meet), and bar.sync / barrier.sync with deadlock detection.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/emu/module.h"
+
+namespace ptxserve::emu {
+
+struct LaunchConfig {
+  const Function* fn = nullptr;
+  Dim3u grid, block;
+  uint32_t dynamic_shared = 0;
+  std::vector<uint8_t> params;         // laid out as fn->params describes
+  const Allocation* allocs = nullptr;  // sorted by base; must not change during the launch
+  size_t num_allocs = 0;
+  int num_threads = 1;                 // host threads running blocks
+  uint64_t max_warp_instructions = 0;  // per host thread; 0 = unlimited
+  bool poison_shared = true;           // fill shared memory with 0xff per block
+};
+
+struct LaunchCounters {
+  uint64_t warp_instructions = 0;
+  uint64_t thread_instructions = 0;
+};
+
+// Executes every block of the grid. The first fault (lowest block index when several
+// threads fail) is returned; it names the kernel, block, thread, PTX line and address.
+absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters);
+
+}  // namespace ptxserve::emu

@@ -1,0 +1,550 @@
+// Integer and bit ALU handlers (add..prmt, selp, mov), setp for every type, and .pred
+// logic. Arithmetic is done in unsigned types wide enough to make wrap-around defined,
+// and division by zero / overflow yield fixed values instead of host traps.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/emu/ops.h"
+
+namespace ptxserve::emu {
+namespace {
+
+template <class T>
+using Wide = std::conditional_t<sizeof(T) < 4, uint32_t, std::make_unsigned_t<T>>;
+
+template <class T>
+constexpr int Bits() {
+  return static_cast<int>(sizeof(T) * 8);
+}
+
+template <class T, class F>
+bool Bin(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map2<T, T, T>(w, in, m, F{});
+  return true;
+}
+template <class T, class F>
+bool Un(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map1<T, T>(w, in, m, F{});
+  return true;
+}
+
+template <class T>
+struct AddF {
+  T operator()(T a, T b) const { return static_cast<T>(Wide<T>(a) + Wide<T>(b)); }
+};
+template <class T>
+struct SubF {
+  T operator()(T a, T b) const { return static_cast<T>(Wide<T>(a) - Wide<T>(b)); }
+};
+struct AddSatS32 {
+  int32_t operator()(int32_t a, int32_t b) const {
+    const int64_t r = int64_t{a} + b;
+    return static_cast<int32_t>(std::clamp<int64_t>(r, INT32_MIN, INT32_MAX));
+  }
+};
+struct SubSatS32 {
+  int32_t operator()(int32_t a, int32_t b) const {
+    const int64_t r = int64_t{a} - b;
+    return static_cast<int32_t>(std::clamp<int64_t>(r, INT32_MIN, INT32_MAX));
+  }
+};
+template <class T>
+struct MulLoF {
+  T operator()(T a, T b) const { return static_cast<T>(Wide<T>(a) * Wide<T>(b)); }
+};
+template <class T>
+T MulHi(T a, T b) {
+  if constexpr (sizeof(T) == 8) {
+    using P = std::conditional_t<std::is_signed_v<T>, __int128, unsigned __int128>;
+    return static_cast<T>((static_cast<P>(a) * static_cast<P>(b)) >> 64);
+  } else {
+    using P = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+    return static_cast<T>((static_cast<P>(a) * static_cast<P>(b)) >> Bits<T>());
+  }
+}
+template <class T>
+struct MulHiF {
+  T operator()(T a, T b) const { return MulHi(a, b); }
+};
+template <class T>
+struct DivF {
+  T operator()(T a, T b) const {
+    if (b == 0) return static_cast<T>(-1);
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return static_cast<T>(Wide<T>(0) - Wide<T>(a));
+    }
+    return static_cast<T>(a / b);
+  }
+};
+template <class T>
+struct RemF {
+  T operator()(T a, T b) const {
+    if (b == 0) return a;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return 0;
+    }
+    return static_cast<T>(a % b);
+  }
+};
+template <class T>
+struct MinF {
+  T operator()(T a, T b) const { return a < b ? a : b; }
+};
+template <class T>
+struct MaxF {
+  T operator()(T a, T b) const { return a > b ? a : b; }
+};
+template <class T>
+struct AndF {
+  T operator()(T a, T b) const { return static_cast<T>(a & b); }
+};
+template <class T>
+struct OrF {
+  T operator()(T a, T b) const { return static_cast<T>(a | b); }
+};
+template <class T>
+struct XorF {
+  T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+};
+template <class T>
+struct NotF {
+  T operator()(T a) const { return static_cast<T>(~a); }
+};
+template <class T>
+struct CnotF {
+  T operator()(T a) const { return a == 0 ? 1 : 0; }
+};
+template <class T>
+struct NegF {
+  T operator()(T a) const { return static_cast<T>(Wide<T>(0) - Wide<T>(a)); }
+};
+template <class T>
+struct AbsF {
+  T operator()(T a) const { return a < 0 ? static_cast<T>(Wide<T>(0) - Wide<T>(a)) : a; }
+};
+template <class T>
+struct BrevF {
+  T operator()(T a) const {
+    using U = std::make_unsigned_t<T>;
+    U x = static_cast<U>(a), r = 0;
+    for (int i = 0; i < Bits<T>(); ++i) {
+      r = static_cast<U>((r << 1) | (x & 1));
+      x = static_cast<U>(x >> 1);
+    }
+    return static_cast<T>(r);
+  }
+};
+
+// Shift amount is a .u32 operand; amounts past the width clamp as PTX specifies.
+template <class T, bool kLeft>
+bool Shift(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map2<T, T, uint32_t>(w, in, m, [](T a, uint32_t s) -> T {
+    using U = std::make_unsigned_t<T>;
+    if (s >= static_cast<uint32_t>(Bits<T>())) {
+      if constexpr (kLeft || !std::is_signed_v<T>) {
+        return 0;
+      } else {
+        return a < 0 ? static_cast<T>(-1) : 0;
+      }
+    }
+    if constexpr (kLeft) {
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) << s));
+    } else {
+      return static_cast<T>(a >> s);
+    }
+  });
+  return true;
+}
+
+template <class T>
+bool Popc(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  using U = std::make_unsigned_t<T>;
+  Map1<uint32_t, U>(w, in, m, [](U a) { return static_cast<uint32_t>(std::popcount(a)); });
+  return true;
+}
+template <class T>
+bool Clz(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  using U = std::make_unsigned_t<T>;
+  Map1<uint32_t, U>(w, in, m, [](U a) { return static_cast<uint32_t>(std::countl_zero(a)); });
+  return true;
+}
+
+template <class T, class TW>
+bool MulWide(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map2<TW, T, T>(w, in, m, [](T a, T b) { return static_cast<TW>(static_cast<TW>(a) * b); });
+  return true;
+}
+template <class T>
+bool MadLo(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<T, T, T, T>(
+      w, in, m, [](T a, T b, T c) { return static_cast<T>(Wide<T>(a) * Wide<T>(b) + Wide<T>(c)); });
+  return true;
+}
+template <class T>
+bool MadHi(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<T, T, T, T>(w, in, m,
+                   [](T a, T b, T c) { return static_cast<T>(Wide<T>(MulHi(a, b)) + Wide<T>(c)); });
+  return true;
+}
+template <class T, class TW>
+bool MadWide(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<TW, T, T, TW>(w, in, m, [](T a, T b, TW c) {
+    using U = std::make_unsigned_t<TW>;
+    return static_cast<TW>(static_cast<U>(static_cast<TW>(a) * b) + static_cast<U>(c));
+  });
+  return true;
+}
+
+template <class T>
+bool Bfe(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<T, T, uint32_t, uint32_t>(w, in, m, [](T a, uint32_t b, uint32_t c) -> T {
+    using U = std::make_unsigned_t<T>;
+    const uint32_t pos = b & 0xff, len = c & 0xff, msb = Bits<T>() - 1;
+    const U x = static_cast<U>(a);
+    U sbit = 0;
+    if (std::is_signed_v<T> && len != 0) sbit = (x >> std::min(pos + len - 1, msb)) & 1;
+    U r = 0;
+    for (uint32_t i = 0; i <= msb; ++i) {
+      const U bit = (i < len && pos + i <= msb) ? ((x >> (pos + i)) & 1) : sbit;
+      r = static_cast<U>(r | (bit << i));
+    }
+    return static_cast<T>(r);
+  });
+  return true;
+}
+
+template <class T>
+bool Bfi(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t *f = w.R(in.s[0]), *b = w.R(in.s[1]), *c = w.R(in.s[2]), *e = w.R(in.s[3]);
+  ForLanes(m, [&](uint32_t l) {
+    const uint32_t pos = Get<uint32_t>(c[l]) & 0xff, len = Get<uint32_t>(e[l]) & 0xff;
+    T r = Get<T>(b[l]);
+    const T fv = Get<T>(f[l]);
+    for (uint32_t i = 0; i < len && pos + i < static_cast<uint32_t>(Bits<T>()); ++i) {
+      const T bit = static_cast<T>(T{1} << (pos + i));
+      r = ((fv >> i) & 1) ? static_cast<T>(r | bit) : static_cast<T>(r & ~bit);
+    }
+    d[l] = Put<T>(r);
+  });
+  w.init[in.d[0]] |= m;
+  return true;
+}
+
+bool Prmt(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<uint32_t, uint32_t, uint32_t, uint32_t>(w, in, m, [](uint32_t a, uint32_t b, uint32_t c) {
+    const uint64_t src = (uint64_t{b} << 32) | a;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; ++n) {
+      const uint32_t sel = (c >> (4 * n)) & 0xf;
+      uint32_t byte = (src >> (8 * (sel & 7))) & 0xff;
+      if (sel & 8) byte = (byte & 0x80) ? 0xff : 0;
+      r |= byte << (8 * n);
+    }
+    return r;
+  });
+  return true;
+}
+
+bool MovRaw(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.s[0]);
+  ForLanes(m, [&](uint32_t l) { d[l] = a[l]; });
+  w.init[in.d[0]] |= m;
+  return true;
+}
+
+bool Selp(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t *a = w.R(in.s[0]), *b = w.R(in.s[1]);
+  const uint32_t p = in.ps_neg[0] ? ~w.preds[in.ps[0]] : w.preds[in.ps[0]];
+  ForLanes(m, [&](uint32_t l) { d[l] = ((p >> l) & 1) ? a[l] : b[l]; });
+  w.init[in.d[0]] |= m;
+  return true;
+}
+
+template <class T>
+Handler IntBinary(Op op, Width width, bool sat) {
+  constexpr bool kSigned = std::is_signed_v<T>;
+  switch (op) {
+    case Op::kAdd:
+      if (sat) {
+        if constexpr (std::is_same_v<T, int32_t>) return &Bin<T, AddSatS32>;
+        return nullptr;
+      }
+      return &Bin<T, AddF<T>>;
+    case Op::kSub:
+      if (sat) {
+        if constexpr (std::is_same_v<T, int32_t>) return &Bin<T, SubSatS32>;
+        return nullptr;
+      }
+      return &Bin<T, SubF<T>>;
+    case Op::kMul:
+      if (width == Width::kLo) return &Bin<T, MulLoF<T>>;
+      if (width == Width::kHi) return &Bin<T, MulHiF<T>>;
+      if (width == Width::kWide) {
+        if constexpr (sizeof(T) == 2) {
+          return &MulWide<T, std::conditional_t<kSigned, int32_t, uint32_t>>;
+        } else if constexpr (sizeof(T) == 4) {
+          return &MulWide<T, std::conditional_t<kSigned, int64_t, uint64_t>>;
+        }
+      }
+      return nullptr;
+    case Op::kMad:
+      if (width == Width::kLo) return &MadLo<T>;
+      if (width == Width::kHi) return &MadHi<T>;
+      if (width == Width::kWide) {
+        if constexpr (sizeof(T) == 2) {
+          return &MadWide<T, std::conditional_t<kSigned, int32_t, uint32_t>>;
+        } else if constexpr (sizeof(T) == 4) {
+          return &MadWide<T, std::conditional_t<kSigned, int64_t, uint64_t>>;
+        }
+      }
+      return nullptr;
+    case Op::kDiv:
+      return &Bin<T, DivF<T>>;
+    case Op::kRem:
+      return &Bin<T, RemF<T>>;
+    case Op::kMin:
+      return &Bin<T, MinF<T>>;
+    case Op::kMax:
+      return &Bin<T, MaxF<T>>;
+    case Op::kAnd:
+      return &Bin<T, AndF<T>>;
+    case Op::kOr:
+      return &Bin<T, OrF<T>>;
+    case Op::kXor:
+      return &Bin<T, XorF<T>>;
+    case Op::kNot:
+      return &Un<T, NotF<T>>;
+    case Op::kCnot:
+      return &Un<T, CnotF<T>>;
+    case Op::kNeg:
+      return &Un<T, NegF<T>>;
+    case Op::kAbs:
+      if constexpr (kSigned) return &Un<T, AbsF<T>>;
+      return nullptr;
+    case Op::kShl:
+      return &Shift<T, true>;
+    case Op::kShr:
+      return &Shift<T, false>;
+    case Op::kPopc:
+      return &Popc<T>;
+    case Op::kClz:
+      return &Clz<T>;
+    case Op::kBrev:
+      return &Un<T, BrevF<T>>;
+    case Op::kBfe:
+      return &Bfe<T>;
+    case Op::kBfi:
+      return &Bfi<T>;
+    default:
+      return nullptr;
+  }
+}
+
+// ---- setp -------------------------------------------------------------------------------
+
+template <class T, class Conv, class C>
+uint32_t CmpLoop(const uint64_t* a, const uint64_t* b, uint32_t m, Conv conv, C cmp) {
+  uint32_t r = 0;
+  ForLanes(m, [&](uint32_t l) { r |= static_cast<uint32_t>(cmp(conv(a[l]), conv(b[l]))) << l; });
+  return r;
+}
+
+template <class T, class Conv>
+uint32_t Compare(Cmp c, const uint64_t* a, const uint64_t* b, uint32_t m, Conv cv) {
+  auto nan = [](T x) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::isnan(x);
+    } else {
+      (void)x;
+      return false;
+    }
+  };
+  using U = std::make_unsigned_t<std::conditional_t<std::is_floating_point_v<T>, int, T>>;
+  switch (c) {
+    case Cmp::kEq:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x == y; });
+    case Cmp::kNe:
+      return CmpLoop<T>(a, b, m, cv, [&](T x, T y) { return x != y && !nan(x) && !nan(y); });
+    case Cmp::kLt:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x < y; });
+    case Cmp::kLe:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x <= y; });
+    case Cmp::kGt:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x > y; });
+    case Cmp::kGe:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x >= y; });
+    case Cmp::kLo:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return U(x) < U(y); });
+    case Cmp::kLs:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return U(x) <= U(y); });
+    case Cmp::kHi:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return U(x) > U(y); });
+    case Cmp::kHs:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return U(x) >= U(y); });
+    case Cmp::kEqu:
+      return CmpLoop<T>(a, b, m, cv, [&](T x, T y) { return x == y || nan(x) || nan(y); });
+    case Cmp::kNeu:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return x != y; });
+    case Cmp::kLtu:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return !(x >= y); });
+    case Cmp::kLeu:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return !(x > y); });
+    case Cmp::kGtu:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return !(x <= y); });
+    case Cmp::kGeu:
+      return CmpLoop<T>(a, b, m, cv, [](T x, T y) { return !(x < y); });
+    case Cmp::kNum:
+      return CmpLoop<T>(a, b, m, cv, [&](T x, T y) { return !nan(x) && !nan(y); });
+    case Cmp::kNan:
+      return CmpLoop<T>(a, b, m, cv, [&](T x, T y) { return nan(x) || nan(y); });
+  }
+  return 0;
+}
+
+void WriteSetp(Warp& w, const Instr& in, uint32_t m, uint32_t r) {
+  uint32_t q = ~r;
+  const BoolOp bop = static_cast<BoolOp>(in.mode2);
+  if (bop != BoolOp::kNone) {
+    const uint32_t c = in.ps_neg[0] ? ~w.preds[in.ps[0]] : w.preds[in.ps[0]];
+    switch (bop) {
+      case BoolOp::kAnd:
+        r &= c;
+        q &= c;
+        break;
+      case BoolOp::kOr:
+        r |= c;
+        q |= c;
+        break;
+      case BoolOp::kXor:
+        r ^= c;
+        q ^= c;
+        break;
+      case BoolOp::kNone:
+        break;
+    }
+  }
+  uint32_t& p = w.preds[in.pd[0]];
+  p = (p & ~m) | (r & m);
+  w.pinit[in.pd[0]] |= m;
+  if (in.has_pd2) {
+    uint32_t& p2 = w.preds[in.pd[1]];
+    p2 = (p2 & ~m) | (q & m);
+    w.pinit[in.pd[1]] |= m;
+  }
+}
+
+template <class T>
+bool Setp(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  const uint32_t r = Compare<T>(static_cast<Cmp>(in.mode), w.R(in.s[0]), w.R(in.s[1]), m, &Get<T>);
+  WriteSetp(w, in, m, r);
+  return true;
+}
+
+template <float (*Conv)(uint16_t)>
+bool SetpHalf(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  const uint32_t r = Compare<float>(static_cast<Cmp>(in.mode), w.R(in.s[0]), w.R(in.s[1]), m,
+                                    [](uint64_t v) { return Conv(static_cast<uint16_t>(v)); });
+  WriteSetp(w, in, m, r);
+  return true;
+}
+
+// ---- .pred logic --------------------------------------------------------------------------
+
+uint32_t PredSrc(const Warp& w, const Instr& in, int i) {
+  return in.ps_neg[i] ? ~w.preds[in.ps[i]] : w.preds[in.ps[i]];
+}
+template <Op kOp>
+bool PredLogic(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  const uint32_t a = PredSrc(w, in, 0);
+  uint32_t r = 0;
+  if constexpr (kOp == Op::kAnd) r = a & PredSrc(w, in, 1);
+  if constexpr (kOp == Op::kOr) r = a | PredSrc(w, in, 1);
+  if constexpr (kOp == Op::kXor) r = a ^ PredSrc(w, in, 1);
+  if constexpr (kOp == Op::kNot) r = ~a;
+  if constexpr (kOp == Op::kMov) r = a;
+  uint32_t& p = w.preds[in.pd[0]];
+  p = (p & ~m) | (r & m);
+  w.pinit[in.pd[0]] |= m;
+  return true;
+}
+
+}  // namespace
+
+Handler SelectIntOp(const OpSel& s) {
+  if (s.op == Op::kMov) return &MovRaw;
+  if (s.op == Op::kSelp) return &Selp;
+  if (s.op == Op::kPrmt) return s.type == Ty::kB32 ? &Prmt : nullptr;
+  switch (s.type) {
+    case Ty::kU16:
+    case Ty::kB16:
+      return IntBinary<uint16_t>(s.op, s.width, s.sat);
+    case Ty::kS16:
+      return IntBinary<int16_t>(s.op, s.width, s.sat);
+    case Ty::kU32:
+    case Ty::kB32:
+      return IntBinary<uint32_t>(s.op, s.width, s.sat);
+    case Ty::kS32:
+      return IntBinary<int32_t>(s.op, s.width, s.sat);
+    case Ty::kU64:
+    case Ty::kB64:
+      return IntBinary<uint64_t>(s.op, s.width, s.sat);
+    case Ty::kS64:
+      return IntBinary<int64_t>(s.op, s.width, s.sat);
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectSetp(Ty t) {
+  switch (t) {
+    case Ty::kU16:
+    case Ty::kB16:
+      return &Setp<uint16_t>;
+    case Ty::kS16:
+      return &Setp<int16_t>;
+    case Ty::kU32:
+    case Ty::kB32:
+      return &Setp<uint32_t>;
+    case Ty::kS32:
+      return &Setp<int32_t>;
+    case Ty::kU64:
+    case Ty::kB64:
+      return &Setp<uint64_t>;
+    case Ty::kS64:
+      return &Setp<int64_t>;
+    case Ty::kF32:
+      return &Setp<float>;
+    case Ty::kF64:
+      return &Setp<double>;
+    case Ty::kF16:
+      return &SetpHalf<&HalfToF32>;
+    case Ty::kBF16:
+      return &SetpHalf<&BF16ToF32>;
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectPredLogic(Op op) {
+  switch (op) {
+    case Op::kAnd:
+      return &PredLogic<Op::kAnd>;
+    case Op::kOr:
+      return &PredLogic<Op::kOr>;
+    case Op::kXor:
+      return &PredLogic<Op::kXor>;
+    case Op::kNot:
+      return &PredLogic<Op::kNot>;
+    case Op::kMov:
+      return &PredLogic<Op::kMov>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ptxserve::emu

@@ -1,0 +1,438 @@
+// ld / st / atom / red / cp.async. Every access is checked before it happens: natural
+// alignment of the whole (vector) access, and bounds against one global allocation, the
+// block's shared memory, or the parameter buffer. Global atomics use host atomics because
+// blocks may run on several worker threads.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/emu/ops.h"
+
+namespace ptxserve::emu {
+
+uint8_t* ExecCtx::GlobalSlow(uint64_t addr, uint64_t n, const Allocation*& cache) const {
+  const Allocation* end = allocs + num_allocs;
+  const Allocation* it = std::upper_bound(
+      allocs, end, addr, [](uint64_t a, const Allocation& b) { return a < b.base; });
+  if (it == allocs) return nullptr;
+  --it;
+  const uint64_t off = addr - it->base;
+  if (off >= it->size || n > it->size - off) return nullptr;
+  cache = it;
+  return it->host + off;
+}
+
+namespace {
+
+std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
+  const Allocation* end = ctx.allocs + ctx.num_allocs;
+  const Allocation* it = std::upper_bound(
+      ctx.allocs, end, addr, [](uint64_t a, const Allocation& b) { return a < b.base; });
+  std::string near;
+  if (it != ctx.allocs) {
+    const Allocation& p = *(it - 1);
+    const uint64_t off = addr - p.base;
+    if (off < p.size) {
+      return absl::StrFormat("overruns the allocation at 0x%x of %u bytes by %u bytes", p.base,
+                             p.size, off + n - p.size);
+    }
+    near = absl::StrFormat("; %u bytes past the end of the allocation at 0x%x of %u bytes",
+                           off - p.size, p.base, p.size);
+  }
+  if (it != end) {
+    near += absl::StrFormat("; %u bytes before the allocation at 0x%x", it->base - addr, it->base);
+  }
+  return absl::StrCat("no allocation contains it", near);
+}
+
+inline uint64_t LaneAddr(const Instr& in, const uint64_t* base, uint32_t l) {
+  uint64_t a = 0;
+  if (base != nullptr) a = in.addr32 ? (base[l] & 0xffffffffu) : base[l];
+  return a + static_cast<uint64_t>(in.imm);
+}
+
+// Host pointer for an access of `n` bytes aligned to `align` in space SP, or nullptr after
+// recording the fault.
+template <Space SP>
+uint8_t* Resolve(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, const Allocation*& cache,
+                 uint32_t lane, const char* what) {
+  if (align > 1 && addr % align != 0) {
+    ctx.FailAddr(static_cast<int>(lane), addr,
+                 absl::StrFormat("misaligned %s: %u-byte access at address 0x%x is not %u-byte "
+                                 "aligned",
+                                 what, n, addr, align));
+    return nullptr;
+  }
+  if constexpr (SP == Space::kGeneric) {
+    if (addr >= kSharedWindow && addr - kSharedWindow < kSharedWindowSize) {
+      return Resolve<Space::kShared>(ctx, addr - kSharedWindow, n, 1, cache, lane, what);
+    }
+    return Resolve<Space::kGlobal>(ctx, addr, n, 1, cache, lane, what);
+  } else if constexpr (SP == Space::kGlobal) {
+    uint8_t* p = ctx.Global(addr, n, cache);
+    if (p == nullptr) {
+      ctx.FailAddr(static_cast<int>(lane), addr,
+                   absl::StrFormat("out-of-bounds global %s of %u bytes at address 0x%x: %s", what,
+                                   n, addr, DescribeGlobal(ctx, addr, n)));
+    }
+    return p;
+  } else if constexpr (SP == Space::kShared) {
+    if (addr > ctx.shared_size || n > ctx.shared_size - addr) {
+      ctx.FailAddr(static_cast<int>(lane), addr,
+                   absl::StrFormat("out-of-bounds shared %s of %u bytes at shared address 0x%x "
+                                   "(block has %u bytes of shared memory)",
+                                   what, n, addr, ctx.shared_size));
+      return nullptr;
+    }
+    return ctx.shared + addr;
+  } else {
+    static_assert(SP == Space::kParam);
+    if (addr > ctx.param_size || n > ctx.param_size - addr) {
+      ctx.FailAddr(static_cast<int>(lane), addr,
+                   absl::StrFormat("out-of-bounds param %s of %u bytes at offset %u (%u bytes of "
+                                   "parameters)",
+                                   what, n, addr, ctx.param_size));
+      return nullptr;
+    }
+    return const_cast<uint8_t*>(ctx.params) + addr;
+  }
+}
+
+template <int kSize, bool kSigned>
+inline uint64_t LoadVal(const uint8_t* p) {
+  if constexpr (kSize == 1) {
+    return kSigned ? Put<int8_t>(static_cast<int8_t>(*p)) : *p;
+  } else if constexpr (kSize == 2) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return kSigned ? Put<int16_t>(static_cast<int16_t>(v)) : v;
+  } else if constexpr (kSize == 4) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return kSigned ? Put<int32_t>(static_cast<int32_t>(v)) : v;
+  } else {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+}
+
+template <Space SP, int kSize, bool kSigned, int kVec>
+bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
+  const uint64_t* base = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
+  const Allocation* cache = nullptr;
+  uint64_t* d[kVec];
+  for (int e = 0; e < kVec; ++e) d[e] = w.R(in.d[e]);
+  bool ok = true;
+  ForLanes(m, [&](uint32_t l) {
+    if (!ok) return;
+    const uint64_t addr = LaneAddr(in, base, l);
+    const uint8_t* p = Resolve<SP>(ctx, addr, kSize * kVec, kSize * kVec, cache, l, "load");
+    if (p == nullptr) {
+      ok = false;
+      return;
+    }
+    for (int e = 0; e < kVec; ++e) d[e][l] = LoadVal<kSize, kSigned>(p + e * kSize);
+  });
+  if (!ok) return false;
+  for (int e = 0; e < kVec; ++e) w.init[in.d[e]] |= m;
+  return true;
+}
+
+template <Space SP, int kSize, int kVec>
+bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
+  const uint64_t* base = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
+  const Allocation* cache = nullptr;
+  const uint64_t* s[kVec];
+  for (int e = 0; e < kVec; ++e) s[e] = w.R(in.s[e]);
+  bool ok = true;
+  ForLanes(m, [&](uint32_t l) {
+    if (!ok) return;
+    const uint64_t addr = LaneAddr(in, base, l);
+    uint8_t* p = Resolve<SP>(ctx, addr, kSize * kVec, kSize * kVec, cache, l, "store");
+    if (p == nullptr) {
+      ok = false;
+      return;
+    }
+    for (int e = 0; e < kVec; ++e) std::memcpy(p + e * kSize, &s[e][l], kSize);
+  });
+  return ok;
+}
+
+template <class T>
+using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+// Read-modify-write with compare-and-swap on the raw bits.
+template <class T, class F>
+T CasLoop(uint8_t* p, F f) {
+  using B = Bits<T>;
+  B* q = reinterpret_cast<B*>(p);
+  B old = __atomic_load_n(q, __ATOMIC_RELAXED);
+  while (true) {
+    T o;
+    std::memcpy(&o, &old, sizeof(T));
+    const T n = f(o);
+    B nb;
+    std::memcpy(&nb, &n, sizeof(T));
+    if (__atomic_compare_exchange_n(q, &old, nb, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      return o;
+    }
+  }
+}
+
+template <AtomOp OP, class T>
+T DoAtomic(uint8_t* p, T b, T c) {
+  if constexpr (OP == AtomOp::kAdd && std::is_integral_v<T>) {
+    return __atomic_fetch_add(reinterpret_cast<T*>(p), b, __ATOMIC_RELAXED);
+  } else if constexpr (OP == AtomOp::kAdd) {
+    return CasLoop<T>(p, [b](T o) { return o + b; });
+  } else if constexpr (OP == AtomOp::kMin) {
+    return CasLoop<T>(p, [b](T o) { return b < o ? b : o; });
+  } else if constexpr (OP == AtomOp::kMax) {
+    return CasLoop<T>(p, [b](T o) { return b > o ? b : o; });
+  } else if constexpr (OP == AtomOp::kExch) {
+    return __atomic_exchange_n(reinterpret_cast<T*>(p), b, __ATOMIC_RELAXED);
+  } else if constexpr (OP == AtomOp::kCas) {
+    T expected = b;
+    __atomic_compare_exchange_n(reinterpret_cast<T*>(p), &expected, c, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+    return expected;
+  } else if constexpr (OP == AtomOp::kInc) {
+    return CasLoop<T>(p, [b](T o) { return o >= b ? T(0) : T(o + 1); });
+  } else if constexpr (OP == AtomOp::kDec) {
+    return CasLoop<T>(p, [b](T o) { return (o == 0 || o > b) ? b : T(o - 1); });
+  } else if constexpr (OP == AtomOp::kAnd) {
+    return __atomic_fetch_and(reinterpret_cast<T*>(p), b, __ATOMIC_RELAXED);
+  } else if constexpr (OP == AtomOp::kOr) {
+    return __atomic_fetch_or(reinterpret_cast<T*>(p), b, __ATOMIC_RELAXED);
+  } else {
+    static_assert(OP == AtomOp::kXor);
+    return __atomic_fetch_xor(reinterpret_cast<T*>(p), b, __ATOMIC_RELAXED);
+  }
+}
+
+template <Space SP, AtomOp OP, class T, bool kRet>
+bool Atom(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
+  const uint64_t* base = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
+  const Allocation* cache = nullptr;
+  const uint64_t* b = w.R(in.s[0]);
+  const uint64_t* c = w.R(in.s[1]);
+  uint64_t* d = kRet ? w.R(in.d[0]) : nullptr;
+  bool ok = true;
+  ForLanes(m, [&](uint32_t l) {
+    if (!ok) return;
+    const uint64_t addr = LaneAddr(in, base, l);
+    uint8_t* p = Resolve<SP>(ctx, addr, sizeof(T), sizeof(T), cache, l, "atomic");
+    if (p == nullptr) {
+      ok = false;
+      return;
+    }
+    const T old = DoAtomic<OP, T>(p, Get<T>(b[l]), OP == AtomOp::kCas ? Get<T>(c[l]) : T{});
+    if constexpr (kRet) d[l] = Put<T>(old);
+  });
+  if (!ok) return false;
+  if constexpr (kRet) w.init[in.d[0]] |= m;
+  return true;
+}
+
+bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
+  const uint64_t* dbase = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
+  const uint64_t* sbase = w.R(in.s[0]);
+  const uint64_t* ssize = in.mode != 0 ? w.R(in.s[1]) : nullptr;
+  const Allocation* cache = nullptr;
+  const uint32_t n = in.size;
+  bool ok = true;
+  ForLanes(m, [&](uint32_t l) {
+    if (!ok) return;
+    uint8_t* dst =
+        Resolve<Space::kShared>(ctx, LaneAddr(in, dbase, l), n, n, cache, l, "cp.async store");
+    if (dst == nullptr) {
+      ok = false;
+      return;
+    }
+    const uint32_t src_n = ssize != nullptr ? std::min<uint32_t>(Get<uint32_t>(ssize[l]), n) : n;
+    const uint64_t saddr = sbase[l] + static_cast<uint64_t>(in.imm2);
+    if (saddr % n != 0) {
+      ok = ctx.FailAddr(static_cast<int>(l), saddr,
+                        absl::StrFormat("misaligned cp.async load: address 0x%x is not %u-byte "
+                                        "aligned",
+                                        saddr, n));
+      return;
+    }
+    if (src_n > 0) {
+      const uint8_t* src = Resolve<Space::kGlobal>(ctx, saddr, src_n, 1, cache, l, "cp.async load");
+      if (src == nullptr) {
+        ok = false;
+        return;
+      }
+      std::memcpy(dst, src, src_n);
+    }
+    std::memset(dst + src_n, 0, n - src_n);  // the zero-fill of the src-size form
+  });
+  return ok;
+}
+
+template <Space SP>
+Handler LoadFor(int size, bool sgn, int vec) {
+#define EMU_LD(S, SG, V) \
+  if (size == S && sgn == SG && vec == V) return &Load<SP, S, SG, V>;
+  EMU_LD(1, false, 1)
+  EMU_LD(1, true, 1)
+  EMU_LD(2, false, 1)
+  EMU_LD(2, true, 1)
+  EMU_LD(4, false, 1)
+  EMU_LD(4, true, 1)
+  EMU_LD(8, false, 1)
+  EMU_LD(1, false, 2)
+  EMU_LD(1, false, 4)
+  EMU_LD(2, false, 2)
+  EMU_LD(2, false, 4)
+  EMU_LD(4, false, 2)
+  EMU_LD(4, false, 4)
+  EMU_LD(8, false, 2)
+  EMU_LD(1, true, 2)
+  EMU_LD(1, true, 4)
+  EMU_LD(2, true, 2)
+  EMU_LD(2, true, 4)
+  EMU_LD(4, true, 2)
+  EMU_LD(4, true, 4)
+#undef EMU_LD
+  return nullptr;
+}
+
+template <Space SP>
+Handler StoreFor(int size, int vec) {
+#define EMU_ST(S, V) \
+  if (size == S && vec == V) return &Store<SP, S, V>;
+  EMU_ST(1, 1)
+  EMU_ST(2, 1)
+  EMU_ST(4, 1)
+  EMU_ST(8, 1)
+  EMU_ST(1, 2)
+  EMU_ST(2, 2)
+  EMU_ST(4, 2)
+  EMU_ST(8, 2)
+  EMU_ST(1, 4)
+  EMU_ST(2, 4)
+  EMU_ST(4, 4)
+#undef EMU_ST
+  return nullptr;
+}
+
+template <Space SP, AtomOp OP, bool kRet>
+Handler AtomType(Ty t) {
+  constexpr bool kArith = OP == AtomOp::kAdd || OP == AtomOp::kMin || OP == AtomOp::kMax;
+  constexpr bool kBitwise = OP == AtomOp::kAnd || OP == AtomOp::kOr || OP == AtomOp::kXor ||
+                            OP == AtomOp::kExch || OP == AtomOp::kCas;
+  switch (t) {
+    case Ty::kU32:
+      if constexpr (kArith || kBitwise || OP == AtomOp::kInc || OP == AtomOp::kDec) {
+        return &Atom<SP, OP, uint32_t, kRet>;
+      }
+      return nullptr;
+    case Ty::kS32:
+      if constexpr (kArith || OP == AtomOp::kExch || OP == AtomOp::kCas) {
+        return &Atom<SP, OP, int32_t, kRet>;
+      }
+      return nullptr;
+    case Ty::kU64:
+      if constexpr (kArith || kBitwise) return &Atom<SP, OP, uint64_t, kRet>;
+      return nullptr;
+    case Ty::kS64:
+      if constexpr (OP == AtomOp::kMin || OP == AtomOp::kMax) return &Atom<SP, OP, int64_t, kRet>;
+      return nullptr;
+    case Ty::kB32:
+      if constexpr (kBitwise) return &Atom<SP, OP, uint32_t, kRet>;
+      return nullptr;
+    case Ty::kB64:
+      if constexpr (kBitwise) return &Atom<SP, OP, uint64_t, kRet>;
+      return nullptr;
+    case Ty::kF32:
+      if constexpr (OP == AtomOp::kAdd) return &Atom<SP, OP, float, kRet>;
+      return nullptr;
+    case Ty::kF64:
+      if constexpr (OP == AtomOp::kAdd) return &Atom<SP, OP, double, kRet>;
+      return nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+template <Space SP, bool kRet>
+Handler AtomFor(AtomOp op, Ty t) {
+  switch (op) {
+    case AtomOp::kAdd:
+      return AtomType<SP, AtomOp::kAdd, kRet>(t);
+    case AtomOp::kMin:
+      return AtomType<SP, AtomOp::kMin, kRet>(t);
+    case AtomOp::kMax:
+      return AtomType<SP, AtomOp::kMax, kRet>(t);
+    case AtomOp::kExch:
+      return AtomType<SP, AtomOp::kExch, kRet>(t);
+    case AtomOp::kCas:
+      return AtomType<SP, AtomOp::kCas, kRet>(t);
+    case AtomOp::kInc:
+      return AtomType<SP, AtomOp::kInc, kRet>(t);
+    case AtomOp::kDec:
+      return AtomType<SP, AtomOp::kDec, kRet>(t);
+    case AtomOp::kAnd:
+      return AtomType<SP, AtomOp::kAnd, kRet>(t);
+    case AtomOp::kOr:
+      return AtomType<SP, AtomOp::kOr, kRet>(t);
+    case AtomOp::kXor:
+      return AtomType<SP, AtomOp::kXor, kRet>(t);
+    case AtomOp::kNone:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Handler SelectLoad(Space sp, int size, bool is_signed, int vec) {
+  switch (sp) {
+    case Space::kGlobal:
+      return LoadFor<Space::kGlobal>(size, is_signed, vec);
+    case Space::kShared:
+      return LoadFor<Space::kShared>(size, is_signed, vec);
+    case Space::kParam:
+      return LoadFor<Space::kParam>(size, is_signed, vec);
+    case Space::kGeneric:
+      return LoadFor<Space::kGeneric>(size, is_signed, vec);
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectStore(Space sp, int size, int vec) {
+  switch (sp) {
+    case Space::kGlobal:
+      return StoreFor<Space::kGlobal>(size, vec);
+    case Space::kShared:
+      return StoreFor<Space::kShared>(size, vec);
+    case Space::kGeneric:
+      return StoreFor<Space::kGeneric>(size, vec);
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectAtom(Space sp, AtomOp op, Ty t, bool returns) {
+  switch (sp) {
+    case Space::kGlobal:
+      return returns ? AtomFor<Space::kGlobal, true>(op, t) : AtomFor<Space::kGlobal, false>(op, t);
+    case Space::kShared:
+      return returns ? AtomFor<Space::kShared, true>(op, t) : AtomFor<Space::kShared, false>(op, t);
+    case Space::kGeneric:
+      return returns ? AtomFor<Space::kGeneric, true>(op, t)
+                     : AtomFor<Space::kGeneric, false>(op, t);
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectCpAsync() { return &CpAsync; }
+
+}  // namespace ptxserve::emu

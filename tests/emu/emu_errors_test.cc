@@ -1,0 +1,210 @@
+// Bugs the emulator must report as errors naming kernel, block, thread, PTX line and
+// address: barrier misuse, out-of-bounds and misaligned accesses, uninitialised registers,
+// bad shuffle masks, runaway loops, and malformed or unsupported PTX.
+#include <gmock/gmock.h>
+
+#include "tests/emu/emu_test_util.h"
+
+namespace ptxserve::emu::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Line of the first occurrence of `needle` in tests/emu/ptx/<file>.ptx after `after`.
+int LineOf(const std::string& file, const std::string& needle, const std::string& after = "") {
+  const std::string text = ReadPtx(file);
+  size_t start = after.empty() ? 0 : text.find(after);
+  EXPECT_NE(start, std::string::npos) << after;
+  const size_t pos = text.find(needle, start);
+  EXPECT_NE(pos, std::string::npos) << needle;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
+}
+
+std::string Line(int n) { return "PTX line " + std::to_string(n); }
+
+TEST(Errors, EarlyExitBeforeBarrierIsReportedNotAHang) {
+  Emulator emu;
+  const FunctionHandle f = Load(emu, "block_reduce", "early_exit_barrier");
+  const std::vector<float> in(256, 1.0f);
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(256 * 4);
+  const absl::Status st = emu.Launch(f, {1, 1, 1}, {256, 1, 1}, 0, {Ptr(din), Ptr(out), U32(200)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("early_exit_barrier"));
+  EXPECT_THAT(st.message(), HasSubstr("block (0,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr("200 of 256 threads wait"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("at line " + std::to_string(LineOf("block_reduce", "bar.sync 0",
+                                                           "early_exit_barrier("))));
+  EXPECT_THAT(st.message(), HasSubstr("56 threads exited"));
+  EXPECT_THAT(st.message(), HasSubstr("thread (200,0,0)"));
+  EXPECT_THAT(st.message(),
+              HasSubstr(Line(LineOf("block_reduce", "@%p1 exit", "early_exit_barrier("))));
+  // With every thread in range the same kernel is fine.
+  EXPECT_TRUE(emu.Launch(f, {1, 1, 1}, {256, 1, 1}, 0, {Ptr(din), Ptr(out), U32(256)}).ok());
+}
+
+TEST(Errors, BarrierInsideDivergedWarp) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(64 * 4);
+  const absl::Status st = emu.Launch(Load(emu, "block_reduce", "diverged_barrier"), {1, 1, 1},
+                                     {64, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("diverged warp"));
+  EXPECT_THAT(st.message(),
+              HasSubstr(Line(LineOf("block_reduce", "bar.sync 0", "diverged_barrier("))));
+}
+
+TEST(Errors, OutOfBoundsGlobalLoadNamesLineAndAddress) {
+  Emulator emu;
+  const FunctionHandle f = Load(emu, "errors", "copy_unguarded");
+  const uint64_t in = *emu.Alloc(100 * 4), out = *emu.Alloc(128 * 4);
+  const absl::Status st = emu.Launch(f, {1, 1, 1}, {128, 1, 1}, 0, {Ptr(in), Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("kernel copy_unguarded"));
+  EXPECT_THAT(st.message(), HasSubstr("thread (100,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "ld.global.f32 %f1"))));
+  char addr[32];
+  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(in + 400));
+  EXPECT_THAT(st.message(), HasSubstr(addr));
+  EXPECT_THAT(st.message(), HasSubstr("out-of-bounds global load of 4 bytes"));
+  EXPECT_THAT(st.message(), HasSubstr("past the end of the allocation"));
+}
+
+TEST(Errors, SharedOutOfBounds) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(4);
+  const absl::Status st =
+      emu.Launch(Load(emu, "errors", "shared_overflow"), {1, 1, 1}, {128, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (64,0,0)"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("out-of-bounds shared store of 4 bytes at shared address 0x100"));
+  EXPECT_THAT(st.message(), HasSubstr("256 bytes of shared memory"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "st.shared.f32 [%r4]"))));
+}
+
+TEST(Errors, UninitialisedRegisterRead) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(32 * 4);
+  const absl::Status st =
+      emu.Launch(Load(emu, "errors", "uninit_read"), {1, 1, 1}, {32, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("register %r3"));
+  EXPECT_THAT(st.message(), HasSubstr("never wrote"));
+  EXPECT_THAT(st.message(), HasSubstr("thread (8,0,0)"));  // lanes 0..7 wrote it
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "add.s32 %r4, %r3, %r1"))));
+}
+
+TEST(Errors, MisalignedVectorLoad) {
+  Emulator emu;
+  const uint64_t in = *emu.Alloc(64), out = *emu.Alloc(64);
+  const absl::Status st = emu.Launch(Load(emu, "errors", "misaligned_v4"), {1, 1, 1}, {1, 1, 1}, 0,
+                                     {Ptr(in), Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("misaligned load"));
+  EXPECT_THAT(st.message(), HasSubstr("not 16-byte aligned"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "ld.global.v4.f32 {%f1"))));
+}
+
+TEST(Errors, ShuffleMaskNamingLanesThatDoNotExecute) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(32 * 4);
+  const absl::Status st =
+      emu.Launch(Load(emu, "errors", "shfl_diverged"), {1, 1, 1}, {32, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("shfl.sync: membermask 0xffffffff names lanes"));
+  EXPECT_THAT(st.message(), HasSubstr("missing 0xffff0000"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "shfl.sync.bfly"))));
+}
+
+TEST(Errors, FullMaskShuffleInPartialWarp) {
+  // 48 threads: the second warp has 16 lanes, so a full-mask shuffle names missing lanes.
+  Emulator emu;
+  const std::vector<float> in(64, 1.0f);
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(64 * 4);
+  const absl::Status st = emu.Launch(Load(emu, "warp_reduce", "warp_sum_broadcast"), {1, 1, 1},
+                                     {48, 1, 1}, 0, {Ptr(din), Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr("membermask 0xffffffff"));
+}
+
+TEST(Errors, RunawayLoopHitsTheInstructionLimit) {
+  EmulatorOptions opts;
+  opts.max_warp_instructions = 100000;
+  Emulator emu(opts);
+  const uint64_t out = *emu.Alloc(4);
+  const absl::Status st =
+      emu.Launch(Load(emu, "errors", "infinite_loop"), {1, 1, 1}, {32, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("instruction limit"));
+}
+
+TEST(Errors, LaunchArgumentsAreChecked) {
+  Emulator emu;
+  const FunctionHandle f = Load(emu, "vector_add");
+  const uint64_t p = *emu.Alloc(16);
+  absl::Status st = emu.Launch(f, {1, 1, 1}, {32, 1, 1}, 0, {Ptr(p), Ptr(p), Ptr(p)});
+  EXPECT_THAT(st.message(), HasSubstr("3 arguments given, the kernel has 4"));
+  st = emu.Launch(f, {1, 1, 1}, {32, 1, 1}, 0, {Ptr(p), Ptr(p), Ptr(p), Ptr(p)});
+  EXPECT_THAT(st.message(), HasSubstr("argument 3 (n) has 8 bytes, the parameter needs 4"));
+  st = emu.Launch(f, {1, 1, 1}, {1025, 1, 1}, 0, {Ptr(p), Ptr(p), Ptr(p), U32(1)});
+  EXPECT_THAT(st.message(), HasSubstr("invalid block"));
+  st = emu.Launch(f, {0, 1, 1}, {32, 1, 1}, 0, {Ptr(p), Ptr(p), Ptr(p), U32(1)});
+  EXPECT_THAT(st.message(), HasSubstr("invalid grid"));
+  st = emu.Launch(f, {1, 1, 1}, {32, 1, 1}, 300 * 1024, {Ptr(p), Ptr(p), Ptr(p), U32(1)});
+  EXPECT_THAT(st.message(), HasSubstr("shared memory"));
+  EXPECT_FALSE(emu.GetFunction(ModuleHandle{999}, "x").ok());
+}
+
+absl::Status LoadText(const std::string& body, const std::string& decls = "") {
+  Emulator emu;
+  const std::string ptx = ".version 7.8\n.target sm_80\n.address_size 64\n" + decls +
+                          ".visible .entry k(.param .u64 p)\n{\n.reg .b32 %r<4>;\n"
+                          ".reg .f32 %f<4>;\n.reg .pred %p<2>;\n.reg .b64 %rd<2>;\n" +
+                          body + "\nret;\n}\n";
+  return emu.LoadModule(ptx).status();
+}
+
+TEST(Errors, ParseAndDecodeErrorsNameTheLine) {
+  // Line 10 is the first line of `body`.
+  absl::Status st = LoadText("frobnicate.b32 %r1, %r2;");
+  EXPECT_THAT(st.message(), HasSubstr("PTX line 10"));
+  EXPECT_THAT(st.message(), HasSubstr("unknown or unsupported instruction 'frobnicate'"));
+  st = LoadText("add.u32 %r1, %r2, %r3;\nadd.wrap.u32 %r1, %r2, %r3;");
+  EXPECT_THAT(st.message(), HasSubstr("PTX line 11"));
+  EXPECT_THAT(st.message(), HasSubstr("unknown modifier '.wrap'"));
+  st = LoadText("add.rm.f32 %f1, %f2, %f3;");
+  EXPECT_THAT(st.message(), HasSubstr("unsupported combination"));
+  st = LoadText("mul.u32 %r1, %r2, %r3;");
+  EXPECT_THAT(st.message(), HasSubstr("needs .lo, .hi or .wide"));
+  st = LoadText("add.u32 %r1, %r9, %r3;");
+  EXPECT_THAT(st.message(), HasSubstr("undeclared register"));
+  st = LoadText("bra $L_nowhere;");
+  EXPECT_THAT(st.message(), HasSubstr("unknown label '$L_nowhere'"));
+  st = LoadText("cvt.rz.s32.f32 %r1, %f1;");
+  EXPECT_THAT(st.message(), HasSubstr("needs .rni, .rzi, .rmi or .rpi"));
+  st = LoadText("mov.f32 %f1, 1;");
+  EXPECT_THAT(st.message(), HasSubstr("integer literal"));
+  st = LoadText("ld.global.f32 %f1, [%rd1-4];");
+  EXPECT_THAT(st.message(), HasSubstr("PTX line 10"));
+  st = LoadText("shfl.down.b32 %r1, %r2, 1, 31;");
+  EXPECT_THAT(st.message(), HasSubstr("use shfl.sync"));
+  st = LoadText("ld.local.f32 %f1, [%rd1];");
+  EXPECT_THAT(st.message(), HasSubstr(".local"));
+  st = LoadText("add.u32 %r1, %r2, %r3 /* unterminated");
+  EXPECT_THAT(st.message(), HasSubstr("unterminated /* comment"));
+  st = LoadText("", ".func foo()\n{\nret;\n}\n");
+  EXPECT_THAT(st.message(), HasSubstr(".func"));
+  st = LoadText("mov.u32 %r1, %f1;");  // ptxas: "Arguments mismatch"
+  EXPECT_THAT(st.message(), HasSubstr("register %f1 (.f32) cannot be a .u32 operand"));
+  EXPECT_TRUE(LoadText("mov.b32 %r1, %f1;\nadd.f32 %f1, %r1, %f2;").ok());
+  st = LoadText("mov.u64 %rd1, %r1;");
+  EXPECT_THAT(st.message(), HasSubstr("cannot be a .u64 operand"));
+  EXPECT_TRUE(LoadText("ld.param.u64 %rd1, [p];").ok());
+  st = LoadText("ld.param.u64 %rd1, [q];");
+  EXPECT_THAT(st.message(), HasSubstr("unknown parameter 'q'"));
+}
+
+}  // namespace
+}  // namespace ptxserve::emu::testing
