@@ -1,4 +1,6 @@
 // UTF-8 validation and the streaming detokenizer, shared by every tokenizer type.
+#include "engine/tokenizer/utf8.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -7,8 +9,6 @@
 
 namespace ptxserve {
 namespace {
-
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 // Length of the UTF-8 sequence starting with lead byte c, 0 when c cannot lead.
 int SequenceLength(unsigned char c) {
@@ -38,6 +38,10 @@ size_t Utf8ValidPrefix(std::string_view s, int64_t* invalid_at) {
   size_t i = 0;
   while (i < s.size()) {
     const auto lead = static_cast<unsigned char>(s[i]);
+    if (lead < 0x80) {  // ASCII fast path
+      ++i;
+      continue;
+    }
     const int len = SequenceLength(lead);
     if (len == 0) {
       *invalid_at = static_cast<int64_t>(i);
@@ -55,6 +59,60 @@ size_t Utf8ValidPrefix(std::string_view s, int64_t* invalid_at) {
   return i;
 }
 
+size_t Utf8MaximalSubpart(std::string_view s, size_t at) {
+  const auto lead = static_cast<unsigned char>(s[at]);
+  const int len = SequenceLength(lead);
+  if (len <= 1) return 1;
+  size_t n = 1;
+  while (n < static_cast<size_t>(len) && at + n < s.size() &&
+         ValidContinuation(lead, static_cast<int>(n), static_cast<unsigned char>(s[at + n]))) {
+    ++n;
+  }
+  return n;
+}
+
+void AppendRepairedUtf8(std::string_view s, std::string* out) {
+  while (!s.empty()) {
+    int64_t bad = -1;
+    const size_t ok = Utf8ValidPrefix(s, &bad);
+    out->append(s.data(), ok);
+    s.remove_prefix(ok);
+    if (s.empty()) break;
+    // Either an invalid subpart at the front or a truncated tail: both become one U+FFFD.
+    out->append(kUtf8Replacement);
+    s.remove_prefix(bad < 0 ? s.size() : Utf8MaximalSubpart(s, 0));
+  }
+}
+
+char32_t DecodeUtf8(std::string_view s, size_t* pos) {
+  const auto c = static_cast<unsigned char>(s[*pos]);
+  const size_t len = Utf8CharLength(c);
+  char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < len && *pos + k < s.size(); ++k) {
+    cp = (cp << 6) | (static_cast<unsigned char>(s[*pos + k]) & 0x3F);
+  }
+  *pos += len;
+  return cp;
+}
+
+void AppendUtf8(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
 std::string IncrementalDetokenizer::Push(int32_t id) {
   std::string bytes = tok_.TokenBytes(id, skip_special_);
   if (bytes.empty()) return {};
@@ -64,22 +122,26 @@ std::string IncrementalDetokenizer::Push(int32_t id) {
   }
   pending_ += bytes;
   std::string out;
-  while (true) {
+  size_t pos = 0;
+  while (pos < pending_.size()) {
     int64_t bad = -1;
-    const size_t ok = Utf8ValidPrefix(pending_, &bad);
-    out.append(pending_, 0, ok);
-    pending_.erase(0, ok);
-    if (bad < 0) break;
-    // The byte at the front can never start a valid sequence: replace it and go on.
-    out += kReplacement;
-    pending_.erase(0, 1);
+    const std::string_view rest = std::string_view(pending_).substr(pos);
+    const size_t ok = Utf8ValidPrefix(rest, &bad);
+    out.append(rest.data(), ok);
+    pos += ok;
+    if (bad < 0) break;  // done, or an incomplete tail that later bytes may complete
+    // The subpart at the front can never complete: one U+FFFD for it, as Decode does.
+    out += kUtf8Replacement;
+    pos += Utf8MaximalSubpart(pending_, pos);
   }
+  pending_.erase(0, pos);
   return out;
 }
 
 std::string IncrementalDetokenizer::Flush() {
+  // What is left is one truncated (but so far valid) sequence: one maximal subpart.
   std::string out;
-  if (!pending_.empty()) out += kReplacement;
+  if (!pending_.empty()) out += kUtf8Replacement;
   pending_.clear();
   return out;
 }

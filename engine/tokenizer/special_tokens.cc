@@ -1,0 +1,181 @@
+// tokenizer_config.json's add_bos_token / add_eos_token override the template, as
+// transformers' Llama tokenizers do when they rebuild the post-processor from them.
+#include "engine/tokenizer/special_tokens.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/util/log.h"
+
+namespace ptxserve::tok {
+namespace {
+
+struct Template {
+  bool present = false;
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+};
+
+absl::Status ParseProcessor(const Json& pp, std::string_view origin, const std::string& path,
+                            const std::function<int32_t(std::string_view)>& token_to_id,
+                            Template* t) {
+  auto type = ComponentType(pp, origin, path);
+  if (!type.ok()) return type.status();
+  if (*type == "ByteLevel") return absl::OkStatus();  // offsets only
+  if (*type == "Sequence") {
+    const Json* list = Member(pp, "processors");
+    if (list == nullptr || !list->is_array()) {
+      return FieldError(origin, path + ".processors", "missing or not an array");
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (auto s = ParseProcessor((*list)[i], origin, absl::StrCat(path, ".processors[", i, "]"),
+                                  token_to_id, t);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (*type != "TemplateProcessing") {
+    return FieldUnimplemented(origin, path + ".type",
+                              absl::StrCat("post-processor \"", *type, "\" is not supported"));
+  }
+  const std::string single_path = path + ".single";
+  const Json* single = Member(pp, "single");
+  if (single == nullptr) return FieldError(origin, single_path, "missing");
+  // Items are {"SpecialToken": {"id": name}} / {"Sequence": {"id": "A"}}, or the
+  // string form "<s> $A </s>".
+  std::vector<std::pair<bool, std::string>> items;  // (is_sequence, special name)
+  if (single->is_string()) {
+    const std::vector<std::string> pieces =
+        absl::StrSplit(single->get_ref<const std::string&>(), ' ', absl::SkipEmpty());
+    for (const std::string& piece : pieces) {
+      const std::string name = piece.substr(0, piece.rfind(':'));
+      const bool is_seq = name.starts_with("$");
+      items.emplace_back(is_seq, is_seq ? std::string() : name);
+    }
+  } else if (single->is_array()) {
+    for (size_t i = 0; i < single->size(); ++i) {
+      const Json& item = (*single)[i];
+      const std::string item_path = absl::StrCat(single_path, "[", i, "]");
+      if (Member(item, "Sequence") != nullptr) {
+        items.emplace_back(true, "");
+      } else if (const Json* st = Member(item, "SpecialToken"); st != nullptr) {
+        auto id = ReqString(*st, "id", origin, item_path + ".SpecialToken");
+        if (!id.ok()) return id.status();
+        items.emplace_back(false, *id);
+      } else {
+        return FieldError(origin, item_path, "expected SpecialToken or Sequence");
+      }
+    }
+  } else {
+    return FieldError(origin, single_path, "expected an array or a string");
+  }
+  t->present = true;
+  bool after_sequence = false;
+  for (const auto& [is_seq, name] : items) {
+    if (is_seq) {
+      after_sequence = true;
+      continue;
+    }
+    std::vector<int32_t> ids;
+    const Json* entry = Member(pp, "special_tokens");
+    if (entry != nullptr) entry = Member(*entry, name);
+    if (const Json* list = entry == nullptr ? nullptr : Member(*entry, "ids");
+        list != nullptr && list->is_array()) {
+      for (const Json& id : *list) {
+        if (!id.is_number_integer()) {
+          return FieldError(origin, absl::StrCat(path, ".special_tokens[\"", name, "\"].ids"),
+                            "expected integers");
+        }
+        ids.push_back(id.get<int32_t>());
+      }
+    } else {
+      const int32_t id = token_to_id(name);
+      if (id < 0) {
+        return FieldError(origin, single_path,
+                          absl::StrCat("special token \"", name, "\" is not in the vocabulary"));
+      }
+      ids.push_back(id);
+    }
+    auto& dst = after_sequence ? t->suffix : t->prefix;
+    dst.insert(dst.end(), ids.begin(), ids.end());
+  }
+  return absl::OkStatus();
+}
+
+// bos_token / eos_token: a string, {"content": string}, or null.
+absl::StatusOr<std::optional<std::string>> TokenName(const Json& config, std::string_view key,
+                                                     std::string_view origin) {
+  const Json* v = Member(config, key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_object()) return OptString(*v, "content", origin, key);
+  return FieldError(origin, key, "expected a string or {\"content\": ...}");
+}
+
+}  // namespace
+
+absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
+    const Json* post_processor, const Json* config, bool sentencepiece_kind,
+    const std::function<int32_t(std::string_view)>& token_to_id, std::string_view tok_origin,
+    std::string_view config_origin) {
+  Template t;
+  if (post_processor != nullptr) {
+    if (auto s = ParseProcessor(*post_processor, tok_origin, "post_processor", token_to_id, &t);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const Json empty = Json::object();
+  const Json& cfg = config != nullptr ? *config : empty;
+  SpecialTokens out;
+  auto resolve = [&](std::string_view key, int32_t* id) -> absl::Status {
+    auto name = TokenName(cfg, key, config_origin);
+    if (!name.ok()) return name.status();
+    if (!name->has_value()) return absl::OkStatus();
+    *id = token_to_id(**name);
+    if (*id < 0) {
+      PTX_LOG(WARNING) << config_origin << ": " << key << " \"" << **name
+                       << "\" is not in the vocabulary; ignored";
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = resolve("bos_token", &out.bos_id); !s.ok()) return s;
+  if (auto s = resolve("eos_token", &out.eos_id); !s.ok()) return s;
+  if (out.bos_id < 0 && !t.prefix.empty()) out.bos_id = t.prefix.front();
+
+  auto add_bos = OptBool(cfg, "add_bos_token", config_origin, "");
+  if (!add_bos.ok()) return add_bos.status();
+  auto add_eos = OptBool(cfg, "add_eos_token", config_origin, "");
+  if (!add_eos.ok()) return add_eos.status();
+
+  if (add_bos->has_value()) {
+    if (**add_bos) {
+      if (out.bos_id < 0) {
+        return FieldError(config_origin, "bos_token",
+                          "add_bos_token is true but there is no BOS token in the vocabulary");
+      }
+      out.prefix = {out.bos_id};
+    }
+  } else if (t.present) {
+    out.prefix = t.prefix;
+  } else if (sentencepiece_kind && out.bos_id >= 0) {
+    out.prefix = {out.bos_id};
+  }
+  if (add_eos->has_value()) {
+    if (**add_eos) {
+      if (out.eos_id < 0) {
+        return FieldError(config_origin, "eos_token",
+                          "add_eos_token is true but there is no EOS token in the vocabulary");
+      }
+      out.suffix = {out.eos_id};
+    }
+  } else if (t.present) {
+    out.suffix = t.suffix;
+  }
+  return out;
+}
+
+}  // namespace ptxserve::tok
