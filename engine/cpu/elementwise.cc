@@ -3,8 +3,18 @@
 #include <cstring>
 
 #include "engine/cpu/ops.h"
+#include "engine/cpu/simd.h"
 
 namespace ptxserve::cpu {
+
+void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* xr = x + t * dim;
+    float* yr = out + t * dim;
+    const float inv = 1.0f / std::sqrt(simd::Dot(xr, xr, dim) / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+  }
+}
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {

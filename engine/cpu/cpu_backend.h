@@ -1,0 +1,76 @@
+// The CPU backend: f32 weights, a paged f32/f16/bf16 KV cache, and the reference ops
+// in engine/cpu/ops.h. It is the numerical reference for the GPU backend.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/model/model.h"
+
+namespace ptxserve {
+
+class CpuBackend final : public Backend {
+ public:
+  // Converts the model's weights to f32 (once) and allocates the K/V pools. Errors
+  // name the missing or mis-shaped tensor or the bad KV setting. The Model need not
+  // outlive the backend.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
+                                                            const KvCacheConfig& kv);
+
+  // Validates `batch` (InvalidArgument naming the field) and runs it; see Backend.
+  absl::Status Step(const StepBatch& batch, std::vector<float>* logits) override;
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheConfig& kv_config() const override { return kv_; }
+  std::string name() const override { return "cpu"; }
+
+  // Bytes of all f32 weights held (a tied embedding counted once).
+  size_t weight_bytes() const;
+  // Bytes the GEMMs read per step whatever the batch: every layer's linear weights
+  // plus the LM head. Divided by memory bandwidth it is the decode roofline time.
+  size_t step_weight_bytes() const;
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm;
+    std::vector<float> wqkv;  // [q_dim + 2 kv_dim, hidden]: wq, wk, wv stacked
+    std::vector<float> bqkv;  // [q_dim + 2 kv_dim] or empty without attention_bias
+    std::vector<float> wo;    // [hidden, q_dim]
+    std::vector<float> mlp_norm;
+    std::vector<float> w_gate_up;  // [2 intermediate, hidden]: gate then up
+    std::vector<float> w_down;     // [hidden, intermediate]
+    std::vector<char> k_pool;      // [num_blocks][num_kv_heads][block_size][head_dim]
+    std::vector<char> v_pool;
+  };
+
+  CpuBackend(const ModelConfig& config, const KvCacheConfig& kv) : config_(config), kv_(kv) {}
+  // Grows the activation buffers to hold `tokens` rows (never shrinks).
+  void Reserve(int64_t tokens);
+  void RunLayer(Layer& layer, const StepBatch& batch);
+
+  ModelConfig config_;
+  KvCacheConfig kv_;
+  std::vector<float> embed_;
+  std::vector<float> final_norm_;
+  std::vector<float> lm_head_;  // empty when tied: embed_ is used
+  std::vector<float> inv_freq_;
+  std::vector<Layer> layers_;
+
+  int64_t capacity_ = 0;    // rows the buffers below hold
+  std::vector<float> x_;    // [tokens, hidden] residual stream
+  std::vector<float> h_;    // [tokens, max(hidden, q_dim)] normed input / attention output
+  std::vector<float> qkv_;  // [tokens, q_dim + 2 kv_dim]
+  std::vector<float> q_, k_, v_;
+  std::vector<float> gate_up_;  // [tokens, 2 intermediate]
+  std::vector<float> act_;      // [tokens, intermediate]
+  std::vector<float> tmp_;      // [tokens, hidden]
+};
+
+// Backend factory for the engine: a CpuBackend behind the Backend interface.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
+                                                          const KvCacheConfig& kv);
+
+}  // namespace ptxserve

@@ -1,0 +1,57 @@
+// Test fixtures for the CPU backend: random-weight Models built in memory and a small
+// driver that turns per-sequence token chunks into StepBatches the way a scheduler would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/kv_block_manager.h"
+#include "engine/model/model.h"
+#include "engine/step_batch.h"
+
+namespace ptxserve::testing {
+
+struct RandomModelSpec {
+  int64_t vocab = 97;
+  int64_t hidden = 64;
+  int64_t intermediate = 96;
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t head_dim = 32;
+  bool attention_bias = false;
+  bool tied = false;
+  DType dtype = DType::kF32;  // dtype of every tensor
+  RopeStyle rope_style = RopeStyle::kRotateHalf;
+  RopeScaling rope_scaling;
+  uint64_t seed = 1;
+
+  std::string Name() const;  // for parameterised test names
+};
+
+// A Model whose tensors point into buffers owned by model.storage. Linear weights are
+// uniform with variance ~1/fan_in, norms ~1, biases small, so activations stay O(1).
+Model MakeRandomModel(const RandomModelSpec& spec);
+
+// A sequence as a scheduler tracks it.
+struct Seq {
+  std::vector<int32_t> tokens;  // prompt + generated so far
+  int64_t cached = 0;           // tokens whose K/V are in the cache
+  std::vector<int32_t> table;   // block table
+};
+
+// Builds a StepBatch feeding seqs[i] its next counts[i] tokens (blocks from `blocks`),
+// and marks them cached. Logits rows: every row when all_rows, else the last row of
+// each sequence. Aborts the test (ADD_FAILURE + empty batch) when blocks run out.
+StepBatch MakeBatch(const std::vector<Seq*>& seqs, const std::vector<int64_t>& counts,
+                    KvBlockManager* blocks, bool all_rows);
+
+// max |a - b| / max |b|: a row-wise relative error that tolerates near-zero entries.
+double RelErr(const float* a, const float* b, int64_t n);
+double RelErr(const float* a, const double* b, int64_t n);
+
+int32_t ArgMax(const float* v, int64_t n);
+
+}  // namespace ptxserve::testing
