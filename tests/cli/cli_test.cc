@@ -1,0 +1,122 @@
+// Runs the real `ptxserve` executable as a user would: generate and make-model.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/reference/reference_model.h"
+
+namespace ptxserve {
+namespace {
+
+const std::string kBinary = std::string(PTXSERVE_BINARY_DIR) + "/server/ptxserve";
+const std::string kTinyStories = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs `ptxserve args` with stdout and stderr captured in files under a temp dir.
+CliRun RunPtxserve(const std::string& args) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ptxserve-cli-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "out").string(), err = (dir / "err").string();
+  const std::string cmd = kBinary + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+TEST(CliTest, GreedyTinyStoriesMatchesTheReferenceImplementation) {
+  if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
+    GTEST_SKIP() << "test model absent at " << kTinyStories;
+  }
+  const CliRun r = RunPtxserve("generate --model " + kTinyStories +
+                            " --prompt 'Once upon a time' --max-tokens 60 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  // The same 60 greedy tokens from the independent f64 implementation, decoded.
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = Tokenizer::FromDir(kTinyStories);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto ref = reference::ReferenceModel::Create(*model);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto prompt = (*tok)->Encode("Once upon a time");
+  ASSERT_TRUE(prompt.ok());
+  std::vector<int32_t> generated = ref->GreedyGenerate(*prompt, 60);
+  // Generation ends at EOS like the CLI does.
+  for (size_t i = 0; i < generated.size(); ++i) {
+    if (generated[i] == (*tok)->eos_id()) {
+      generated.resize(i);
+      break;
+    }
+  }
+  std::string expected = "Once upon a time";
+  IncrementalDetokenizer detok(**tok);
+  // The CLI prints the prompt, then the continuation streamed token by token.
+  for (int32_t id : generated) expected += detok.Push(id);
+  expected += detok.Flush();
+  EXPECT_EQ(r.out, expected + "\n");
+  EXPECT_NE(r.err.find("prompt tokens: 6"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, BadModelPathExitsNonZeroWithTheStatus) {
+  const CliRun r = RunPtxserve("generate --model /nonexistent/model --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, CorruptModelFileExitsNonZeroNamingTheFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "ptxserve-cli-corrupt";
+  std::filesystem::remove_all(dir);
+  const CliRun made = RunPtxserve("make-model --out " + dir.string() + " --preset tiny");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  std::filesystem::resize_file(dir / "model.safetensors", 100);  // truncate
+  const CliRun r = RunPtxserve("generate --model " + dir.string() + " --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, MakeModelIsDeterministicAndGenerates) {
+  const auto base = std::filesystem::temp_directory_path() / "ptxserve-cli-make";
+  std::filesystem::remove_all(base);
+  const std::string a = (base / "a").string(), b = (base / "b").string();
+  ASSERT_EQ(RunPtxserve("make-model --out " + a + " --preset tiny --seed 7 --dtype f16").exit_code,
+            0);
+  ASSERT_EQ(RunPtxserve("make-model --out " + b + " --preset tiny --seed 7 --dtype f16").exit_code,
+            0);
+  EXPECT_EQ(Slurp(a + "/model.safetensors"), Slurp(b + "/model.safetensors"));
+  const CliRun r = RunPtxserve("generate --model " + a +
+                            " --prompt 'the cat' --max-tokens 8 --ignore-eos --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generated tokens: 8"), std::string::npos) << r.err;
+  const CliRun bad = RunPtxserve("make-model --out " + (base / "c").string() + " --preset nosuch");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("nosuch"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace ptxserve
