@@ -1,0 +1,57 @@
+// Turns a sequence's generated ids into the text to stream and decides when it stops:
+// EOS, stop token ids, stop strings (matched across token boundaries in the detokenized
+// text, never emitted) and max_new_tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ptxserve {
+
+class StopChecker {
+ public:
+  struct Step {
+    std::string text;                           // safe to emit now (complete UTF-8)
+    FinishReason finish = FinishReason::kNone;  // kNone while the sequence runs
+  };
+
+  // `criteria` should have passed ValidateStoppingCriteria. `eos_id` < 0 means none.
+  // `tok` must outlive the checker. With max_new_tokens == 0 the checker starts finished
+  // (kLength): the engine should not generate at all.
+  StopChecker(const StoppingCriteria& criteria, const Tokenizer& tok, int32_t eos_id,
+              bool skip_special_tokens = true);
+
+  // Feeds one generated token. Checks, in order: EOS (unless ignore_eos) and
+  // stop_token_ids (kStop; the token's text is not emitted; held-back text is), stop
+  // strings (kStop; text from the match on is dropped), max_new_tokens (kLength, flushing
+  // held-back text). Text that could still be the start of a stop string is held back.
+  // After the sequence finished, returns {"", finish()} and ignores the token.
+  Step Push(int32_t token);
+  // Releases everything held back (incomplete UTF-8 as U+FFFD), for cancellation paths.
+  std::string Flush();
+
+  FinishReason finish() const { return finish_; }
+  bool finished() const { return finish_ != FinishReason::kNone; }
+  // Tokens pushed while running (the finishing one included).
+  int32_t num_generated() const { return num_generated_; }
+
+ private:
+  bool IsStopToken(int32_t token) const;
+  // Length of the prefix of held_ that can be released (no stop string can start there).
+  size_t ReleasableLength() const;
+  Step Finish(FinishReason reason, std::string text);
+
+  StoppingCriteria criteria_;
+  IncrementalDetokenizer detok_;
+  int32_t eos_id_;
+  size_t max_stop_len_ = 0;
+  int32_t num_generated_ = 0;
+  FinishReason finish_ = FinishReason::kNone;
+  std::string held_;  // detokenized text not yet emitted (a possible stop-string prefix)
+};
+
+}  // namespace ptxserve
