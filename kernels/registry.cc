@@ -9,10 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "kernels/argmax.h"
 #include "kernels/attention_merge.h"
 #include "kernels/common.h"
 #include "kernels/decode_attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
+#include "kernels/residual_add.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
 
 namespace ptxserve::kernels {
 namespace {
@@ -42,6 +49,12 @@ class Reader {
     ElemType t = ElemType::kF32;
     if (!ParseElemType(Get(key), &t)) Error(key, "f32, f16 or bf16");
     return t;
+  }
+  RopeLayout Layout(const std::string& key) {
+    const std::string& v = Get(key);
+    if (v == "rotate_half") return RopeLayout::kRotateHalf;
+    if (v != "interleaved") Error(key, "rotate_half or interleaved");
+    return RopeLayout::kInterleaved;
   }
   ptx::Target Target() {
     ptx::Target t;
@@ -104,6 +117,14 @@ const std::vector<Entry>& Entries() {
          c.target = r.Target();
          return Run(r, c, &GenerateAttentionMerge);
        }},
+      {"argmax",
+       {{"threads", "256"}},
+       [](Reader& r) {
+         ArgmaxConfig c;
+         c.threads = r.Int("threads");
+         c.target = r.Target();
+         return Run(r, c, &GenerateArgmax);
+       }},
       {"decode_attention",
        {{"num_heads", "32"},
         {"num_kv_heads", "8"},
@@ -125,6 +146,70 @@ const std::vector<Entry>& Entries() {
          c.num_warps = r.Int("num_warps");
          c.target = r.Target();
          return Run(r, c, &GenerateDecodeAttention);
+       }},
+      {"embedding",
+       {{"dim", "4096"}, {"table_dtype", "f32"}},
+       [](Reader& r) {
+         EmbeddingConfig c;
+         c.dim = r.Int("dim");
+         c.table_dtype = r.Elem("table_dtype");
+         c.target = r.Target();
+         return Run(r, c, &GenerateEmbedding);
+       }},
+      {"gemm",
+       {{"n", "4096"},
+        {"k", "4096"},
+        {"weight_dtype", "f16"},
+        {"has_bias", "false"},
+        {"accumulate", "false"},
+        {"m_tile", "4"},
+        {"warps", "4"}},
+       [](Reader& r) {
+         GemmConfig c;
+         c.n = r.Int("n");
+         c.k = r.Int("k");
+         c.weight_dtype = r.Elem("weight_dtype");
+         c.has_bias = r.Bool("has_bias");
+         c.accumulate = r.Bool("accumulate");
+         c.m_tile = r.Int("m_tile");
+         c.warps = r.Int("warps");
+         c.target = r.Target();
+         return Run(r, c, &GenerateGemm);
+       }},
+      {"residual_add",
+       {},
+       [](Reader& r) {
+         ResidualAddConfig c;
+         c.target = r.Target();
+         return Run(r, c, &GenerateResidualAdd);
+       }},
+      {"rmsnorm",
+       {{"dim", "4096"}, {"weight_dtype", "f32"}},
+       [](Reader& r) {
+         RmsNormConfig c;
+         c.dim = r.Int("dim");
+         c.weight_dtype = r.Elem("weight_dtype");
+         c.target = r.Target();
+         return Run(r, c, &GenerateRmsNorm);
+       }},
+      {"rope",
+       {{"num_heads", "32"}, {"num_kv_heads", "8"}, {"head_dim", "128"}, {"layout", "rotate_half"}},
+       [](Reader& r) {
+         RopeConfig c;
+         c.num_heads = r.Int("num_heads");
+         c.num_kv_heads = r.Int("num_kv_heads");
+         c.head_dim = r.Int("head_dim");
+         c.layout = r.Layout("layout");
+         c.target = r.Target();
+         return Run(r, c, &GenerateRope);
+       }},
+      {"silu_mul",
+       {{"fused_inter", "0"}},
+       [](Reader& r) {
+         SiluMulConfig c;
+         c.fused_inter = r.Int("fused_inter");
+         c.target = r.Target();
+         return Run(r, c, &GenerateSiluMul);
        }},
   };
   return *entries;

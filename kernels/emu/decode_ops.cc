@@ -20,6 +20,10 @@ Ty WideTy(Ty t) {
       return Ty::kNone;
   }
 }
+// 1 when a membermask operand is an immediate (the same in every lane).
+uint8_t UniformFlag(const RawOperand& o) {
+  return o.kind == RawOperand::kInt ? 1 : 0;
+}
 bool IsHalfTy(Ty t) {
   return t == Ty::kF16 || t == Ty::kF16x2 || t == Ty::kBF16 || t == Ty::kBF16x2;
 }
@@ -426,7 +430,8 @@ absl::Status Decoder::Shfl() {
     if (auto s = SetSrc(k, k + 1, Ty::kB32); !s.ok()) return s;
   }
   in_.mode = static_cast<uint8_t>(m_.shfl);
-  in_.fn = SelectShfl();
+  in_.mode2 = UniformFlag(r_.ops[4]);
+  in_.fn = SelectShfl(m_.shfl);
   return absl::OkStatus();
 }
 
@@ -447,6 +452,7 @@ absl::Status Decoder::Vote() {
   }
   if (auto s = PredSrc(0, r_.ops[1]); !s.ok()) return s;
   if (auto s = SetSrc(0, 2, Ty::kB32); !s.ok()) return s;
+  in_.mode2 = UniformFlag(r_.ops[2]);
   in_.fn = SelectVote(m_.vote);
   return absl::OkStatus();
 }
@@ -460,6 +466,7 @@ absl::Status Decoder::Redux() {
   if (auto s = SetDst(0, 0, t); !s.ok()) return s;
   if (auto s = SetSrc(0, 1, t); !s.ok()) return s;
   if (auto s = SetSrc(1, 2, Ty::kB32); !s.ok()) return s;
+  in_.mode2 = UniformFlag(r_.ops[2]);
   in_.fn = SelectRedux(m_.aop, t);
   if (in_.fn == nullptr) return Err("unsupported redux operation/type");
   return absl::OkStatus();
@@ -474,6 +481,7 @@ absl::Status Decoder::Bar() {
   if (is_bar && mods.size() == 2 && mods[0] == "warp" && mods[1] == "sync") {
     if (auto s = NeedOps(1); !s.ok()) return s;
     if (auto s = SetSrc(0, 0, Ty::kB32); !s.ok()) return s;
+    in_.mode2 = UniformFlag(r_.ops[0]);
     in_.fn = SelectWarpSync();
     return absl::OkStatus();
   }

@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace ptxserve::emu {
 
 inline float BitsToF32(uint32_t u) {
@@ -31,6 +35,9 @@ inline uint64_t F64ToBits(double d) {
 }
 
 inline float HalfToF32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);  // exact, like the software path
+#else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -53,10 +60,14 @@ inline float HalfToF32(uint16_t h) {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
   return BitsToF32(bits);
+#endif
 }
 
 // Round to nearest even.
 inline uint16_t F32ToHalf(float f) {
+#if defined(__F16C__)
+  if (f == f) return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);  // NaN: canonical below
+#endif
   const uint32_t x = F32ToBits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t absx = x & 0x7fffffffu;

@@ -87,7 +87,7 @@ Handler SelectAtom(Space sp, AtomOp op, Ty t, bool returns);
 Handler SelectCpAsync();
 Handler SelectMovPack(bool pack);  // mov.bN {a,b..} <-> d; element size in Instr::size
 Handler SelectCvta(bool to_shared, bool from_shared, bool addr32);  // shared <-> generic
-Handler SelectShfl();
+Handler SelectShfl(ShflMode m);
 Handler SelectVote(VoteMode m);
 Handler SelectActiveMask();
 Handler SelectRedux(AtomOp op, Ty t);

@@ -202,6 +202,22 @@ bool CvtFast(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
   return true;
 }
 
+// Hot conversions of generated kernels, without the generic path's long double detour.
+template <bool kBF>
+bool CvtHalfToF32(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map1<float, uint32_t>(w, in, m, [](uint32_t h) {
+    return kBF ? BF16ToF32(static_cast<uint16_t>(h)) : HalfToF32(static_cast<uint16_t>(h));
+  });
+  return true;
+}
+template <bool kBF>
+bool CvtF32ToHalf(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map1<uint32_t, float>(w, in, m, [](float f) -> uint32_t {
+    return kBF ? F32ToBF16(f) : F32ToHalf(f);
+  });
+  return true;
+}
+
 template <Ty D>
 Handler PickSrc(Ty s) {
   switch (s) {
@@ -279,12 +295,20 @@ bool CvtaShared(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
 
 Handler SelectCvt(const OpSel& s) {
   const bool plain = s.rnd == Round::kNone && !s.sat && !s.ftz;
+  const bool rn = s.rnd == Round::kRn && !s.sat && !s.ftz;
   if (plain) {
     if (s.type == Ty::kU64 && s.type2 == Ty::kU32) return &CvtFast<uint64_t, uint32_t>;
     if (s.type == Ty::kS64 && s.type2 == Ty::kS32) return &CvtFast<int64_t, int32_t>;
     if (s.type == Ty::kU32 && s.type2 == Ty::kU64) return &CvtFast<uint32_t, uint64_t>;
-    if (s.type == Ty::kF32 && s.type2 == Ty::kF16) return PickSrc<Ty::kF32>(Ty::kF16);
+    if (s.type == Ty::kF32 && s.type2 == Ty::kF16) return &CvtHalfToF32<false>;
+    if (s.type == Ty::kF32 && s.type2 == Ty::kBF16) return &CvtHalfToF32<true>;
   }
+  if (rn && s.type2 == Ty::kF32) {
+    if (s.type == Ty::kF16) return &CvtF32ToHalf<false>;
+    if (s.type == Ty::kBF16) return &CvtF32ToHalf<true>;
+  }
+  if (rn && s.type == Ty::kF32 && s.type2 == Ty::kS32) return &CvtFast<float, int32_t>;
+  if (rn && s.type == Ty::kF32 && s.type2 == Ty::kU32) return &CvtFast<float, uint32_t>;
   if ((s.type == Ty::kF16x2 || s.type == Ty::kBF16x2) && s.type2 == Ty::kF32) {
     if (s.rnd != Round::kRn || s.sat || s.ftz) return nullptr;
     return s.type == Ty::kF16x2 ? &CvtPair<false> : &CvtPair<true>;

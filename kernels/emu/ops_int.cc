@@ -440,7 +440,8 @@ void WriteSetp(Warp& w, const Instr& in, uint32_t m, uint32_t r) {
 
 template <class T>
 bool Setp(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
-  const uint32_t r = Compare<T>(static_cast<Cmp>(in.mode), w.R(in.s[0]), w.R(in.s[1]), m, &Get<T>);
+  const uint32_t r = Compare<T>(static_cast<Cmp>(in.mode), w.R(in.s[0]), w.R(in.s[1]), m,
+                                [](uint64_t v) { return Get<T>(v); });
   WriteSetp(w, in, m, r);
   return true;
 }

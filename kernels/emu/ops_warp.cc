@@ -10,10 +10,9 @@
 namespace ptxserve::emu {
 namespace {
 
-// Checks that every executing lane passes the same membermask naming exactly the lanes
-// that execute the instruction.
-bool CheckMembers(ExecCtx& ctx, const uint64_t* mask, uint32_t m, const char* what,
-                  uint32_t* members) {
+// The detailed membermask check, naming the offending lanes.
+bool CheckMembersSlow(ExecCtx& ctx, const uint64_t* mask, uint32_t m, const char* what,
+                      uint32_t* members) {
   const uint32_t first = static_cast<uint32_t>(__builtin_ctz(m));
   const uint32_t mm = static_cast<uint32_t>(mask[first]);
   bool ok = true;
@@ -28,9 +27,9 @@ bool CheckMembers(ExecCtx& ctx, const uint64_t* mask, uint32_t m, const char* wh
   if (!ok) return false;
   if ((mm & m) != m) {
     const uint32_t l = static_cast<uint32_t>(__builtin_ctz(m & ~mm));
-    return ctx.Fail(
-        static_cast<int>(l),
-        absl::StrFormat("%s: executing lane %u is not in membermask 0x%08x", what, l, mm));
+    return ctx.Fail(static_cast<int>(l),
+                    absl::StrFormat("%s: executing lane %u is not in membermask 0x%08x", what, l,
+                                    mm));
   }
   if ((mm & ~m) != 0) {
     return ctx.Fail(static_cast<int>(first),
@@ -43,45 +42,60 @@ bool CheckMembers(ExecCtx& ctx, const uint64_t* mask, uint32_t m, const char* wh
   return true;
 }
 
+// Checks that every executing lane passes the same membermask naming exactly the lanes
+// that execute the instruction. `uniform`: the mask is an immediate (decode flag), so one
+// lane's copy suffices.
+bool CheckMembers(ExecCtx& ctx, const uint64_t* mask, uint32_t m, bool uniform, const char* what,
+                  uint32_t* members) {
+  const uint32_t first = static_cast<uint32_t>(__builtin_ctz(m));
+  const uint32_t mm = static_cast<uint32_t>(mask[first]);
+  if (mm == m) {
+    if (!uniform) {
+      bool ok = true;
+      ForLanes(m, [&](uint32_t l) { ok &= static_cast<uint32_t>(mask[l]) == mm; });
+      if (!ok) return CheckMembersSlow(ctx, mask, m, what, members);
+    }
+    *members = mm;
+    return true;
+  }
+  return CheckMembersSlow(ctx, mask, m, what, members);
+}
+
+template <ShflMode kMode>
 bool Shfl(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
   uint32_t members;
-  if (!CheckMembers(ctx, w.R(in.s[3]), m, "shfl.sync", &members)) return false;
+  if (!CheckMembers(ctx, w.R(in.s[3]), m, (in.mode2 & 1) != 0, "shfl.sync", &members)) {
+    return false;
+  }
   const uint64_t *a = w.R(in.s[0]), *b = w.R(in.s[1]), *c = w.R(in.s[2]);
-  const uint32_t a_init = w.init[in.s[0]];
-  const ShflMode mode = static_cast<ShflMode>(in.mode);
+  const uint32_t src_ok = m & w.init[in.s[0]];
   uint32_t vals[kWarpSize];
   uint32_t pvals = 0, valid = 0;
   ForLanes(m, [&](uint32_t lane) {
     const uint32_t bval = static_cast<uint32_t>(b[lane]) & 31;
-    const uint32_t cval = static_cast<uint32_t>(c[lane]) & 31;
-    const uint32_t segmask = (static_cast<uint32_t>(c[lane]) >> 8) & 31;
+    const uint32_t cw = static_cast<uint32_t>(c[lane]);
+    const uint32_t cval = cw & 31, segmask = (cw >> 8) & 31;
     const int32_t max_lane = static_cast<int32_t>((lane & segmask) | (cval & ~segmask));
-    const int32_t min_lane = static_cast<int32_t>(lane & segmask);
-    int32_t j = 0;
-    bool pval = false;
-    switch (mode) {
-      case ShflMode::kUp:
-        j = static_cast<int32_t>(lane) - static_cast<int32_t>(bval);
-        pval = j >= max_lane;
-        break;
-      case ShflMode::kDown:
-        j = static_cast<int32_t>(lane + bval);
-        pval = j <= max_lane;
-        break;
-      case ShflMode::kBfly:
-        j = static_cast<int32_t>(lane ^ bval);
-        pval = j <= max_lane;
-        break;
-      case ShflMode::kIdx:
-        j = min_lane | static_cast<int32_t>(bval & ~segmask);
-        pval = j <= max_lane;
-        break;
+    int32_t j;
+    bool pval;
+    if constexpr (kMode == ShflMode::kUp) {
+      j = static_cast<int32_t>(lane) - static_cast<int32_t>(bval);
+      pval = j >= max_lane;
+    } else if constexpr (kMode == ShflMode::kDown) {
+      j = static_cast<int32_t>(lane + bval);
+      pval = j <= max_lane;
+    } else if constexpr (kMode == ShflMode::kBfly) {
+      j = static_cast<int32_t>(lane ^ bval);
+      pval = j <= max_lane;
+    } else {
+      j = static_cast<int32_t>((lane & segmask) | (bval & ~segmask));
+      pval = j <= max_lane;
     }
     if (!pval) j = static_cast<int32_t>(lane);
     vals[lane] = static_cast<uint32_t>(a[j]);
     // A source lane outside the group (or never written) gives an unpredictable value.
-    if (((m & a_init) >> j) & 1) valid |= 1u << lane;
-    if (pval) pvals |= 1u << lane;
+    valid |= ((src_ok >> j) & 1u) << lane;
+    pvals |= static_cast<uint32_t>(pval) << lane;
   });
   uint64_t* d = w.R(in.d[0]);
   ForLanes(m, [&](uint32_t l) { d[l] = vals[l]; });
@@ -97,7 +111,9 @@ bool Shfl(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
 template <VoteMode kMode>
 bool Vote(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
   uint32_t members;
-  if (!CheckMembers(ctx, w.R(in.s[0]), m, "vote.sync", &members)) return false;
+  if (!CheckMembers(ctx, w.R(in.s[0]), m, (in.mode2 & 1) != 0, "vote.sync", &members)) {
+    return false;
+  }
   const uint32_t p = (in.ps_neg[0] ? ~w.preds[in.ps[0]] : w.preds[in.ps[0]]) & m;
   if constexpr (kMode == VoteMode::kBallot) {
     uint64_t* d = w.R(in.d[0]);
@@ -125,7 +141,9 @@ bool ActiveMask(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
 template <AtomOp kOp, class T>
 bool Redux(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
   uint32_t members;
-  if (!CheckMembers(ctx, w.R(in.s[1]), m, "redux.sync", &members)) return false;
+  if (!CheckMembers(ctx, w.R(in.s[1]), m, (in.mode2 & 1) != 0, "redux.sync", &members)) {
+    return false;
+  }
   const uint64_t* a = w.R(in.s[0]);
   const uint32_t first = static_cast<uint32_t>(__builtin_ctz(m));
   T r = Get<T>(a[first]);
@@ -146,7 +164,7 @@ bool Redux(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
 
 bool WarpSync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
   uint32_t members;
-  return CheckMembers(ctx, w.R(in.s[0]), m, "bar.warp.sync", &members);
+  return CheckMembers(ctx, w.R(in.s[0]), m, (in.mode2 & 1) != 0, "bar.warp.sync", &members);
 }
 
 template <bool k64>
@@ -162,7 +180,19 @@ bool Nop(ExecCtx&, Warp&, const Instr&, uint32_t) { return true; }
 
 }  // namespace
 
-Handler SelectShfl() { return &Shfl; }
+Handler SelectShfl(ShflMode m) {
+  switch (m) {
+    case ShflMode::kUp:
+      return &Shfl<ShflMode::kUp>;
+    case ShflMode::kDown:
+      return &Shfl<ShflMode::kDown>;
+    case ShflMode::kBfly:
+      return &Shfl<ShflMode::kBfly>;
+    case ShflMode::kIdx:
+      return &Shfl<ShflMode::kIdx>;
+  }
+  return nullptr;
+}
 
 Handler SelectVote(VoteMode m) {
   switch (m) {

@@ -66,6 +66,13 @@ const std::vector<Golden>& Goldens() {
         {"split", "true"},
         {"sm", "90"}}},
       {"attention_merge_h32_d128", "attention_merge", {}},
+      {"embedding_bf16_dim4096", "embedding", {{"table_dtype", "bf16"}}},
+      {"rmsnorm_f32_dim4096", "rmsnorm", {}},
+      {"rope_interleaved_h32_kvh8_d128", "rope", {{"layout", "interleaved"}}},
+      {"gemm_f16_n4096_k4096_mt4", "gemm", {}},
+      {"silu_mul", "silu_mul", {}},
+      {"residual_add", "residual_add", {}},
+      {"argmax_t256", "argmax", {}},
   };
   return g;
 }

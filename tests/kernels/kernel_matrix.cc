@@ -2,9 +2,16 @@
 
 #include <string>
 
+#include "kernels/argmax.h"
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
+#include "kernels/residual_add.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
 
 namespace ptxserve::kernels::testing {
 namespace {
@@ -73,7 +80,61 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     m.target = target;
     Add(&out, m, GenerateAttentionMerge);
   }
+  // The rest of a decode step.
+  for (ElemType dt : kv_types) {
+    for (int dim : full ? std::vector<int>{100, 4096} : std::vector<int>{4096}) {
+      EmbeddingConfig e;
+      e.dim = dim;
+      e.table_dtype = dt;
+      e.target = target;
+      Add(&out, e, GenerateEmbedding);
+      RmsNormConfig r;
+      r.dim = dim;
+      r.weight_dtype = dt;
+      r.target = target;
+      Add(&out, r, GenerateRmsNorm);
+    }
+    for (int m_tile : full ? std::vector<int>{1, 4, 8} : std::vector<int>{4}) {
+      GemmConfig g;
+      g.n = 4096;
+      g.k = 4096;
+      g.weight_dtype = dt;
+      g.m_tile = m_tile;
+      g.has_bias = m_tile == 4;
+      g.accumulate = m_tile == 8;
+      g.target = target;
+      Add(&out, g, GenerateGemm);
+    }
+  }
+  for (int hd : head_dims) {
+    for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
+      RopeConfig r;
+      r.head_dim = hd;
+      r.layout = layout;
+      r.target = target;
+      Add(&out, r, GenerateRope);
+    }
+  }
+  for (int inter : {0, 11008}) {
+    SiluMulConfig s;
+    s.fused_inter = inter;
+    s.target = target;
+    Add(&out, s, GenerateSiluMul);
+  }
+  ResidualAddConfig ra;
+  ra.target = target;
+  Add(&out, ra, GenerateResidualAdd);
+  ArgmaxConfig am;
+  am.target = target;
+  Add(&out, am, GenerateArgmax);
   if (!full) return out;
+  GemmConfig odd_gemm;  // K off the 128-bit grid, N not a multiple of the warps
+  odd_gemm.n = 33;
+  odd_gemm.k = 1001;
+  odd_gemm.target = target;
+  Add(&out, odd_gemm, GenerateGemm);
+  am.threads = 1024;
+  Add(&out, am, GenerateArgmax);
   // Odd shapes: head_dim 32/96/160/256, non-power-of-two block size, wide groups.
   for (int hd : {32, 96, 160, 256}) {
     DecodeAttentionConfig c;

@@ -1,0 +1,145 @@
+#include "kernels/argmax.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/ptx/builder.h"
+
+namespace ptxserve::kernels {
+
+using ptx::Cmp;
+using ptx::Op;
+using ptx::Operand;
+using ptx::Reg;
+using ptx::Space;
+using ptx::SReg;
+using ptx::Type;
+
+namespace {
+
+constexpr uint32_t kNoId = 0xffffffffu;
+
+// (v, i) <- (ov, oi) when the other ranks first: larger value, or equal and lower id.
+void TakeBetter(gen::KernelBuilder& kb, Reg v, Reg i, Reg ov, Reg oi) {
+  const Reg gt = kb.Setp(Cmp::kGt, Type::kF32, ov, v);
+  const Reg eq = kb.Setp(Cmp::kEq, Type::kF32, ov, v);
+  const Reg lower = kb.Setp(Cmp::kLo, Type::kU32, oi, i);
+  const Reg take = kb.Emit(Op::kOr, Type::kPred, {gt, kb.Emit(Op::kAnd, Type::kPred, {eq, lower})});
+  kb.EmitTo(v, Op::kSelp, Type::kF32, {ov, v, take});
+  kb.EmitTo(i, Op::kSelp, Type::kB32, {oi, i, take});
+}
+
+void WarpArgmax(gen::KernelBuilder& kb, Reg v, Reg i) {
+  for (int off = 16; off >= 1; off /= 2) {
+    const Reg ov = kb.Shfl(ptx::ShflMode::kDown, v, off);
+    const Reg oi = kb.Shfl(ptx::ShflMode::kDown, i, off);
+    TakeBetter(kb, v, i, ov, oi);
+  }
+}
+
+}  // namespace
+
+namespace gen {
+
+void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx::Symbol& scratch,
+                 Reg lane, Reg warp) {
+  WarpArgmax(kb, *val, *id);
+  if (num_warps == 1) return;
+  const Reg base = kb.AddressOf(scratch);
+  const Reg slot = kb.Emit(Op::kMadLo, Type::kU32, {warp, 8, base});
+  {
+    auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, lane, 0));
+    kb.St(Space::kShared, Type::kB32, Operand::Addr(slot), {*val, *id});
+  }
+  kb.BarSync();
+  const Reg v = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
+  const Reg i = kb.Mov(Type::kU32, kNoId);
+  {
+    auto g = kb.If(kb.Setp(Cmp::kLt, Type::kU32, lane, num_warps));
+    kb.LdTo(Space::kShared, Type::kB32,
+            Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {lane, 8, base})), {v, i});
+  }
+  WarpArgmax(kb, v, i);
+  *val = v;
+  *id = i;
+}
+
+}  // namespace gen
+
+absl::Status ArgmaxConfig::Validate() const {
+  if (absl::Status s = target.Validate(); !s.ok()) return s;
+  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ArgmaxConfig::Key() const {
+  return absl::StrCat("argmax:t", threads, ":", target.Key());
+}
+
+LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows) {
+  LaunchDims d;
+  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
+  d.block = {static_cast<uint32_t>(cfg.threads), 1, 1};
+  return d;
+}
+
+absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg) {
+  if (absl::Status s = cfg.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("argmax config: ", s.message()));
+  }
+  const int warps = cfg.threads / 32;
+  ptx::KernelBuilder kb(kArgmaxEntry, cfg.target);
+  kb.SetMaxThreads(cfg.threads);
+  const Reg logits = kb.GlobalPtrParam("logits");
+  const Reg out = kb.GlobalPtrParam("out");
+  const Reg vocab = kb.Param("vocab", Type::kU32);
+  const Reg num_rows = kb.Param("num_rows", Type::kU32);
+  const ptx::Symbol scratch = kb.Shared("argmax", int64_t{warps} * 8);
+
+  const ptx::Label done = kb.NewLabel("done");
+  const Reg row = kb.Special(SReg::kCtaidX);
+  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
+  const Reg tid = kb.Special(SReg::kTidX);
+  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+  const Reg base = gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4);
+
+  // Strided scan: ids rise within a thread, so only a strictly larger value replaces
+  // the best, except that the first -inf is taken while nothing is held (NaN never is).
+  Reg v = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
+  Reg id = kb.Mov(Type::kU32, kNoId);
+  const Reg i = kb.Mov(Type::kU32, tid);
+  const ptx::Label loop = kb.NewLabel("scan");
+  const ptx::Label scanned = kb.NewLabel("scanned");
+  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, vocab), scanned);
+  kb.Bind(loop);
+  {
+    const Reg x = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, base, i, 4)));
+    const Reg gt = kb.Setp(Cmp::kGt, Type::kF32, x, v);
+    const Reg first =
+        kb.Emit(Op::kAnd, Type::kPred,
+                {kb.Setp(Cmp::kEq, Type::kF32, x, v), kb.Setp(Cmp::kEq, Type::kU32, id, kNoId)});
+    const Reg take = kb.Emit(Op::kOr, Type::kPred, {gt, first});
+    kb.EmitTo(v, Op::kSelp, Type::kF32, {x, v, take});
+    kb.EmitTo(id, Op::kSelp, Type::kB32, {i, id, take});
+  }
+  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, cfg.threads});
+  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, vocab), loop);
+  kb.Bind(scanned);
+  gen::BlockArgmax(kb, &v, &id, warps, scratch, lane, warp);
+  const Reg none = kb.Setp(Cmp::kEq, Type::kU32, id, kNoId);
+  const Reg result = kb.Selp(Type::kU32, 0, id, none);
+  {
+    auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, tid, 0));
+    kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {result});
+  }
+  kb.Bind(done);
+  kb.Ret();
+  return kb.Finish({absl::StrCat("kernel ", kArgmaxEntry, ", config ", cfg.Key())});
+}
+
+}  // namespace ptxserve::kernels

@@ -1,0 +1,41 @@
+// Greedy sampling: out[r] = argmax_i logits[r, i], the lowest id among equal maxima.
+// NaN never wins; a row with no value above -inf yields its first -inf id, or 0 when
+// every value is NaN (the rules of the CPU sampler's ArgMax).
+//
+// Contract (device pointers, row-major); parameters in this order:
+//   logits    f32 [num_rows][vocab]
+//   out       s32 [num_rows]
+//   vocab, num_rows  u32
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common.h"
+#include "kernels/ptx/types.h"
+
+namespace ptxserve::kernels {
+
+inline constexpr char kArgmaxEntry[] = "argmax";
+
+struct ArgmaxConfig {
+  int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
+  ptx::Target target;
+
+  absl::Status Validate() const;
+  std::string Key() const;
+};
+
+absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg);
+LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows);
+
+namespace gen {
+// Block-wide (value, id) max with the argmax tie rules above; the result is valid in
+// thread 0 only. `scratch` holds 2 * num_warps words. Contains bar.sync.
+void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx::Symbol& scratch,
+                 Reg lane, Reg warp);
+}  // namespace gen
+
+}  // namespace ptxserve::kernels

@@ -1,0 +1,155 @@
+#include "kernels/gemm.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/ptx/builder.h"
+
+namespace ptxserve::kernels {
+
+using ptx::Cmp;
+using ptx::Op;
+using ptx::Operand;
+using ptx::Reg;
+using ptx::Space;
+using ptx::SReg;
+using ptx::Type;
+
+namespace {
+
+constexpr int kUnroll = 4;  // K chunks per loop trip: 128-bit loads in flight per lane
+
+// Elements of K per lane load: up to 128 bits of weights, dividing K.
+int Vec(const GemmConfig& c) {
+  int v = 16 / ElemSize(c.weight_dtype);
+  while (c.k % v != 0) v /= 2;
+  return v;
+}
+
+}  // namespace
+
+absl::Status GemmConfig::Validate() const {
+  if (absl::Status s = target.Validate(); !s.ok()) return s;
+  if (absl::Status s = CheckRange("n", n, 1, 1 << 24); !s.ok()) return s;
+  if (absl::Status s = CheckRange("k", k, 1, 1 << 20); !s.ok()) return s;
+  if (absl::Status s = CheckRange("m_tile", m_tile, 1, 8); !s.ok()) return s;
+  return CheckRange("warps", warps, 1, 16);
+}
+
+std::string GemmConfig::Key() const {
+  return absl::StrCat("gemm:n", n, ":k", k, ":", ElemTypeName(weight_dtype),
+                      has_bias ? ":bias" : "", accumulate ? ":acc" : "", ":mt", m_tile, ":w", warps,
+                      ":", target.Key());
+}
+
+LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
+  LaunchDims d;
+  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.warps)),
+            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
+  d.block = {static_cast<uint32_t>(cfg.warps * 32), 1, 1};
+  return d;
+}
+
+int GemmMTileFor(int64_t m) { return static_cast<int>(std::clamp<int64_t>(m, 1, 8)); }
+
+absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
+  if (absl::Status s = cfg.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm config: ", s.message()));
+  }
+  const int ve = Vec(cfg);
+  const int es = ElemSize(cfg.weight_dtype);
+  const int mt = cfg.m_tile;
+  const int64_t chunk = int64_t{32} * ve;  // K elements per warp-wide load
+  const int64_t full = cfg.k / chunk;
+  const int64_t rem = cfg.k % chunk;  // a multiple of ve
+
+  ptx::KernelBuilder kb(kGemmEntry, cfg.target);
+  kb.SetMaxThreads(cfg.warps * 32);
+  const Reg x = kb.GlobalPtrParam("x");
+  const Reg w = kb.GlobalPtrParam("w");
+  Reg bias;
+  if (cfg.has_bias) {
+    bias = kb.GlobalPtrParam("bias");
+  } else {
+    kb.Param("bias", Type::kU64);
+  }
+  const Reg y = kb.GlobalPtrParam("y");
+  const Reg m_rows = kb.Param("m", Type::kU32);
+
+  // No barriers: a warp past the last column leaves as a whole.
+  const ptx::Label done = kb.NewLabel("done");
+  const Reg tid = kb.Special(SReg::kTidX);
+  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+  const Reg col = kb.Emit(Op::kMadLo, Type::kU32, {kb.Special(SReg::kCtaidX), cfg.warps, warp});
+  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, col, cfg.n), done);
+  const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), mt});
+  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, m0, m_rows), done);
+  const Reg last_row = kb.Emit(Op::kSub, Type::kU32, {m_rows, 1});
+
+  // Lane's first element: w[col][lane * ve], x[row][lane * ve]. Rows past M read the
+  // last row instead (valid memory) and are never stored.
+  const Reg w_lane =
+      gen::AddrAdd(kb, gen::AddrAdd(kb, w, col, int64_t{cfg.k} * es), lane, int64_t{ve} * es);
+  std::vector<Reg> x_lane(mt);
+  for (int m = 0; m < mt; ++m) {
+    const Reg row = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
+    x_lane[m] =
+        gen::AddrAdd(kb, gen::AddrAdd(kb, x, row, int64_t{cfg.k} * 4), lane, int64_t{ve} * 4);
+  }
+  std::vector<Reg> acc(mt);
+  for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
+
+  // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x).
+  auto step = [&](Reg wa, const std::vector<Reg>& xa, int64_t off) {
+    const std::vector<Reg> wv =
+        gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es, ptx::CacheOp::kNonCoherent);
+    for (int m = 0; m < mt; ++m) {
+      const std::vector<Reg> xv = gen::LoadAsF32(kb, ElemType::kF32, xa[m], off * 4, ve, ve * 4);
+      for (int e = 0; e < ve; ++e) kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
+    }
+  };
+
+  const int64_t trips = full / kUnroll;
+  if (trips > 0) {
+    const Reg t = kb.Mov(Type::kU32, 0);
+    const ptx::Label loop = kb.NewLabel("k_loop");
+    kb.Bind(loop);
+    for (int u = 0; u < kUnroll; ++u) step(w_lane, x_lane, u * chunk);
+    kb.EmitTo(w_lane, Op::kAdd, Type::kU64, {w_lane, kUnroll * chunk * es});
+    for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * 4});
+    kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, trips), loop);
+  }
+  for (int64_t c = 0; c < full % kUnroll; ++c) step(w_lane, x_lane, c * chunk);
+  if (rem > 0) {
+    // Partial chunk: lanes past the end of K skip the loads (their sums stay as is).
+    const int64_t off = (full % kUnroll) * chunk;
+    const Reg active = kb.Setp(Cmp::kLt, Type::kU32, lane, rem / ve);
+    auto g = kb.If(active);
+    step(w_lane, x_lane, off);
+  }
+
+  for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+  Reg b;
+  if (cfg.has_bias) {
+    b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));
+  }
+  const Reg lane0 = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
+  for (int m = 0; m < mt; ++m) {
+    const Reg row = gen::UAdd(kb, m0, m);
+    const Reg store =
+        kb.Emit(Op::kAnd, Type::kPred, {lane0, kb.Setp(Cmp::kLt, Type::kU32, row, m_rows)});
+    auto g = kb.If(store);
+    const Reg ya = gen::AddrAdd(kb, y, kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.n, col}), 4);
+    Reg v = acc[m];
+    if (cfg.has_bias) v = gen::FAdd(kb, v, b);
+    if (cfg.accumulate) v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
+    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
+  }
+  kb.Bind(done);
+  kb.Ret();
+  return kb.Finish({absl::StrCat("kernel ", kGemmEntry, ", config ", cfg.Key())});
+}
+
+}  // namespace ptxserve::kernels

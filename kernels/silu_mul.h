@@ -1,0 +1,36 @@
+// SwiGLU activation: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).
+//
+// Contract (device pointers, row-major); parameters in this order:
+//   gate   f32 [n]                   (fused_inter = 0)
+//          f32 [n / I][2][I]         (fused_inter = I > 0: a fused gate/up GEMM output,
+//                                     row r's gate then up halves)
+//   up     f32 [n] (fused_inter = 0; unused otherwise, may be 0)
+//   out    f32 [n] (row-major [n / I][I] when fused); may alias gate when not fused
+//   n      u32 number of outputs
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common.h"
+#include "kernels/ptx/types.h"
+
+namespace ptxserve::kernels {
+
+inline constexpr char kSiluMulEntry[] = "silu_mul";
+
+struct SiluMulConfig {
+  int fused_inter = 0;  // 0: separate gate/up arrays; I > 0: gate_up rows of 2*I
+  ptx::Target target;
+
+  absl::Status Validate() const;
+  std::string Key() const;
+};
+
+absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg);
+// 256 threads per CTA, 4 outputs per thread.
+LaunchDims SiluMulLaunch(const SiluMulConfig& cfg, int64_t n);
+
+}  // namespace ptxserve::kernels

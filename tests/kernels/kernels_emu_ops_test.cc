@@ -1,0 +1,275 @@
+// The non-attention decode-step kernels on the PTX emulator against engine/cpu/ops.h
+// (and the CPU sampler's greedy rules for argmax). Sizes are chosen off the tile
+// grid: 17, 31, 33, 100 rows/elements, K not a multiple of the warp-wide chunk.
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/ops.h"
+#include "engine/model/config.h"
+#include "engine/model/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/argmax.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/residual_add.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+#include "tests/kernels/emu_harness.h"
+
+namespace ptxserve::kernels::testing {
+namespace {
+
+DType ToDType(ElemType t) {
+  return t == ElemType::kF32 ? DType::kF32 : (t == ElemType::kF16 ? DType::kF16 : DType::kBF16);
+}
+
+// Values representable in `t`, returned as f32, with the device copy in `t`.
+std::vector<float> Quantised(ElemType t, std::vector<float> v, std::vector<uint8_t>* bytes) {
+  bytes->resize(v.size() * ElemSize(t));
+  ConvertFromFloat(ToDType(t), v.data(), v.size(), bytes->data());
+  ConvertToFloat(ToDType(t), bytes->data(), v.size(), v.data());
+  return v;
+}
+
+const ElemType kAllTypes[] = {ElemType::kF32, ElemType::kF16, ElemType::kBF16};
+
+TEST(KernelsEmuOps, EmbeddingMatchesCpu) {
+  std::mt19937 rng(3);
+  for (ElemType dt : kAllTypes) {
+    for (int dim : {4, 31, 100, 128, 1000}) {
+      SCOPED_TRACE(absl::StrCat(ElemTypeName(dt), " dim ", dim));
+      const int vocab = 37;
+      std::vector<uint8_t> table_bytes;
+      const std::vector<float> table = Quantised(dt, RandomFloats(rng, vocab * dim), &table_bytes);
+      const std::vector<int32_t> ids = {0, 36, 5, 5, 17, -1, 37, 1000, 2};
+      const int n = static_cast<int>(ids.size());
+      std::vector<float> want(n * dim, 0.0f);
+      for (int t = 0; t < n; ++t) {
+        if (ids[t] >= 0 && ids[t] < vocab)
+          cpu::Embed(table.data(), &ids[t], 1, dim, &want[t * dim]);
+      }
+      EmbeddingConfig cfg;
+      cfg.dim = dim;
+      cfg.table_dtype = dt;
+      absl::StatusOr<std::string> ptx = GenerateEmbedding(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      EmuHarness h;
+      const uint64_t dt_ = h.Upload(table_bytes), di = h.Upload(ids), dout = h.Alloc(n * dim * 4);
+      const absl::Status st = h.Run(*ptx, kEmbeddingEntry, EmbeddingLaunch(cfg, n),
+                                    {Ptr(dt_), Ptr(di), Ptr(dout), U32(n), U32(vocab)});
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(Near(h.Download<float>(dout, n * dim), want, 0, 0));
+    }
+  }
+}
+
+// Trap: a one-warp row reduces with shfl.down and must broadcast lane 0's sum (dims
+// up to 128); wider rows go through per-warp slots and a separate block-result slot.
+TEST(KernelsEmuOps, RmsNormMatchesCpu) {
+  std::mt19937 rng(4);
+  for (ElemType dt : kAllTypes) {
+    for (int dim : {17, 33, 100, 128, 1000, 4096, 5000}) {
+      SCOPED_TRACE(absl::StrCat(ElemTypeName(dt), " dim ", dim));
+      const int rows = 3;
+      const std::vector<float> x = RandomFloats(rng, rows * dim, -3, 3);
+      std::vector<uint8_t> w_bytes;
+      const std::vector<float> w = Quantised(dt, RandomFloats(rng, dim, 0.5f, 1.5f), &w_bytes);
+      const float eps = 1e-5f;
+      std::vector<float> want(x.size());
+      cpu::RmsNorm(x.data(), w.data(), rows, dim, eps, want.data());
+      RmsNormConfig cfg;
+      cfg.dim = dim;
+      cfg.weight_dtype = dt;
+      absl::StatusOr<std::string> ptx = GenerateRmsNorm(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      EmuHarness h;
+      const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes);
+      // In place (out aliases x), as the engine runs it.
+      const absl::Status st = h.Run(*ptx, kRmsNormEntry, RmsNormLaunch(cfg, rows),
+                                    {Ptr(dx), Ptr(dw), Ptr(dx), U32(rows), F32(eps)});
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(Near(h.Download<float>(dx, x.size()), want, 1e-5f, 1e-5f));
+    }
+  }
+}
+
+TEST(KernelsEmuOps, RopeMatchesCpuBothLayouts) {
+  std::mt19937 rng(5);
+  for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
+    for (int hd : {32, 64, 128}) {
+      SCOPED_TRACE(
+          absl::StrCat(layout == RopeLayout::kRotateHalf ? "half" : "interleaved", " hd ", hd));
+      const int tokens = 5, heads = 4, kv_heads = 2;
+      ModelConfig mc;
+      mc.head_dim = hd;
+      mc.rope_theta = 10000.0;
+      std::vector<float> inv_freq(hd / 2);
+      cpu::RopeInvFreq(mc, inv_freq.data());
+      // Long positions too: the angle's range reduction must keep them accurate.
+      const std::vector<int32_t> pos = {0, 1, 17, 4095, 131071};
+      std::vector<float> q = RandomFloats(rng, tokens * heads * hd, -2, 2);
+      std::vector<float> k = RandomFloats(rng, tokens * kv_heads * hd, -2, 2);
+      std::vector<float> wq = q, wk = k;
+      cpu::Rope(
+          wq.data(), wk.data(), pos.data(), tokens, heads, kv_heads, hd, inv_freq.data(),
+          layout == RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf : RopeStyle::kInterleaved);
+      RopeConfig cfg;
+      cfg.num_heads = heads;
+      cfg.num_kv_heads = kv_heads;
+      cfg.head_dim = hd;
+      cfg.layout = layout;
+      absl::StatusOr<std::string> ptx = GenerateRope(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      EmuHarness h;
+      const uint64_t dq = h.Upload(q), dk = h.Upload(k), dp = h.Upload(pos);
+      const uint64_t df = h.Upload(inv_freq);
+      const absl::Status st = h.Run(*ptx, kRopeEntry, RopeLaunch(cfg, tokens),
+                                    {Ptr(dq), Ptr(dk), Ptr(dp), Ptr(df), U32(tokens)});
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_TRUE(Near(h.Download<float>(dq, q.size()), wq, 2e-5f, 1e-5f));
+      EXPECT_TRUE(Near(h.Download<float>(dk, k.size()), wk, 2e-5f, 1e-5f));
+    }
+  }
+}
+
+TEST(KernelsEmuOps, SiluMulAndResidualAddMatchCpu) {
+  std::mt19937 rng(6);
+  for (int n : {1, 3, 4, 17, 100, 1031, 4096}) {
+    SCOPED_TRACE(absl::StrCat("n ", n));
+    const std::vector<float> g = RandomFloats(rng, n, -20, 20), u = RandomFloats(rng, n, -2, 2);
+    std::vector<float> want(n);
+    cpu::SiluMul(g.data(), u.data(), n, want.data());
+    SiluMulConfig sc;
+    absl::StatusOr<std::string> ptx = GenerateSiluMul(sc);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    EmuHarness h;
+    const uint64_t dg = h.Upload(g), du = h.Upload(u), dout = h.Alloc(n * 4);
+    absl::Status st =
+        h.Run(*ptx, kSiluMulEntry, SiluMulLaunch(sc, n), {Ptr(dg), Ptr(du), Ptr(dout), U32(n)});
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(Near(h.Download<float>(dout, n), want, 1e-6f, 2e-6f));
+
+    std::vector<float> x = g;
+    cpu::AddInPlace(x.data(), u.data(), n);
+    ResidualAddConfig rc;
+    ptx = GenerateResidualAdd(rc);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    st = h.Run(*ptx, kResidualAddEntry, ResidualAddLaunch(rc, n), {Ptr(dg), Ptr(du), U32(n)});
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(Near(h.Download<float>(dg, n), x, 0, 0));
+  }
+  // Fused gate_up rows [rows][2][I].
+  const int rows = 3, inter = 36;
+  const std::vector<float> gu = RandomFloats(rng, rows * 2 * inter, -6, 6);
+  std::vector<float> want(rows * inter);
+  for (int r = 0; r < rows; ++r) {
+    cpu::SiluMul(&gu[r * 2 * inter], &gu[r * 2 * inter + inter], inter, &want[r * inter]);
+  }
+  SiluMulConfig fc;
+  fc.fused_inter = inter;
+  absl::StatusOr<std::string> ptx = GenerateSiluMul(fc);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EmuHarness h;
+  const uint64_t dgu = h.Upload(gu), dout = h.Alloc(rows * inter * 4);
+  const absl::Status st = h.Run(*ptx, kSiluMulEntry, SiluMulLaunch(fc, rows * inter),
+                                {Ptr(dgu), Ptr(0), Ptr(dout), U32(rows * inter)});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(Near(h.Download<float>(dout, rows * inter), want, 1e-6f, 2e-6f));
+}
+
+struct GemmCase {
+  int m, n, k;
+  ElemType dt;
+  int m_tile;
+  bool bias, accumulate;
+};
+
+TEST(KernelsEmuOps, GemmMatchesCpu) {
+  const GemmCase cases[] = {
+      {1, 33, 128, ElemType::kF16, 1, false, false},  {3, 17, 100, ElemType::kF32, 4, true, false},
+      {5, 31, 1000, ElemType::kBF16, 4, false, true}, {8, 64, 4096, ElemType::kF16, 8, true, true},
+      {17, 40, 264, ElemType::kF32, 4, false, false}, {2, 100, 36, ElemType::kF16, 2, false, false},
+      {4, 8, 2056, ElemType::kBF16, 8, true, false},
+  };
+  std::mt19937 rng(7);
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(
+        absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", ElemTypeName(c.dt), " mt ", c.m_tile));
+    const std::vector<float> x = RandomFloats(rng, c.m * c.k);
+    std::vector<uint8_t> w_bytes;
+    const std::vector<float> w = Quantised(c.dt, RandomFloats(rng, c.n * c.k), &w_bytes);
+    const std::vector<float> bias = RandomFloats(rng, c.n);
+    const std::vector<float> y0 = RandomFloats(rng, c.m * c.n);
+    std::vector<float> want(c.m * c.n);
+    cpu::Gemm(x.data(), w.data(), c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data());
+    if (c.accumulate) {
+      for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+    }
+    GemmConfig cfg;
+    cfg.n = c.n;
+    cfg.k = c.k;
+    cfg.weight_dtype = c.dt;
+    cfg.has_bias = c.bias;
+    cfg.accumulate = c.accumulate;
+    cfg.m_tile = c.m_tile;
+    absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    EmuHarness h;
+    const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
+    const uint64_t dy = h.Upload(y0);
+    const absl::Status st = h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
+                                  {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(Near(h.Download<float>(dy, want.size()), want, 1e-4f, 1e-4f));
+  }
+}
+
+// The CPU sampler's greedy rule: largest value, lowest id among ties; NaN never wins;
+// no value above -inf -> the first -inf, all NaN -> 0.
+int32_t RefArgmax(const float* l, int n) {
+  int32_t best = -1;
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(l[i])) continue;
+    if (best < 0 || l[i] > l[best]) best = i;
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(KernelsEmuOps, ArgmaxMatchesSamplerRules) {
+  std::mt19937 rng(8);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int threads : {32, 256}) {
+    for (int vocab : {1, 31, 100, 2048, 32003}) {
+      SCOPED_TRACE(absl::StrCat("threads ", threads, " vocab ", vocab));
+      const int rows = 6;
+      std::vector<float> l = RandomFloats(rng, rows * vocab, -5, 5);
+      // Row 1: a tie between two ids far apart; row 2: NaNs and -inf only;
+      // row 3: all NaN; row 4: +inf; row 5: ties at the maximum everywhere.
+      if (vocab > 1) {
+        l[vocab + vocab - 1] = 9.0f;
+        l[vocab + vocab / 3] = 9.0f;
+      }
+      for (int i = 0; i < vocab; ++i) l[2 * vocab + i] = (i % 3 == 0) ? nan : -inf;
+      for (int i = 0; i < vocab; ++i) l[3 * vocab + i] = nan;
+      l[4 * vocab + vocab / 2] = inf;
+      for (int i = 0; i < vocab; ++i) l[5 * vocab + i] = 1.0f;
+      ArgmaxConfig cfg;
+      cfg.threads = threads;
+      absl::StatusOr<std::string> ptx = GenerateArgmax(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      EmuHarness h;
+      const uint64_t dl = h.Upload(l), dout = h.Alloc(rows * 4);
+      const absl::Status st = h.Run(*ptx, kArgmaxEntry, ArgmaxLaunch(cfg, rows),
+                                    {Ptr(dl), Ptr(dout), U32(vocab), U32(rows)});
+      ASSERT_TRUE(st.ok()) << st;
+      const std::vector<int32_t> got = h.Download<int32_t>(dout, rows);
+      for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], RefArgmax(&l[r * vocab], vocab)) << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ptxserve::kernels::testing
