@@ -21,9 +21,7 @@ Ty WideTy(Ty t) {
   }
 }
 // 1 when a membermask operand is an immediate (the same in every lane).
-uint8_t UniformFlag(const RawOperand& o) {
-  return o.kind == RawOperand::kInt ? 1 : 0;
-}
+uint8_t UniformFlag(const RawOperand& o) { return o.kind == RawOperand::kInt ? 1 : 0; }
 bool IsHalfTy(Ty t) {
   return t == Ty::kF16 || t == Ty::kF16x2 || t == Ty::kBF16 || t == Ty::kBF16x2;
 }

@@ -212,9 +212,8 @@ bool CvtHalfToF32(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
 }
 template <bool kBF>
 bool CvtF32ToHalf(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
-  Map1<uint32_t, float>(w, in, m, [](float f) -> uint32_t {
-    return kBF ? F32ToBF16(f) : F32ToHalf(f);
-  });
+  Map1<uint32_t, float>(w, in, m,
+                        [](float f) -> uint32_t { return kBF ? F32ToBF16(f) : F32ToHalf(f); });
   return true;
 }
 

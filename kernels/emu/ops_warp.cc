@@ -27,9 +27,9 @@ bool CheckMembersSlow(ExecCtx& ctx, const uint64_t* mask, uint32_t m, const char
   if (!ok) return false;
   if ((mm & m) != m) {
     const uint32_t l = static_cast<uint32_t>(__builtin_ctz(m & ~mm));
-    return ctx.Fail(static_cast<int>(l),
-                    absl::StrFormat("%s: executing lane %u is not in membermask 0x%08x", what, l,
-                                    mm));
+    return ctx.Fail(
+        static_cast<int>(l),
+        absl::StrFormat("%s: executing lane %u is not in membermask 0x%08x", what, l, mm));
   }
   if ((mm & ~m) != 0) {
     return ctx.Fail(static_cast<int>(first),
