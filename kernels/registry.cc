@@ -19,6 +19,7 @@
 #include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
 namespace ptxserve::kernels {
@@ -202,6 +203,14 @@ const std::vector<Entry>& Entries() {
          c.layout = r.Layout("layout");
          c.target = r.Target();
          return Run(r, c, &GenerateRope);
+       }},
+      {"sampling",
+       {{"threads", "256"}},
+       [](Reader& r) {
+         SamplingConfig c;
+         c.threads = r.Int("threads");
+         c.target = r.Target();
+         return Run(r, c, &GenerateSampling);
        }},
       {"silu_mul",
        {{"fused_inter", "0"}},

@@ -73,6 +73,7 @@ const std::vector<Golden>& Goldens() {
       {"silu_mul", "silu_mul", {}},
       {"residual_add", "residual_add", {}},
       {"argmax_t256", "argmax", {}},
+      {"sampling_t256", "sampling", {}},
   };
   return g;
 }

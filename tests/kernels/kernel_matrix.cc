@@ -11,6 +11,7 @@
 #include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
 namespace ptxserve::kernels::testing {
@@ -127,7 +128,12 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   ArgmaxConfig am;
   am.target = target;
   Add(&out, am, GenerateArgmax);
+  SamplingConfig sc;
+  sc.target = target;
+  Add(&out, sc, GenerateSampling);
   if (!full) return out;
+  sc.threads = 1024;
+  Add(&out, sc, GenerateSampling);
   GemmConfig odd_gemm;  // K off the 128-bit grid, N not a multiple of the warps
   odd_gemm.n = 33;
   odd_gemm.k = 1001;
