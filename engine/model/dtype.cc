@@ -77,6 +77,7 @@ uint16_t FloatToHalf(float f) {
 }
 
 void ConvertToFloat(DType t, const void* src, size_t n, float* dst) {
+  if (n == 0) return;  // empty tensors may come with null pointers; memcpy(null, null, 0) is UB
   switch (t) {
     case DType::kF32:
       std::memcpy(dst, src, n * 4);
@@ -95,6 +96,7 @@ void ConvertToFloat(DType t, const void* src, size_t n, float* dst) {
 }
 
 void ConvertFromFloat(DType t, const float* src, size_t n, void* dst) {
+  if (n == 0) return;
   switch (t) {
     case DType::kF32:
       std::memcpy(dst, src, n * 4);

@@ -1,0 +1,204 @@
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/status_macros.h"
+#include "engine/model/weight_files.h"
+#include "engine/util/log.h"
+
+namespace ptxserve {
+namespace {
+
+// What Model::storage owns: the mappings, plus aligned copies of any tensor whose
+// offset in its file is not a multiple of its element size.
+struct ModelStorage {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::unique_ptr<uint8_t[]>> copies;
+};
+
+// One expected dimension: its size and the config.json field(s) it comes from.
+struct Dim {
+  int64_t size;
+  const char* field;
+};
+
+class TensorMapper {
+ public:
+  TensorMapper(const std::string& config_path, const WeightFiles& files, ModelStorage* storage)
+      : config_path_(config_path), files_(files), storage_(storage) {}
+
+  // Tensor `name`, checked against `dims`. Errors name the file, the tensor and both shapes.
+  absl::Status Get(const std::string& name, const std::vector<Dim>& dims, Tensor* out) {
+    PTX_MODEL_ASSIGN_OR_RETURN(Tensor t, files_.Get(name));
+    std::vector<int64_t> want;
+    std::vector<std::string> fields;
+    for (const Dim& d : dims) {
+      want.push_back(d.size);
+      fields.push_back(d.field);
+    }
+    if (t.shape != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(files_.PathOf(name), ": tensor '", name, "' has shape [",
+                       absl::StrJoin(t.shape, ", "), "], expected [", absl::StrJoin(want, ", "),
+                       "] ([", absl::StrJoin(fields, ", "), "] from ", config_path_, ")"));
+    }
+    t.data = Aligned(t);
+    t.name = name;
+    *out = std::move(t);
+    return absl::OkStatus();
+  }
+
+  // Says once how much was copied, so an unusual file layout is visible in the log.
+  void LogCopies(const std::string& dir) const {
+    if (copied_.empty()) return;
+    PTX_LOG(WARNING) << dir << ": " << copied_.size()
+                     << " tensors are not aligned to their element size in the file; copied "
+                     << copied_bytes_ << " bytes into aligned memory";
+  }
+
+ private:
+  // Backends read tensors as typed arrays; an offset that is not a multiple of the
+  // element size (legal in the format, rare in practice) would make that UB, so such
+  // tensors are copied once. Aliased names share the copy.
+  const void* Aligned(const Tensor& t) {
+    if (reinterpret_cast<uintptr_t>(t.data) % DTypeSize(t.dtype) == 0) return t.data;
+    auto it = copied_.find(t.data);
+    if (it != copied_.end()) return it->second;
+    auto buf = std::make_unique<uint8_t[]>(t.nbytes == 0 ? 1 : t.nbytes);
+    if (t.nbytes != 0) std::memcpy(buf.get(), t.data, t.nbytes);
+    const void* p = buf.get();
+    storage_->copies.push_back(std::move(buf));
+    copied_.emplace(t.data, p);
+    copied_bytes_ += t.nbytes;
+    return p;
+  }
+
+  const std::string& config_path_;
+  const WeightFiles& files_;
+  ModelStorage* storage_;
+  std::map<const void*, const void*> copied_;
+  size_t copied_bytes_ = 0;
+};
+
+absl::Status MapLayer(const ModelConfig& c, const WeightFiles& files, int64_t i, TensorMapper& m,
+                      LayerTensors* l) {
+  const std::string p = absl::StrCat("model.layers.", i, ".");
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim q{c.q_dim(), "num_attention_heads*head_dim"};
+  const Dim kv{c.kv_dim(), "num_key_value_heads*head_dim"};
+  const Dim inter{c.intermediate_size, "intermediate_size"};
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "input_layernorm.weight", {hidden}, &l->attn_norm));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.weight", {q, hidden}, &l->wq));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.weight", {kv, hidden}, &l->wk));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.weight", {kv, hidden}, &l->wv));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.o_proj.weight", {hidden, q}, &l->wo));
+  if (c.attention_bias) {
+    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.bias", {q}, &l->bq));
+    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.bias", {kv}, &l->bk));
+    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.bias", {kv}, &l->bv));
+  } else if (i == 0 && files.Contains(p + "self_attn.q_proj.bias")) {
+    PTX_LOG(WARNING) << files.source() << " holds q/k/v biases but config.json does not set "
+                     << "attention_bias; they are ignored";
+  }
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "post_attention_layernorm.weight", {hidden}, &l->mlp_norm));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.gate_proj.weight", {inter, hidden}, &l->w_gate));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.up_proj.weight", {inter, hidden}, &l->w_up));
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.down_proj.weight", {hidden, inter}, &l->w_down));
+  return absl::OkStatus();
+}
+
+// Tied models are saved with one of the two matrices (safetensors keeps one copy of a
+// shared tensor), so either name may be the stored one; the other becomes a view of it.
+absl::Status MapEmbeddings(const ModelConfig& c, const WeightFiles& files, TensorMapper& m,
+                           ModelTensors* t) {
+  const std::string kEmbed = "model.embed_tokens.weight";
+  const std::string kHead = "lm_head.weight";
+  const std::vector<Dim> dims = {{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"}};
+  const bool has_embed = files.Contains(kEmbed);
+  if (!c.tie_word_embeddings) {
+    PTX_MODEL_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
+    if (!files.Contains(kHead)) {
+      return absl::NotFoundError(absl::StrCat("tensor '", kHead, "' not found in ", files.source(),
+                                              " (config.json sets tie_word_embeddings false)"));
+    }
+    return m.Get(kHead, dims, &t->lm_head);
+  }
+  if (!has_embed && !files.Contains(kHead)) {
+    return absl::NotFoundError(absl::StrCat("tensor '", kEmbed, "' not found in ", files.source(),
+                                            " (nor '", kHead, "', which tied embeddings may use)"));
+  }
+  if (has_embed) {
+    PTX_MODEL_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
+    t->lm_head = t->embed;  // tied: lm_head.weight in the file (if any) is ignored, as in HF
+    t->lm_head.name = kHead;
+    return absl::OkStatus();
+  }
+  PTX_MODEL_RETURN_IF_ERROR(m.Get(kHead, dims, &t->lm_head));
+  t->embed = t->lm_head;
+  t->embed.name = kEmbed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t Model::WeightBytes() const {
+  std::set<const void*> seen;
+  size_t total = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.present() && seen.insert(t.data).second) total += t.nbytes;
+  };
+  add(tensors.embed);
+  add(tensors.final_norm);
+  add(tensors.lm_head);
+  for (const LayerTensors& l : tensors.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
+                            &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+      add(*t);
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<Model> LoadModel(const std::string& dir) {
+  Model model;
+  model.dir = dir;
+  const std::string config_path = absl::StrCat(dir, "/config.json");
+  PTX_MODEL_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
+  PTX_MODEL_ASSIGN_OR_RETURN(model.config, ParseModelConfig(text, config_path));
+  const ModelConfig& c = model.config;
+  PTX_MODEL_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
+
+  auto storage = std::make_shared<ModelStorage>();
+  TensorMapper mapper(config_path, files, storage.get());
+  ModelTensors& t = model.tensors;
+  PTX_MODEL_RETURN_IF_ERROR(MapEmbeddings(c, files, mapper, &t));
+  PTX_MODEL_RETURN_IF_ERROR(
+      mapper.Get("model.norm.weight", {{c.hidden_size, "hidden_size"}}, &t.final_norm));
+  // Grown layer by layer: a corrupt num_hidden_layers fails on a missing tensor, not
+  // on an allocation.
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    PTX_MODEL_RETURN_IF_ERROR(MapLayer(c, files, i, mapper, &t.layers.emplace_back()));
+    if ((i + 1) % 16 == 0 && i + 1 < c.num_layers) {
+      PTX_LOG(INFO) << "checked layers " << i + 1 << "/" << c.num_layers;
+    }
+  }
+  mapper.LogCopies(dir);
+  storage->files = files.TakeFiles();
+  model.storage = std::move(storage);
+  PTX_LOG(INFO) << "loaded " << c.architecture << " from " << dir << ": " << c.num_layers
+                << " layers, hidden " << c.hidden_size << ", " << c.num_heads << " heads / "
+                << c.num_kv_heads << " kv heads, vocab " << c.vocab_size << ", "
+                << (model.WeightBytes() >> 20) << " MiB of weights";
+  return model;
+}
+
+}  // namespace ptxserve

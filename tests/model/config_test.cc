@@ -1,0 +1,278 @@
+#include "engine/model/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "tests/model/test_files.h"
+
+namespace ptxserve {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kFile[] = "/models/x/config.json";
+
+json BaseConfig() { return test_files::TinyModel::Make().config; }
+
+absl::StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(), kFile); }
+
+TEST(ModelConfigTest, ParsesTheTinyLlamaConfig) {
+  auto c = Parse(BaseConfig());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c->model_type, "llama");
+  EXPECT_EQ(c->vocab_size, 16);
+  EXPECT_EQ(c->hidden_size, 8);
+  EXPECT_EQ(c->intermediate_size, 12);
+  EXPECT_EQ(c->num_layers, 2);
+  EXPECT_EQ(c->num_heads, 2);
+  EXPECT_EQ(c->num_kv_heads, 1);
+  EXPECT_EQ(c->head_dim, 4);
+  EXPECT_EQ(c->q_dim(), 8);
+  EXPECT_EQ(c->kv_dim(), 4);
+  EXPECT_EQ(c->gqa_group(), 2);
+  EXPECT_EQ(c->max_position_embeddings, 64);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_EQ(c->eos_token_id, 2);
+  EXPECT_EQ(c->torch_dtype, DType::kF32);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
+}
+
+TEST(ModelConfigTest, DefaultsAndVariants) {
+  json j = BaseConfig();
+  j.erase("num_key_value_heads");
+  j.erase("rope_theta");
+  j.erase("max_position_embeddings");
+  j["eos_token_id"] = {7, 2};
+  j["bos_token_id"] = nullptr;
+  j["torch_dtype"] = "bfloat16";
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 2);  // defaults to the query heads
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_EQ(c->max_position_embeddings, 2048);
+  EXPECT_EQ(c->eos_token_id, 7);  // a list: the first
+  EXPECT_EQ(c->bos_token_id, -1);
+  EXPECT_EQ(c->torch_dtype, DType::kBF16);
+
+  j = BaseConfig();
+  j["head_dim"] = 16;  // explicit head_dim need not be hidden / heads
+  j["attention_bias"] = true;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->q_dim(), 32);
+  EXPECT_TRUE(c->attention_bias);
+
+  j = BaseConfig();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->attention_bias);  // Qwen2 always has q/k/v biases
+
+  j = BaseConfig();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["model_type"] = "mistral";
+  j["attention_bias"] = true;  // not a Mistral field: ignored
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "MistralForCausalLM");
+  EXPECT_FALSE(c->attention_bias);
+
+  j = BaseConfig();
+  j.erase("architectures");  // model_type decides
+  j["model_type"] = "qwen2";
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen2ForCausalLM");
+}
+
+TEST(ModelConfigTest, RopeScaling) {
+  json j = BaseConfig();
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  j["rope_theta"] = 500000.0;
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2}};  // older key, integer factor
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 2.0);
+
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+
+  j.erase("rope_scaling");  // transformers 5 layout
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 1e6}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+}
+
+// One rejected config: an edit of the tiny config and what the error must name.
+struct BadConfig {
+  const char* name;
+  std::function<void(json&)> edit;
+  std::string field;    // quoted in the message as 'field'
+  std::string problem;  // a substring of the message
+};
+
+std::vector<BadConfig> BadConfigs() {
+  return {
+      {"unsupported_architecture", [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; },
+       "architectures", "unsupported architecture 'GPT2LMHeadModel'"},
+      {"architectures_not_list", [](json& j) { j["architectures"] = "LlamaForCausalLM"; },
+       "architectures", "expected a list"},
+      {"no_architecture_unknown_type",
+       [](json& j) {
+         j.erase("architectures");
+         j["model_type"] = "gpt2";
+       },
+       "architectures", "model_type 'gpt2'"},
+      {"missing_hidden_size", [](json& j) { j.erase("hidden_size"); }, "hidden_size", "missing"},
+      {"null_vocab_size", [](json& j) { j["vocab_size"] = nullptr; }, "vocab_size", "missing"},
+      {"zero_intermediate", [](json& j) { j["intermediate_size"] = 0; }, "intermediate_size",
+       "must be positive, got 0"},
+      {"negative_layers", [](json& j) { j["num_hidden_layers"] = -2; }, "num_hidden_layers",
+       "must be positive, got -2"},
+      {"float_heads", [](json& j) { j["num_attention_heads"] = 2.0; }, "num_attention_heads",
+       "expected an integer"},
+      {"string_vocab", [](json& j) { j["vocab_size"] = "16"; }, "vocab_size",
+       "expected an integer, got \"16\""},
+      {"huge_vocab", [](json& j) { j["vocab_size"] = 18446744073709551615ull; }, "vocab_size",
+       "out of range"},
+      {"absurd_head_dim", [](json& j) { j["head_dim"] = int64_t{1} << 40; }, "head_dim",
+       "must be at most 1073741824"},
+      {"zero_kv_heads", [](json& j) { j["num_key_value_heads"] = 0; }, "num_key_value_heads",
+       "must be positive"},
+      {"heads_not_divisible_by_kv",
+       [](json& j) {
+         j["num_attention_heads"] = 4;
+         j["num_key_value_heads"] = 3;
+       },
+       "num_key_value_heads", "num_attention_heads 4 is not divisible by num_key_value_heads 3"},
+      {"hidden_not_divisible_by_heads", [](json& j) { j["num_attention_heads"] = 3; },
+       "num_attention_heads", "hidden_size 8 is not divisible"},
+      {"odd_head_dim", [](json& j) { j["head_dim"] = 5; }, "head_dim", "must be even"},
+      {"negative_eps", [](json& j) { j["rms_norm_eps"] = -1e-5; }, "rms_norm_eps",
+       "must be a positive number"},
+      {"string_theta", [](json& j) { j["rope_theta"] = "1e4"; }, "rope_theta", "expected a number"},
+      {"tie_not_bool", [](json& j) { j["tie_word_embeddings"] = 1; }, "tie_word_embeddings",
+       "expected a boolean"},
+      {"negative_eos", [](json& j) { j["eos_token_id"] = -3; }, "eos_token_id", "out of range"},
+      {"eos_list_of_strings", [](json& j) { j["eos_token_id"] = {"</s>"}; }, "eos_token_id",
+       "expected a token id"},
+      {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act", "unsupported activation"},
+      {"mlp_bias", [](json& j) { j["mlp_bias"] = true; }, "mlp_bias", "not supported"},
+      {"rope_yarn",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       },
+       "rope_scaling.rope_type", "unsupported rope scaling type 'yarn'"},
+      {"rope_dynamic_old_key",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};
+       },
+       "rope_scaling.type", "'dynamic'"},
+      {"rope_scaling_not_object", [](json& j) { j["rope_scaling"] = 2; }, "rope_scaling",
+       "expected an object"},
+      {"rope_linear_without_factor",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "linear"}};
+       },
+       "rope_scaling.factor", "missing"},
+      {"rope_llama3_zero_factor",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 0}};
+       },
+       "rope_scaling.factor", "must be a positive number"},
+      {"rope_llama3_low_above_high",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"low_freq_factor", 4.0},
+                              {"high_freq_factor", 1.0}};
+       },
+       "rope_scaling.high_freq_factor", "greater than low_freq_factor"},
+      {"rope_parameters_bad_type",
+       [](json& j) {
+         j["rope_parameters"] = {{"rope_type", "longrope"}};
+       },
+       "rope_parameters.rope_type", "'longrope'"},
+  };
+}
+
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, IsRejectedNamingFileAndField) {
+  json j = BaseConfig();
+  GetParam().edit(j);
+  auto c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(kFile));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("'" + GetParam().field + "'"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(GetParam().problem));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadConfigTest, ::testing::ValuesIn(BadConfigs()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ModelConfigTest, BadJsonNamesTheByteOffset) {
+  auto c = ParseModelConfig("{\n  \"hidden_size\": 8,\n  oops\n}", kFile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(kFile));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("invalid JSON at byte 25"));
+
+  c = ParseModelConfig("[1, 2]", kFile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("expected a JSON object"));
+
+  c = ParseModelConfig("", kFile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("invalid JSON"));
+}
+
+TEST(ModelConfigTest, DeeplyNestedValueDoesNotBlowTheStack) {
+  // A field holding 100k nested lists must produce an error, not a recursive dump.
+  json j = BaseConfig();
+  j["hidden_size"] = "HERE";
+  std::string text = j.dump();
+  const std::string nested = std::string(100000, '[') + std::string(100000, ']');
+  text.replace(text.find("\"HERE\""), 6, nested);
+  auto c = ParseModelConfig(text, kFile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("'hidden_size': expected an integer, got array"));
+}
+
+}  // namespace
+}  // namespace ptxserve
