@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
                                                             const KvCacheConfig& kv);
 
   // Validates `batch` (InvalidArgument naming the field) and runs it; see Backend.
+  // One caller at a time (the engine thread); the ops parallelise internally.
   absl::Status Step(const StepBatch& batch, std::vector<float>* logits) override;
   const ModelConfig& config() const override { return config_; }
   const KvCacheConfig& kv_config() const override { return kv_; }

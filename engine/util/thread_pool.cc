@@ -17,6 +17,10 @@ constexpr auto kSpinTime = std::chrono::microseconds(50);
 // waiting on workers that are busy with the outer loop.
 thread_local bool tls_in_pool = false;
 
+constexpr uint64_t Gen(uint64_t job) { return job >> 32; }
+constexpr int Chunks(uint64_t job) { return static_cast<int>((job >> 16) & 0xffff); }
+constexpr int Next(uint64_t job) { return static_cast<int>(job & 0xffff); }
+
 // Spins until pred() holds or kSpinTime passes; true when pred() held.
 template <typename Pred>
 bool SpinUntil(Pred pred) {
@@ -34,49 +38,58 @@ bool default_created = false;
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::clamp(num_threads, 1, 0xffff)) {
   workers_.reserve(num_threads_ - 1);
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    generation_.fetch_add(1);
+    job_.store((Gen(job_.load()) + 1) << 32);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunk(int index) {
-  if (index >= chunks_) return;
-  const int64_t begin = n_ * index / chunks_;
-  const int64_t end = n_ * (index + 1) / chunks_;
-  tls_in_pool = true;
-  (*fn_)(begin, end);
-  tls_in_pool = false;
-}
-
-void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+void ThreadPool::RunChunks(uint64_t gen) {
+  uint64_t job = job_.load(std::memory_order_acquire);
   for (;;) {
-    // The two-flag handshake (sleepers_ here, generation_ in ParallelFor, both
-    // seq_cst) guarantees that either the caller sees this worker asleep and
-    // notifies, or this worker sees the new generation before it waits.
-    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
-      sleepers_.fetch_add(1);
-      std::unique_lock<std::mutex> lk(mu_);
-      work_cv_.wait(lk, [&] { return generation_.load() != seen; });
-      sleepers_.fetch_sub(1);
-    }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
-    RunChunk(index);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    if (Gen(job) != gen || Next(job) >= Chunks(job)) return;
+    // A successful claim proves the job is still `gen` and unfinished, so fn_ and n_
+    // are that job's (the caller cannot move on until this chunk is done).
+    if (!job_.compare_exchange_weak(job, job + 1, std::memory_order_acq_rel)) continue;
+    const int chunks = Chunks(job);
+    const int index = Next(job);
+    const int64_t begin = n_ * index / chunks;
+    const int64_t end = n_ * (index + 1) / chunks;
+    tls_in_pool = true;
+    (*fn_)(begin, end);
+    tls_in_pool = false;
+    if (done_.fetch_add(1) + 1 == chunks && caller_sleeping_.load()) {
       { std::lock_guard<std::mutex> lk(mu_); }
       done_cv_.notify_one();
     }
+    job = job_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  uint64_t seen = 0;
+  for (;;) {
+    // The two-flag handshake (sleepers_ here, job_ in ParallelFor, both seq_cst)
+    // guarantees that either the caller sees this worker asleep and notifies, or
+    // this worker sees the new job before it waits.
+    if (!SpinUntil([&] { return Gen(job_.load(std::memory_order_acquire)) != seen; })) {
+      sleepers_.fetch_add(1);
+      std::unique_lock<std::mutex> lk(mu_);
+      work_cv_.wait(lk, [&] { return Gen(job_.load()) != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    if (stop_.load()) return;
+    seen = Gen(job_.load(std::memory_order_acquire));
+    RunChunks(seen);
   }
 }
 
@@ -87,20 +100,21 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  const int chunks = static_cast<int>(std::min<int64_t>(n, num_threads_));
   fn_ = &fn;
   n_ = n;
-  chunks_ = static_cast<int>(std::min<int64_t>(n, num_threads_));
-  pending_.store(num_threads_ - 1);
-  generation_.fetch_add(1);  // publishes the job to spinning workers
+  done_.store(0);
+  const uint64_t gen = Gen(job_.load()) + 1;
+  job_.store(gen << 32 | static_cast<uint64_t>(chunks) << 16);  // publishes fn_, n_
   if (sleepers_.load() > 0) {
     { std::lock_guard<std::mutex> lk(mu_); }
     work_cv_.notify_all();
   }
-  RunChunk(0);
-  if (!SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  RunChunks(gen);
+  if (!SpinUntil([&] { return done_.load(std::memory_order_acquire) == chunks; })) {
     caller_sleeping_.store(true);
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [&] { return pending_.load() == 0; });
+    done_cv_.wait(lk, [&] { return done_.load() == chunks; });
     caller_sleeping_.store(false);
   }
   fn_ = nullptr;

@@ -1,6 +1,6 @@
 // A small persistent thread pool for data-parallel loops (the CPU backend runs
 // several ParallelFor calls per layer per step, so dispatch must be cheap: workers
-// spin briefly on a generation counter before sleeping on a condition variable).
+// spin briefly on the job word before sleeping on a condition variable).
 #pragma once
 
 #include <atomic>
@@ -23,9 +23,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Splits [0, n) into min(n, num_threads) contiguous chunks of near-equal size and
-  // runs fn(begin, end) once per chunk, the caller taking the first; returns when all
-  // chunks are done. Calls from inside fn (nested) and concurrent calls from other
-  // threads are safe: nested ones run inline, concurrent ones take turns.
+  // runs fn(begin, end) once per chunk; returns when all chunks are done. Chunks are
+  // claimed by whichever participant is free, the caller included, so a descheduled
+  // worker delays nothing. Nested calls (from inside fn) run inline; concurrent calls
+  // from other threads take turns.
   void ParallelFor(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
   int num_threads() const { return num_threads_; }
@@ -38,19 +39,21 @@ class ThreadPool {
   static bool SetDefaultThreadCount(int num_threads);
 
  private:
-  void WorkerLoop(int index);
-  void RunChunk(int index);
+  void WorkerLoop();
+  // Claims and runs chunks of job `gen` until none is left.
+  void RunChunks(uint64_t gen);
 
   const int num_threads_;
   std::vector<std::thread> workers_;
 
-  // The current job; written by the caller before generation_ is bumped.
+  // The current job; written by the caller before `job_` announces it.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  int chunks_ = 0;
 
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};   // workers that have not finished the current job
+  // generation << 32 | chunks << 16 | next unclaimed chunk: one word, so a claim
+  // (compare-and-swap) can only succeed for the job the claimer saw.
+  std::atomic<uint64_t> job_{0};
+  std::atomic<int> done_{0};      // chunks of the current job finished
   std::atomic<int> sleepers_{0};  // workers blocked (or about to block) on work_cv_
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
