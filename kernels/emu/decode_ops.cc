@@ -589,6 +589,13 @@ absl::Status Decoder::Misc() {
     case Op::kNanosleep:
       in_.fn = SelectNop();
       return absl::OkStatus();
+    case Op::kGriddepcontrol:
+      // Launches run one after another, so dependent-launch control has nothing to do.
+      if (r_.mods.size() != 1 || (r_.mods[0] != "launch_dependents" && r_.mods[0] != "wait")) {
+        return Err("expected griddepcontrol.launch_dependents or griddepcontrol.wait");
+      }
+      in_.fn = SelectNop();
+      return absl::OkStatus();
     case Op::kBra: {
       if (auto s = ParseMods(kMUni); !s.ok()) return s;
       if (auto s = NeedOps(1); !s.ok()) return s;

@@ -478,6 +478,7 @@ absl::Status Decoder::Run() {
     case Op::kPrefetch:
     case Op::kPrefetchu:
     case Op::kNanosleep:
+    case Op::kGriddepcontrol:
       return Misc();
     case Op::kTestp:
       return Err("testp is not supported");

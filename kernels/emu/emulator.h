@@ -72,7 +72,7 @@ struct EmulatorStats {
 struct EmulatorOptions {
   int num_threads = 2;  // host threads running blocks of one launch
   // A launch fails after this many warp-instructions on one host thread (runaway loops).
-  uint64_t max_warp_instructions = 4'000'000'000ull;
+  uint64_t max_warp_instructions = 1'000'000'000ull;
   bool poison_allocations = true;  // fill new allocations with 0xff (device memory is
                                    // uninitialised; NaN/-1 makes stray reads visible)
   bool poison_shared = true;       // likewise for each block's shared memory

@@ -77,7 +77,9 @@ class BlockRunner {
                            uint32_t missing) const {
     return Error(w, std::countr_zero(missing), in.line,
                  absl::StrFormat("'%s' reads register %s, which this thread never wrote "
-                                 "(uninitialised in lanes 0x%08x of warp %u)",
+                                 "(or which got an undefined value from a shfl.sync of a "
+                                 "non-participating lane); uninitialised in lanes 0x%08x of "
+                                 "warp %u",
                                  OpName(static_cast<Op>(in.op)), name, missing, w.index));
   }
 

@@ -53,18 +53,43 @@ inline uint64_t LaneAddr(const Instr& in, const uint64_t* base, uint32_t l) {
   return a + static_cast<uint64_t>(in.imm);
 }
 
-// Host pointer for an access of `n` bytes aligned to `align` in space SP, or nullptr after
-// recording the fault.
-template <Space SP>
-uint8_t* Resolve(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, const Allocation*& cache,
-                 uint32_t lane, const char* what) {
-  if (align > 1 && addr % align != 0) {
-    ctx.FailAddr(static_cast<int>(lane), addr,
-                 absl::StrFormat("misaligned %s: %u-byte access at address 0x%x is not %u-byte "
-                                 "aligned",
-                                 what, n, addr, align));
-    return nullptr;
+// Fault recorders, out of line so the access fast path stays small.
+[[gnu::noinline]] uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align,
+                                          uint32_t lane, const char* what) {
+  ctx.FailAddr(static_cast<int>(lane), addr,
+               absl::StrFormat("misaligned %s: %u-byte access at address 0x%x is not %u-byte "
+                               "aligned",
+                               what, n, addr, align));
+  return nullptr;
+}
+[[gnu::noinline]] uint8_t* FailSpace(ExecCtx& ctx, Space sp, uint64_t addr, uint32_t n,
+                                     uint32_t lane, const char* what) {
+  std::string msg;
+  if (sp == Space::kGlobal) {
+    msg = absl::StrFormat("out-of-bounds global %s of %u bytes at address 0x%x: %s", what, n, addr,
+                          DescribeGlobal(ctx, addr, n));
+  } else if (sp == Space::kShared) {
+    msg = absl::StrFormat(
+        "out-of-bounds shared %s of %u bytes at shared address 0x%x (block has "
+        "%u bytes of shared memory)",
+        what, n, addr, ctx.shared_size);
+  } else {
+    msg = absl::StrFormat(
+        "out-of-bounds param %s of %u bytes at offset %u (%u bytes of "
+        "parameters)",
+        what, n, addr, ctx.param_size);
   }
+  ctx.FailAddr(static_cast<int>(lane), addr, std::move(msg));
+  return nullptr;
+}
+
+// Host pointer for an access of `n` bytes aligned to `align` (a power of two) in space SP,
+// or nullptr after recording the fault.
+template <Space SP>
+[[gnu::always_inline]] inline uint8_t* Resolve(ExecCtx& ctx, uint64_t addr, uint32_t n,
+                                               uint32_t align, const Allocation*& cache,
+                                               uint32_t lane, const char* what) {
+  if ((addr & (align - 1)) != 0) return FailMisaligned(ctx, addr, n, align, lane, what);
   if constexpr (SP == Space::kGeneric) {
     if (addr >= kSharedWindow && addr - kSharedWindow < kSharedWindowSize) {
       return Resolve<Space::kShared>(ctx, addr - kSharedWindow, n, 1, cache, lane, what);
@@ -72,29 +97,16 @@ uint8_t* Resolve(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, const 
     return Resolve<Space::kGlobal>(ctx, addr, n, 1, cache, lane, what);
   } else if constexpr (SP == Space::kGlobal) {
     uint8_t* p = ctx.Global(addr, n, cache);
-    if (p == nullptr) {
-      ctx.FailAddr(static_cast<int>(lane), addr,
-                   absl::StrFormat("out-of-bounds global %s of %u bytes at address 0x%x: %s", what,
-                                   n, addr, DescribeGlobal(ctx, addr, n)));
-    }
-    return p;
+    return p != nullptr ? p : FailSpace(ctx, SP, addr, n, lane, what);
   } else if constexpr (SP == Space::kShared) {
     if (addr > ctx.shared_size || n > ctx.shared_size - addr) {
-      ctx.FailAddr(static_cast<int>(lane), addr,
-                   absl::StrFormat("out-of-bounds shared %s of %u bytes at shared address 0x%x "
-                                   "(block has %u bytes of shared memory)",
-                                   what, n, addr, ctx.shared_size));
-      return nullptr;
+      return FailSpace(ctx, SP, addr, n, lane, what);
     }
     return ctx.shared + addr;
   } else {
     static_assert(SP == Space::kParam);
     if (addr > ctx.param_size || n > ctx.param_size - addr) {
-      ctx.FailAddr(static_cast<int>(lane), addr,
-                   absl::StrFormat("out-of-bounds param %s of %u bytes at offset %u (%u bytes of "
-                                   "parameters)",
-                                   what, n, addr, ctx.param_size));
-      return nullptr;
+      return FailSpace(ctx, SP, addr, n, lane, what);
     }
     return const_cast<uint8_t*>(ctx.params) + addr;
   }
@@ -121,6 +133,19 @@ inline uint64_t LoadVal(const uint8_t* p) {
 
 template <Space SP, int kSize, bool kSigned, int kVec>
 bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
+  if constexpr (SP == Space::kParam) {  // symbolic address: the same value for every lane
+    const Allocation* none = nullptr;
+    const uint8_t* p = Resolve<SP>(ctx, static_cast<uint64_t>(in.imm), kSize * kVec, kSize * kVec,
+                                   none, static_cast<uint32_t>(__builtin_ctz(m)), "load");
+    if (p == nullptr) return false;
+    for (int e = 0; e < kVec; ++e) {
+      const uint64_t v = LoadVal<kSize, kSigned>(p + e * kSize);
+      uint64_t* d = w.R(in.d[e]);
+      ForLanes(m, [&](uint32_t l) { d[l] = v; });
+      w.init[in.d[e]] |= m;
+    }
+    return true;
+  }
   const uint64_t* base = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
   const Allocation* cache = nullptr;
   uint64_t* d[kVec];

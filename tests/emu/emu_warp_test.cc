@@ -163,11 +163,16 @@ TEST(Warp, GemvThroughput) {
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) - 6.0f;
   for (uint32_t j = 0; j < cols; ++j) x[j] = static_cast<float>(j % 5) * 0.5f;
   const uint64_t da = Upload(emu, a), dx = Upload(emu, x), dy = *emu.Alloc(rows * 4);
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(emu.Launch(f, {rows / 8, 1, 1}, {256, 1, 1}, 0,
-                         {Ptr(da), Ptr(dx), Ptr(dy), U32(rows), U32(cols)})
-                  .ok());
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Best of three launches: the machine may be shared.
+  double sec = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(emu.Launch(f, {rows / 8, 1, 1}, {256, 1, 1}, 0,
+                           {Ptr(da), Ptr(dx), Ptr(dy), U32(rows), U32(cols)})
+                    .ok());
+    sec =
+        std::min(sec, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   const auto y = Download<float>(emu, dy, rows);
   for (uint32_t r = 0; r < rows; ++r) {
     double ref = 0;
@@ -175,10 +180,11 @@ TEST(Warp, GemvThroughput) {
     ASSERT_NEAR(y[r], ref, 1e-3 * (1 + std::fabs(ref))) << r;
   }
   const EmulatorStats s = emu.stats();
+  const double warp = s.warp_instructions / 3.0, thread = s.thread_instructions / 3.0;
   std::printf(
-      "gemv 1024x1024: %.3f s, %llu warp-instr (%.1f M/s), %llu thread-instr (%.1f M/s)\n", sec,
-      static_cast<unsigned long long>(s.warp_instructions), s.warp_instructions / sec / 1e6,
-      static_cast<unsigned long long>(s.thread_instructions), s.thread_instructions / sec / 1e6);
+      "gemv 1024x1024 (1M elements), one host thread: %.4f s per launch, %.0f "
+      "warp-instructions (%.1f M/s), %.0f thread-instructions (%.1f M/s)\n",
+      sec, warp, warp / sec / 1e6, thread, thread / sec / 1e6);
 }
 
 }  // namespace
