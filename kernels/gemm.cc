@@ -37,25 +37,36 @@ absl::Status GemmConfig::Validate() const {
 }
 
 std::string GemmConfig::Key() const {
+  const std::string form = tiled ? std::string(":tiled") : absl::StrCat(":mt", m_tile, ":w", warps);
   return absl::StrCat("gemm:n", n, ":k", k, ":", ElemTypeName(weight_dtype),
-                      has_bias ? ":bias" : "", accumulate ? ":acc" : "", ":mt", m_tile, ":w", warps,
-                      ":", target.Key());
+                      has_bias ? ":bias" : "", accumulate ? ":acc" : "", form, ":", target.Key());
 }
 
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
   LaunchDims d;
+  if (cfg.tiled) {
+    d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, 64)),
+              static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, 64), 1)), 1};
+    d.block = {256, 1, 1};
+    return d;
+  }
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.warps)),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
   d.block = {static_cast<uint32_t>(cfg.warps * 32), 1, 1};
   return d;
 }
 
-int GemmMTileFor(int64_t m) { return static_cast<int>(std::clamp<int64_t>(m, 1, 8)); }
+GemmConfig GemmConfigFor(GemmConfig base, int64_t m) {
+  base.tiled = m > 8;
+  if (!base.tiled) base.m_tile = static_cast<int>(std::clamp<int64_t>(m, 1, 8));
+  return base;
+}
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
   if (absl::Status s = cfg.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("gemm config: ", s.message()));
   }
+  if (cfg.tiled) return GenerateGemmTiled(cfg);
   const int ve = Vec(cfg);
   const int es = ElemSize(cfg.weight_dtype);
   const int mt = cfg.m_tile;

@@ -8,11 +8,11 @@
 //   y     f32 [M][N]; read first when accumulate (fused residual add)
 //   M     u32
 //
-// Bandwidth-oriented GEMV form: one warp per output column n streams w's row once per
-// tile of m_tile rows with 128-bit loads, every lane keeping m_tile partial sums that a
-// butterfly reduces at the end. Decode batches (M <= m_tile) read the weights exactly
-// once; larger M re-reads them once per tile (from L2), which is what prefill pays
-// until a shared-memory tiled form exists.
+// Two forms. GEMV (tiled = false), bandwidth-oriented for decode batches: one warp per
+// output column n streams w's row once per tile of m_tile rows with 128-bit loads,
+// every lane keeping m_tile partial sums that a butterfly reduces at the end; batches
+// of M <= m_tile read the weights exactly once. Tiled (tiled = true) for many rows
+// (prefill): 64x64 output tiles staged through shared memory (gemm_tiled.cc).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,7 @@ struct GemmConfig {
   bool accumulate = false;  // y += x w^T (fuses the residual add)
   int m_tile = 4;           // token rows per CTA, 1..8
   int warps = 4;            // output columns per CTA (one per warp), 1..16
+  bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
   ptx::Target target;
 
   absl::Status Validate() const;
@@ -42,9 +43,13 @@ struct GemmConfig {
 };
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);
-// Grid (ceil(N / warps), ceil(M / m_tile)).
+// GEMV: grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
+// Tiled: grid (ceil(N / 64), ceil(M / 64)), 256 threads.
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
-// The m_tile to generate for batches of up to `m` rows (the launch-time choice).
-int GemmMTileFor(int64_t m);
+// The form for a batch of `m` rows: `base` with tiled and m_tile set (GEMV with
+// m_tile = m up to 8 rows, tiled beyond).
+GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
+// The tiled form's generator (called by GenerateGemm when cfg.tiled).
+absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg);
 
 }  // namespace ptxserve::kernels

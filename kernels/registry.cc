@@ -164,7 +164,8 @@ const std::vector<Entry>& Entries() {
         {"has_bias", "false"},
         {"accumulate", "false"},
         {"m_tile", "4"},
-        {"warps", "4"}},
+        {"warps", "4"},
+        {"tiled", "false"}},
        [](Reader& r) {
          GemmConfig c;
          c.n = r.Int("n");
@@ -174,6 +175,7 @@ const std::vector<Entry>& Entries() {
          c.accumulate = r.Bool("accumulate");
          c.m_tile = r.Int("m_tile");
          c.warps = r.Int("warps");
+         c.tiled = r.Bool("tiled");
          c.target = r.Target();
          return Run(r, c, &GenerateGemm);
        }},

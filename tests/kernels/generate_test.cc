@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
+#include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
 #include "kernels/registry.h"
 #include "tests/kernels/kernel_matrix.h"
@@ -70,6 +71,9 @@ const std::vector<Golden>& Goldens() {
       {"rmsnorm_f32_dim4096", "rmsnorm", {}},
       {"rope_interleaved_h32_kvh8_d128", "rope", {{"layout", "interleaved"}}},
       {"gemm_f16_n4096_k4096_mt4", "gemm", {}},
+      {"gemm_bf16_n4096_k4096_tiled_bias",
+       "gemm",
+       {{"weight_dtype", "bf16"}, {"tiled", "true"}, {"has_bias", "true"}}},
       {"silu_mul", "silu_mul", {}},
       {"residual_add", "residual_add", {}},
       {"argmax_t256", "argmax", {}},
@@ -173,6 +177,18 @@ TEST(GenerateTest, SplitPlan) {
   EXPECT_EQ(p.partition_tokens % c.block_size, 0);
   EXPECT_GE(int64_t{p.partition_tokens} * p.num_splits, 8000);
   EXPECT_LT(int64_t{p.partition_tokens} * (p.num_splits - 1), 8000);
+}
+
+TEST(GenerateTest, GemmFormChoice) {
+  GemmConfig base;
+  EXPECT_FALSE(GemmConfigFor(base, 1).tiled);
+  EXPECT_EQ(GemmConfigFor(base, 1).m_tile, 1);
+  EXPECT_EQ(GemmConfigFor(base, 8).m_tile, 8);
+  EXPECT_TRUE(GemmConfigFor(base, 9).tiled);
+  const LaunchDims d = GemmLaunch(GemmConfigFor(base, 100), 100);
+  EXPECT_EQ(d.grid[0], 64u);  // 4096 / 64
+  EXPECT_EQ(d.grid[1], 2u);   // ceil(100 / 64)
+  EXPECT_EQ(d.block[0], 256u);
 }
 
 TEST(RegistryTest, NamesDefaultsAndErrors) {

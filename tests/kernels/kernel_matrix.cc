@@ -105,6 +105,10 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       g.accumulate = m_tile == 8;
       g.target = target;
       Add(&out, g, GenerateGemm);
+      if (m_tile == 4) {
+        g.tiled = true;
+        Add(&out, g, GenerateGemm);
+      }
     }
   }
   for (int hd : head_dims) {
@@ -138,6 +142,8 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   odd_gemm.n = 33;
   odd_gemm.k = 1001;
   odd_gemm.target = target;
+  Add(&out, odd_gemm, GenerateGemm);
+  odd_gemm.tiled = true;
   Add(&out, odd_gemm, GenerateGemm);
   am.threads = 1024;
   Add(&out, am, GenerateArgmax);

@@ -182,16 +182,24 @@ TEST(KernelsEmuOps, SiluMulAndResidualAddMatchCpu) {
 struct GemmCase {
   int m, n, k;
   ElemType dt;
-  int m_tile;
+  int m_tile;  // 0: the tiled form
   bool bias, accumulate;
 };
 
 TEST(KernelsEmuOps, GemmMatchesCpu) {
   const GemmCase cases[] = {
-      {1, 33, 128, ElemType::kF16, 1, false, false},  {3, 17, 100, ElemType::kF32, 4, true, false},
-      {5, 31, 1000, ElemType::kBF16, 4, false, true}, {8, 64, 4096, ElemType::kF16, 8, true, true},
-      {17, 40, 264, ElemType::kF32, 4, false, false}, {2, 100, 36, ElemType::kF16, 2, false, false},
+      {1, 33, 128, ElemType::kF16, 1, false, false},
+      {3, 17, 100, ElemType::kF32, 4, true, false},
+      {5, 31, 1000, ElemType::kBF16, 4, false, true},
+      {8, 64, 4096, ElemType::kF16, 8, true, true},
+      {17, 40, 264, ElemType::kF32, 4, false, false},
+      {2, 100, 36, ElemType::kF16, 2, false, false},
       {4, 8, 2056, ElemType::kBF16, 8, true, false},
+      // Tiled form: M, N, K off the 64/64/16 tile grid, and on it.
+      {100, 33, 100, ElemType::kF32, 0, true, false},
+      {17, 130, 37, ElemType::kF16, 0, false, true},
+      {64, 64, 64, ElemType::kBF16, 0, true, true},
+      {9, 7, 1000, ElemType::kF16, 0, false, false},
   };
   std::mt19937 rng(7);
   for (const GemmCase& c : cases) {
@@ -213,7 +221,8 @@ TEST(KernelsEmuOps, GemmMatchesCpu) {
     cfg.weight_dtype = c.dt;
     cfg.has_bias = c.bias;
     cfg.accumulate = c.accumulate;
-    cfg.m_tile = c.m_tile;
+    cfg.m_tile = c.m_tile == 0 ? 4 : c.m_tile;
+    cfg.tiled = c.m_tile == 0;
     absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
     ASSERT_TRUE(ptx.ok()) << ptx.status();
     EmuHarness h;
