@@ -1,0 +1,567 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/stop_checker.h"
+#include "engine/util/log.h"
+
+namespace ptxserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// ResultStream
+
+ResultStream::ResultStream(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
+
+bool ResultStream::PopAll(std::vector<EngineOutput>* out) {
+  out->clear();
+  absl::MutexLock lock(&mu_);
+  if (pending_.empty()) {
+    armed_ = true;
+    return false;
+  }
+  out->swap(pending_);
+  open_.clear();
+  return true;
+}
+
+bool ResultStream::WaitPopAll(std::vector<EngineOutput>* out) {
+  out->clear();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](ResultStream* s)
+           ABSL_SHARED_LOCKS_REQUIRED(s->mu_) { return !s->pending_.empty() || s->closed_; },
+      this));
+  if (pending_.empty()) return false;
+  out->swap(pending_);
+  open_.clear();
+  return true;
+}
+
+void ResultStream::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  pending_.clear();
+  open_.clear();
+  // A notification already running may still touch its consumer: wait it out, so the
+  // consumer can be destroyed once Close returns.
+  mu_.Await(absl::Condition(
+      +[](ResultStream* s) ABSL_SHARED_LOCKS_REQUIRED(s->mu_) { return s->notifying_ == 0; },
+      this));
+}
+
+void ResultStream::Push(EngineOutput output) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    auto it = open_.find(output.index);
+    if (it != open_.end()) {
+      // The consumer has not taken the previous piece yet: grow it instead of queueing,
+      // so a slow reader costs one message per read, not one per step.
+      EngineOutput& prev = pending_[it->second];
+      prev.token_ids.insert(prev.token_ids.end(), output.token_ids.begin(), output.token_ids.end());
+      prev.text += output.text;
+      for (auto& lp : output.logprobs) prev.logprobs.push_back(std::move(lp));
+      if (output.final()) {
+        std::vector<int32_t> tokens = std::move(prev.token_ids);
+        std::string text = std::move(prev.text);
+        std::vector<SampleResult> logprobs = std::move(prev.logprobs);
+        prev = std::move(output);
+        prev.token_ids = std::move(tokens);
+        prev.text = std::move(text);
+        prev.logprobs = std::move(logprobs);
+        open_.erase(it);
+      }
+    } else {
+      if (!output.final()) open_[output.index] = pending_.size();
+      pending_.push_back(std::move(output));
+    }
+    if (!armed_ || !on_ready_) return;
+    armed_ = false;
+    ++notifying_;
+  }
+  // Outside the lock: the consumer's callback may call PopAll.
+  on_ready_();
+  absl::MutexLock lock(&mu_);
+  --notifying_;
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+
+absl::Status ValidateEngineRequest(const EngineRequest& r, int64_t vocab_size,
+                                   int64_t context_length, int64_t kv_capacity_tokens) {
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n == 0) return absl::InvalidArgumentError("prompt is empty");
+  for (int64_t i = 0; i < n; ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ids[", i, "] = ", r.prompt[i],
+                                                     " is outside the vocabulary [0, ", vocab_size,
+                                                     ")"));
+    }
+  }
+  if (n >= context_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", n, " tokens does not fit the context of ", context_length, " tokens"));
+  }
+  if (auto st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
+  if (auto st = ValidateStoppingCriteria(r.stopping, static_cast<int32_t>(vocab_size)); !st.ok()) {
+    return st;
+  }
+  const int64_t total = n + r.stopping.max_new_tokens;
+  if (total > context_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stopping.max_new_tokens = ", r.stopping.max_new_tokens, " with a prompt of ",
+                     n, " tokens exceeds the context of ", context_length, " tokens"));
+  }
+  // The last generated token is never fed back, so it needs no K/V row.
+  if (total - 1 > kv_capacity_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stopping.max_new_tokens = ", r.stopping.max_new_tokens, " with a prompt of ", n,
+        " tokens exceeds the KV cache capacity of ", kv_capacity_tokens, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t SeedFromRequestId(std::string_view request_id) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : request_id) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------
+// Engine
+
+struct Engine::Sequence {
+  SchedSequence sched;
+  std::string request_id;
+  int32_t index = 0;
+  int32_t prompt_len = 0;
+  bool want_logprobs = false;
+  std::shared_ptr<ResultStream> stream;
+  std::unique_ptr<SequenceSampler> sampler;
+  std::unique_ptr<StopChecker> stop;
+  Clock::time_point arrival;
+  Clock::time_point scheduled;
+  Clock::time_point first_token;
+  Clock::time_point last_token;
+  bool was_scheduled = false;
+  int32_t generated = 0;
+};
+
+Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer, EngineConfig config,
+               EngineObserver* observer)
+    : backend_(std::move(backend)),
+      tokenizer_(tokenizer),
+      config_(config),
+      observer_(observer),
+      eos_id_(tokenizer.eos_id() >= 0 ? tokenizer.eos_id() : backend_->config().eos_token_id),
+      kv_(backend_->kv_config().num_blocks, backend_->kv_config().block_size),
+      scheduler_(
+          SchedulerConfig{config.max_batch_size, config.max_batch_tokens, config.prefill_chunk},
+          &kv_) {}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Start() {
+  // Warm-up: one token through every layer, so that a broken model or device is found
+  // before the server says SERVING, and first-call costs (JIT, page faults) are paid.
+  std::vector<int32_t> table;
+  absl::Status st = kv_.EnsureCapacity(&table, 1);
+  if (st.ok()) {
+    StepBatch b;
+    const int32_t tok = std::max(tokenizer_.bos_id(), 0);
+    b.token_ids = {tok};
+    b.positions = {0};
+    b.slot_mapping = {static_cast<int64_t>(table[0]) * kv_.block_size()};
+    b.query_start = {0, 1};
+    b.seq_lens = {1};
+    b.block_tables = {table[0]};
+    b.max_blocks_per_seq = 1;
+    b.logits_rows = {0};
+    st = backend_->Step(b, &logits_);
+    if (st.ok() && static_cast<int64_t>(logits_.size()) != backend_->config().vocab_size) {
+      st = absl::InternalError(absl::StrCat("warm-up step returned ", logits_.size(),
+                                            " logits, expected the vocabulary size ",
+                                            backend_->config().vocab_size));
+    }
+  }
+  kv_.FreeSequence(&table);
+  absl::MutexLock lock(&mu_);
+  if (!st.ok()) {
+    failed_ = true;
+    failure_ = absl::StrCat("warm-up step failed: ", st.message());
+    return absl::Status(st.code(), failure_);
+  }
+  if (started_ || stop_) return absl::FailedPreconditionError("the engine was already started");
+  started_ = true;
+  accepting_ = true;
+  stats_.kv_blocks_total = kv_.num_blocks();
+  last_progress_ns_.store(NowNs());
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest> requests,
+                                                      std::shared_ptr<ResultStream> stream) {
+  const ModelConfig& mc = backend_->config();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::Status st = ValidateEngineRequest(requests[i], mc.vocab_size, mc.max_position_embeddings,
+                                            kv_capacity_tokens());
+    if (!st.ok()) {
+      if (requests.size() == 1) return st;
+      return absl::InvalidArgumentError(absl::StrCat("requests[", i, "].", st.message()));
+    }
+  }
+  if (requests.empty()) return absl::InvalidArgumentError("no requests");
+  const Clock::time_point now = Clock::now();
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  seqs.reserve(requests.size());
+  for (auto& r : requests) {
+    auto s = std::make_unique<Sequence>();
+    s->sched.priority = r.priority;
+    s->sched.tokens = std::move(r.prompt);
+    s->sched.tokens.reserve(s->sched.tokens.size() + r.stopping.max_new_tokens);
+    s->prompt_len = static_cast<int32_t>(s->sched.tokens.size());
+    s->index = r.index;
+    s->want_logprobs = r.sampling.logprobs > 0;
+    s->stream = stream;
+    s->sampler = std::make_unique<SequenceSampler>(r.sampling, SeedFromRequestId(r.request_id));
+    s->sampler->AddPromptTokens(s->sched.tokens);
+    s->stop = std::make_unique<StopChecker>(r.stopping, tokenizer_, eos_id_);
+    s->request_id = std::move(r.request_id);
+    s->arrival = now;
+    seqs.push_back(std::move(s));
+  }
+
+  std::vector<uint64_t> ids;
+  ids.reserve(seqs.size());
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) {
+    if (failed_) return absl::UnavailableError(absl::StrCat("the engine failed: ", failure_));
+    if (!started_) return absl::UnavailableError("the engine is not ready yet");
+    return absl::UnavailableError("the server is shutting down");
+  }
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  if (waiting_ + n > config_.max_queued) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", waiting_, " requests waiting, ", n,
+                     " more would pass --max-queued=", config_.max_queued));
+  }
+  for (auto& s : seqs) {
+    s->sched.id = next_id_++;
+    s->sched.arrival = s->sched.id;
+    ids.push_back(s->sched.id);
+    inbox_.push_back(std::move(s));
+  }
+  waiting_ += static_cast<int32_t>(n);
+  live_.fetch_add(static_cast<int32_t>(n), std::memory_order_relaxed);
+  return ids;
+}
+
+void Engine::Cancel(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) return;
+  cancels_.push_back(id);
+}
+
+void Engine::CancelAll(const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  cancel_all_ = reason.ok() ? absl::CancelledError("cancelled") : reason;
+}
+
+void Engine::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+void Engine::RequestStop() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+  stop_ = true;
+}
+
+void Engine::Stop() {
+  RequestStop();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::Stats() const {
+  absl::MutexLock lock(&mu_);
+  EngineStats s = stats_;
+  s.started = started_;
+  s.failed = failed_;
+  s.failure = failure_;
+  s.requests_waiting = waiting_;
+  if (busy_.load(std::memory_order_relaxed)) {
+    s.stalled_seconds = static_cast<double>(NowNs() - last_progress_ns_.load()) * 1e-9;
+  }
+  return s;
+}
+
+void Engine::Loop() {
+  while (DrainInbox(/*wait=*/scheduler_.empty())) {
+    if (!scheduler_.empty()) RunStep();
+  }
+  // Stopping: whatever is left ends as cancelled, so every consumer gets its final output.
+  DrainInbox(/*wait=*/false);
+  std::vector<Sequence*> left;
+  for (auto& [id, s] : seqs_) left.push_back(s.get());
+  for (Sequence* s : left) {
+    FinishSequence(s, FinishReason::kCancelled, absl::CancelledError("the engine stopped"));
+  }
+  busy_.store(false);
+  PublishGauges();
+}
+
+bool Engine::DrainInbox(bool wait) {
+  std::vector<std::unique_ptr<Sequence>> inbox;
+  std::vector<uint64_t> cancels;
+  absl::Status cancel_all;
+  bool stop;
+  {
+    absl::MutexLock lock(&mu_);
+    if (wait) {
+      busy_.store(false);
+      mu_.Await(absl::Condition(
+          +[](Engine* e) ABSL_SHARED_LOCKS_REQUIRED(e->mu_) {
+            return !e->inbox_.empty() || !e->cancels_.empty() || !e->cancel_all_.ok() || e->stop_;
+          },
+          this));
+    }
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+    cancel_all = std::exchange(cancel_all_, absl::OkStatus());
+    stop = stop_;
+  }
+  for (auto& s : inbox) {
+    Sequence* seq = s.get();
+    seqs_.emplace(seq->sched.id, std::move(s));
+    scheduler_.Add(&seq->sched);
+    // max_new_tokens == 0: nothing to generate, finish without a step.
+    if (seq->stop->finished()) FinishSequence(seq, seq->stop->finish(), absl::OkStatus());
+  }
+  for (uint64_t id : cancels) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;
+    FinishSequence(it->second.get(), FinishReason::kCancelled,
+                   absl::CancelledError("cancelled by the client"));
+  }
+  if (!cancel_all.ok()) {
+    std::vector<Sequence*> all;
+    for (auto& [id, s] : seqs_) all.push_back(s.get());
+    for (Sequence* s : all) FinishSequence(s, FinishReason::kCancelled, cancel_all);
+  }
+  if (!scheduler_.empty() && !busy_.load(std::memory_order_relaxed)) {
+    last_progress_ns_.store(NowNs());
+    busy_.store(true);
+  }
+  PublishGauges();
+  return !stop;
+}
+
+void Engine::RunStep() {
+  const Clock::time_point t0 = Clock::now();
+  scheduler_.Schedule(&plan_);
+  if (plan_.empty()) {
+    // Validation keeps every request within the cache, so this means a bug; fail the
+    // waiting requests rather than spin.
+    PTX_LOG(ERROR) << "scheduler planned an empty step with " << scheduler_.num_waiting()
+                   << " waiting and " << scheduler_.num_running() << " running";
+    FailAll(absl::InternalError("the scheduler could not place any request"));
+    return;
+  }
+  PublishGauges();  // admitted requests stop counting as waiting while the step runs
+  int64_t new_prompt_tokens = 0;
+  for (SchedSequence* p : plan_.preempted) {
+    if (observer_) observer_->OnPreemption();
+    PTX_LOG(DEBUG) << "preempted sequence " << p->id;
+  }
+  for (SchedSequence* a : plan_.admitted) {
+    Sequence* s = seqs_.at(a->id).get();
+    if (s->was_scheduled) continue;
+    s->was_scheduled = true;
+    s->scheduled = t0;
+    new_prompt_tokens += s->prompt_len;
+    if (observer_) observer_->OnScheduled(Seconds(s->arrival, t0), s->prompt_len);
+  }
+  const Clock::time_point t1 = Clock::now();
+  absl::Status st = backend_->Step(plan_.batch, &logits_);
+  const Clock::time_point t2 = Clock::now();
+  const int64_t vocab = backend_->config().vocab_size;
+  if (st.ok() && static_cast<int64_t>(logits_.size()) !=
+                     static_cast<int64_t>(plan_.batch.logits_rows.size()) * vocab) {
+    st = absl::InternalError(absl::StrCat("backend returned ", logits_.size(), " logits for ",
+                                          plan_.batch.logits_rows.size(), " rows of ", vocab));
+  }
+  if (!st.ok()) {
+    ++consecutive_failures_;
+    PTX_LOG(ERROR) << "step failed (" << consecutive_failures_ << " in a row): " << st;
+    const bool fatal = consecutive_failures_ >= config_.max_step_failures;
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.step_failures_total;
+      stats_.preemptions_total += static_cast<int64_t>(plan_.preempted.size());
+      if (fatal) {  // before any final output goes out, so consumers see the failure
+        failed_ = true;
+        accepting_ = false;
+        failure_ = std::string(st.message());
+      }
+    }
+    std::vector<Sequence*> victims;
+    for (const auto& e : plan_.entries) victims.push_back(seqs_.at(e.seq->id).get());
+    for (Sequence* s : victims) FinishSequence(s, FinishReason::kError, st);
+    if (fatal) FailAll(st);
+    last_progress_ns_.store(NowNs());
+    return;
+  }
+  consecutive_failures_ = 0;
+  scheduler_.Commit(plan_);
+
+  const int64_t context = backend_->config().max_position_embeddings;
+  step_outputs_.clear();
+  int32_t row = 0;
+  for (const auto& e : plan_.entries) {
+    if (!e.samples) continue;
+    Sequence* s = seqs_.at(e.seq->id).get();
+    SampleResult r = s->sampler->Sample(
+        std::span<const float>(logits_.data() + static_cast<int64_t>(row++) * vocab, vocab));
+    const Clock::time_point now = Clock::now();
+    s->sched.tokens.push_back(r.token);
+    ++s->generated;
+    if (observer_) {
+      if (s->generated == 1) {
+        observer_->OnFirstToken(Seconds(s->arrival, now));
+      } else {
+        observer_->OnInterToken(Seconds(s->last_token, now));
+      }
+    }
+    if (s->generated == 1) s->first_token = now;
+    s->last_token = now;
+    StopChecker::Step step = s->stop->Push(r.token);
+    StepOutput& so = step_outputs_.emplace_back();
+    so.seq = s;
+    so.out.index = s->index;
+    so.out.token_ids.push_back(r.token);
+    so.out.text = std::move(step.text);
+    if (s->want_logprobs) so.out.logprobs.push_back(std::move(r));
+    so.finish = step.finish;
+    if (so.finish == FinishReason::kNone &&
+        static_cast<int64_t>(s->sched.tokens.size()) >= context) {
+      so.finish = FinishReason::kLength;  // the context is full
+      so.out.text += s->stop->Flush();
+    }
+  }
+  // Counters first, outputs last: a consumer that sees a final output also sees the
+  // counters and the freed blocks that go with it.
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.steps_total;
+    stats_.generated_tokens_total += static_cast<int64_t>(step_outputs_.size());
+    stats_.prompt_tokens_total += new_prompt_tokens;
+    stats_.preemptions_total += static_cast<int64_t>(plan_.preempted.size());
+  }
+  for (StepOutput& so : step_outputs_) {
+    if (so.finish == FinishReason::kNone) {
+      so.seq->stream->Push(std::move(so.out));
+    } else {
+      // Finishing erases the sequence (the plan still points to it: the plan is done).
+      FinishSequence(so.seq, so.finish, absl::OkStatus(), &so.out);
+    }
+  }
+  PublishGauges();
+  const Clock::time_point t3 = Clock::now();
+  if (observer_) {
+    StepObservation o;
+    o.num_seqs = plan_.batch.num_seqs();
+    o.num_tokens = plan_.batch.num_tokens();
+    o.backend_seconds = Seconds(t1, t2);
+    o.scheduler_seconds = Seconds(t0, t1);
+    o.sampling_seconds = Seconds(t2, t3);
+    observer_->OnStep(o);
+  }
+  last_progress_ns_.store(NowNs());
+}
+
+void Engine::FinishSequence(Sequence* s, FinishReason reason, absl::Status error,
+                            EngineOutput* last) {
+  const Clock::time_point now = Clock::now();
+  scheduler_.Remove(&s->sched);
+  EngineOutput out;
+  if (last) out = std::move(*last);
+  out.index = s->index;
+  out.finish = reason;
+  if (reason == FinishReason::kCancelled || reason == FinishReason::kError) {
+    out.text += s->stop->Flush();
+    out.error = std::move(error);
+  }
+  out.request_id = s->request_id;
+  out.prompt_tokens = s->prompt_len;
+  out.generated_tokens = s->generated;
+  out.queue_seconds = s->was_scheduled ? Seconds(s->arrival, s->scheduled) : 0.0;
+  out.ttft_seconds = s->generated > 0 ? Seconds(s->arrival, s->first_token) : 0.0;
+  out.total_seconds = Seconds(s->arrival, now);
+  RequestObservation o;
+  o.finish = reason;
+  o.prompt_tokens = out.prompt_tokens;
+  o.generated_tokens = out.generated_tokens;
+  o.queue_seconds = out.queue_seconds;
+  o.total_seconds = out.total_seconds;
+  o.scheduled = s->was_scheduled;
+  ++finished_since_publish_[OutcomeIndex(reason)];
+  PublishGauges();
+  if (observer_) observer_->OnFinished(o);
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  std::shared_ptr<ResultStream> stream = std::move(s->stream);
+  seqs_.erase(s->sched.id);
+  stream->Push(std::move(out));
+}
+
+void Engine::FailAll(const absl::Status& st) {
+  {
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+    accepting_ = false;
+    failure_ = std::string(st.message());
+  }
+  PTX_LOG(ERROR) << "engine failed, refusing new requests: " << st;
+  DrainInbox(/*wait=*/false);
+  std::vector<Sequence*> all;
+  for (auto& [id, s] : seqs_) all.push_back(s.get());
+  for (Sequence* s : all) FinishSequence(s, FinishReason::kError, st);
+  busy_.store(false);
+  PublishGauges();
+}
+
+void Engine::PublishGauges() {
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < kNumOutcomes; ++i) {
+    stats_.finished[i] += std::exchange(finished_since_publish_[i], 0);
+  }
+  stats_.requests_running = scheduler_.num_running();
+  stats_.kv_blocks_used = kv_.used_blocks();
+  stats_.kv_blocks_total = kv_.num_blocks();
+  waiting_ = static_cast<int32_t>(inbox_.size()) + scheduler_.num_waiting();
+}
+
+}  // namespace ptxserve

@@ -1,0 +1,221 @@
+// The serving engine: one thread that owns the scheduler, the KV block manager and the
+// backend, and runs one step after another over every live sequence (continuous
+// batching). Other threads talk to it only through Enqueue / Cancel / Stats and read
+// results from ResultStreams; neither side ever waits on the other's work.
+//
+// Every accepted request gets exactly one final EngineOutput (finish != kNone), whatever
+// happens: finished, cancelled, failed, or the engine stopped.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/backend.h"
+#include "engine/engine_stats.h"
+#include "engine/kv_block_manager.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace ptxserve {
+
+struct EngineConfig {
+  int32_t max_batch_size = 64;      // sequences per step
+  int32_t max_batch_tokens = 2048;  // token rows per step (decodes + prefill chunks)
+  int32_t prefill_chunk = 512;      // prompt tokens of one sequence per step
+  int32_t max_queued = 1024;        // waiting requests beyond which Enqueue refuses
+  // Consecutive failed backend steps after which the engine gives up (fails for good).
+  int32_t max_step_failures = 3;
+};
+
+// One decode request, as the server hands it over (already tokenized).
+struct EngineRequest {
+  std::string request_id;  // for logs; seeds the sampler when sampling.seed is empty
+  int32_t index = 0;       // echoed in every output (the prompt's index in a batch call)
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StoppingCriteria stopping;
+  int32_t priority = 0;  // higher first
+};
+
+// A piece of a request's result. Consecutive outputs of one request that the consumer
+// has not taken yet are merged into one.
+struct EngineOutput {
+  int32_t index = 0;
+  std::vector<int32_t> token_ids;      // new tokens
+  std::string text;                    // the text they complete (whole UTF-8 characters)
+  std::vector<SampleResult> logprobs;  // one per token when sampling.logprobs > 0
+  FinishReason finish = FinishReason::kNone;
+  // The rest is set on the final output (finish != kNone) only.
+  std::string request_id;
+  absl::Status error;  // why, for kError and for cancellations the engine decided
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  double queue_seconds = 0;
+  double ttft_seconds = 0;  // 0 when no token was generated
+  double total_seconds = 0;
+
+  bool final() const { return finish != FinishReason::kNone; }
+};
+
+// The channel from the engine thread to one consumer (one RPC), for one or several
+// requests. Thread-safe. The consumer takes everything pending with PopAll; when that
+// finds nothing, the next Push calls `on_ready` once (on the engine thread: it must not
+// block, and must not call back into this stream under its own locks' expectations —
+// PopAll is allowed).
+class ResultStream {
+ public:
+  explicit ResultStream(std::function<void()> on_ready = nullptr);
+
+  // Consumer: moves the pending outputs (merged per index, in the order each index
+  // first appeared) into *out (cleared first). Returns false and arms the notification
+  // when none is pending.
+  bool PopAll(std::vector<EngineOutput>* out);
+  // Consumer: stops notifications and drops future outputs. After it returns,
+  // on_ready is not running and will never run again.
+  void Close();
+  // Blocks until an output is pending (or the stream is closed); then PopAll. For
+  // callers without a callback (tests, offline tools).
+  bool WaitPopAll(std::vector<EngineOutput>* out);
+
+  // Producer (engine thread).
+  void Push(EngineOutput output);
+
+ private:
+  absl::Mutex mu_;
+  std::vector<EngineOutput> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int32_t, size_t> open_ ABSL_GUARDED_BY(mu_);  // index -> pending_ slot
+  bool armed_ ABSL_GUARDED_BY(mu_) = true;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int notifying_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> on_ready_;
+};
+
+// Checks a request against the model: prompt non-empty, ids in the vocabulary, prompt
+// plus max_new_tokens within the context and the KV cache, sampling and stopping
+// parameters valid. InvalidArgument naming the field.
+absl::Status ValidateEngineRequest(const EngineRequest& r, int64_t vocab_size,
+                                   int64_t context_length, int64_t kv_capacity_tokens);
+
+// The sampler's seed when a request gives none: a stable hash (FNV-1a) of its id.
+uint64_t SeedFromRequestId(std::string_view request_id);
+
+class Engine {
+ public:
+  // `tokenizer` detokenizes and matches stop strings; it must outlive the engine. The
+  // KV block manager is sized from backend->kv_config(). `observer` (may be null) must
+  // outlive the engine.
+  Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer, EngineConfig config,
+         EngineObserver* observer = nullptr);
+  ~Engine();  // Stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs a warm-up step (one token) through the backend, then starts the engine
+  // thread. On error the engine is failed and accepts nothing.
+  absl::Status Start();
+
+  // Queues requests, all or none; their outputs go to `stream`, tagged with each
+  // request's index. Returns one id per request (for Cancel). InvalidArgument (naming
+  // requests[i] and the field), ResourceExhausted (more than max_queued would wait),
+  // Unavailable (not started, draining, stopped or failed). Any thread.
+  absl::StatusOr<std::vector<uint64_t>> Enqueue(std::vector<EngineRequest> requests,
+                                                std::shared_ptr<ResultStream> stream);
+  // Finishes a request with kCancelled within one step and frees its KV blocks; no-op
+  // for unknown or finished ids. Any thread.
+  void Cancel(uint64_t id);
+  // Cancels every live request (reason reported in the final outputs' error).
+  void CancelAll(const absl::Status& reason);
+  // Refuses new requests (Unavailable) from now on; live ones keep running.
+  void StopAccepting();
+  // Starts stopping without waiting: after the current step, everything live is
+  // cancelled and the thread ends.
+  void RequestStop();
+  // RequestStop, then joins the engine thread. Idempotent.
+  void Stop();
+
+  // Snapshot of counters and gauges. Any thread.
+  EngineStats Stats() const;
+  // Live requests (queued, waiting or running). Any thread.
+  int32_t num_live() const { return live_.load(std::memory_order_relaxed); }
+
+  const ModelConfig& model_config() const { return backend_->config(); }
+  const KvCacheConfig& kv_config() const { return backend_->kv_config(); }
+  std::string backend_name() const { return backend_->name(); }
+  const EngineConfig& config() const { return config_; }
+  int64_t kv_capacity_tokens() const {
+    return static_cast<int64_t>(kv_config().num_blocks) * kv_config().block_size;
+  }
+
+ private:
+  struct Sequence;
+  struct Incoming {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+  };
+
+  void Loop();
+  // Moves new requests and cancellations into the scheduler; false when stopping.
+  bool DrainInbox(bool wait);
+  void RunStep();
+  // Removes `seq` (freeing its blocks), counts it, and pushes its final output, which
+  // starts from *last when given (the finishing step's tokens).
+  void FinishSequence(Sequence* seq, FinishReason reason, absl::Status error,
+                      EngineOutput* last = nullptr);
+  void FailAll(const absl::Status& st);
+  void PublishGauges();
+
+  std::unique_ptr<Backend> backend_;
+  const Tokenizer& tokenizer_;
+  const EngineConfig config_;
+  EngineObserver* observer_;
+  const int32_t eos_id_;
+
+  // Engine-thread state.
+  KvBlockManager kv_;
+  Scheduler scheduler_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  StepPlan plan_;
+  std::vector<float> logits_;
+  struct StepOutput {
+    Sequence* seq;
+    EngineOutput out;
+    FinishReason finish;
+  };
+  std::vector<StepOutput> step_outputs_;
+  std::array<int64_t, kNumOutcomes> finished_since_publish_{};
+  int32_t consecutive_failures_ = 0;
+
+  // Shared state.
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::Status cancel_all_ ABSL_GUARDED_BY(mu_);  // non-OK: cancel everything with it
+  bool accepting_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);  // counters; gauges filled by PublishGauges
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + scheduler's waiting queue
+  std::atomic<int32_t> live_{0};
+  std::atomic<int64_t> last_progress_ns_{0};  // steady clock
+  std::atomic<bool> busy_{false};             // work queued or running
+  std::thread thread_;
+};
+
+}  // namespace ptxserve

@@ -1,0 +1,111 @@
+// What the engine publishes about itself, as plain structs: a snapshot of counters and
+// gauges (Engine::Stats) and an observer that receives latency observations as they
+// happen. server/ turns both into Prometheus metrics; engine/ knows nothing of them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "engine/request.h"
+
+namespace ptxserve {
+
+// Counters a GPU backend keeps about its kernels and transfers (cumulative). The CPU
+// backend has none; the server exports the families with these values either way.
+struct KernelStats {
+  std::map<std::string, int64_t> launches;  // kernel name -> launches
+  int64_t cache_hits = 0;
+  int64_t cache_misses = 0;
+  int64_t h2d_bytes = 0;
+  int64_t d2h_bytes = 0;
+  int64_t h2d_transfers = 0;
+  int64_t d2h_transfers = 0;
+};
+
+// Number of FinishReason values that end a request (kLength .. kError).
+inline constexpr int kNumOutcomes = 5;
+// Index of a finishing reason in EngineStats::finished (kNone maps to kError's slot).
+inline int OutcomeIndex(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return 0;
+    case FinishReason::kStop:
+      return 1;
+    case FinishReason::kEos:
+      return 2;
+    case FinishReason::kCancelled:
+      return 3;
+    case FinishReason::kNone:
+    case FinishReason::kError:
+      break;
+  }
+  return 4;
+}
+inline constexpr std::array<FinishReason, kNumOutcomes> kOutcomes = {
+    FinishReason::kLength, FinishReason::kStop, FinishReason::kEos, FinishReason::kCancelled,
+    FinishReason::kError};
+
+struct EngineStats {
+  // Gauges.
+  int32_t requests_running = 0;  // sequences admitted to the batch (prefilling or decoding)
+  int32_t requests_waiting = 0;  // queued or preempted, not in the batch
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_total = 0;
+  // Counters since start.
+  std::array<int64_t, kNumOutcomes> finished{};  // by OutcomeIndex(finish reason)
+  int64_t prompt_tokens_total = 0;               // prompt tokens of admitted requests (once each)
+  int64_t generated_tokens_total = 0;            // tokens sampled and delivered
+  int64_t preemptions_total = 0;
+  int64_t steps_total = 0;
+  int64_t step_failures_total = 0;
+  KernelStats kernels;
+  // Health.
+  bool started = false;  // the warm-up step succeeded and the engine thread runs
+  bool failed = false;   // the engine gave up (see failure); it serves nothing more
+  std::string failure;
+  // Seconds since the engine thread last made progress (finished a step) while work
+  // was queued or running; 0 when idle. Large values mean a stuck backend.
+  double stalled_seconds = 0;
+};
+
+// What one step did, for the step-duration and batch-size histograms.
+struct StepObservation {
+  int32_t num_seqs = 0;          // sequences in the batch
+  int32_t num_tokens = 0;        // token rows (prefill chunks + decodes)
+  double backend_seconds = 0;    // Backend::Step
+  double scheduler_seconds = 0;  // planning the batch + bookkeeping after it, sampling excluded
+  double sampling_seconds = 0;   // sampling + stop checking + handing results to the streams
+};
+
+// A finished request, for requests_total{outcome} and the duration histograms.
+struct RequestObservation {
+  FinishReason finish = FinishReason::kNone;
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  double queue_seconds = 0;  // 0 when never scheduled
+  double total_seconds = 0;
+  bool scheduled = false;  // it reached the batch at least once
+};
+
+// Receives observations on the engine thread. Implementations must be quick and must
+// never block (no I/O, no waiting on other threads' work).
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  // After every step.
+  virtual void OnStep(const StepObservation& /*step*/) {}
+  // A request entered the batch for the first time, after waiting `queue_seconds`.
+  virtual void OnScheduled(double /*queue_seconds*/, int32_t /*prompt_tokens*/) {}
+  // A request's first generated token, `ttft_seconds` after its arrival.
+  virtual void OnFirstToken(double /*ttft_seconds*/) {}
+  // A later token, `seconds` after the request's previous one.
+  virtual void OnInterToken(double /*seconds*/) {}
+  // A running sequence lost its KV blocks to make room (it will be recomputed).
+  virtual void OnPreemption() {}
+  // A request finished (any reason, cancellations included).
+  virtual void OnFinished(const RequestObservation& /*request*/) {}
+};
+
+}  // namespace ptxserve
