@@ -315,18 +315,21 @@ absl::Status Decoder::Cvta() {
     in_.fn = SelectIntOp(mov);  // global addresses are generic addresses
     return absl::OkStatus();
   }
-  if (m_.space != Space::kShared) return Err("cvta supports .global and .shared only");
+  if (m_.space != Space::kShared && m_.space != Space::kLocal) {
+    return Err("cvta supports .global, .shared and .local only");
+  }
+  const bool local = m_.space == Space::kLocal;
   if (!m_.to && a.kind == RawOperand::kSym) {
-    auto off = b_.SharedAddress(a.name);
-    if (!off.ok()) return Err("unknown .shared variable '%s'", a.name);
-    auto slot = b_.ConstSlot(kSharedWindow + *off);
+    auto off = local ? b_.LocalAddress(a.name) : b_.SharedAddress(a.name);
+    if (!off.ok()) return Err("unknown .%s variable '%s'", local ? "local" : "shared", a.name);
+    auto slot = b_.ConstSlot((local ? kLocalWindow : kSharedWindow) + *off);
     if (!slot.ok()) return slot.status();
     in_.s[0] = *slot;
     in_.fn = SelectIntOp(mov);
     return absl::OkStatus();
   }
   if (auto s = SetSrc(0, 1, t); !s.ok()) return s;
-  in_.fn = SelectCvta(m_.to, !m_.to, t == Ty::kU32);
+  in_.fn = SelectCvta(m_.to, local, t == Ty::kU32);
   return absl::OkStatus();
 }
 
@@ -341,9 +344,7 @@ absl::Status Decoder::LdSt() {
   const int size = TySize(t);
   if (size == 0 || size > 8) return Err("unsupported access type");
   const Space sp = m_.space;
-  if (sp == Space::kLocal || sp == Space::kConst) {
-    return Err("the .local and .const state spaces are not supported");
-  }
+  if (sp == Space::kConst) return Err("the .const state space is not supported");
   const bool is_load = op_ != Op::kSt;
   if (!is_load && sp == Space::kParam) return Err("st.param is not supported (no calls)");
   if (m_.nc && (!is_load || sp != Space::kGlobal)) return Err(".nc applies to ld.global only");

@@ -346,7 +346,10 @@ absl::StatusOr<uint16_t> Decoder::Src(const RawOperand& o, Ty ty) {
     case RawOperand::kSym: {
       auto off = b_.SharedAddress(o.name);
       if (off.ok()) return b_.ConstSlot(*off);
-      return Err("unknown symbol '%s' (not a register, .shared variable or immediate)", o.name);
+      auto loc = b_.LocalAddress(o.name);
+      if (loc.ok()) return b_.ConstSlot(*loc);
+      return Err("unknown symbol '%s' (not a register, .shared/.local variable or immediate)",
+                 o.name);
     }
     default:
       return Err("expected a register or an immediate");
@@ -426,6 +429,12 @@ absl::Status Decoder::Address(const RawOperand& o, Space sp) {
   if (sp == Space::kShared) {
     auto off = b_.SharedAddress(o.name);
     if (!off.ok()) return Err("unknown .shared variable '%s'", o.name);
+    in_.imm += *off;
+    return absl::OkStatus();
+  }
+  if (sp == Space::kLocal) {
+    auto off = b_.LocalAddress(o.name);
+    if (!off.ok()) return Err("unknown .local variable '%s'", o.name);
     in_.imm += *off;
     return absl::OkStatus();
   }

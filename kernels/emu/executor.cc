@@ -39,9 +39,12 @@ class BlockRunner {
     pinit_.assign(preds_.size(), 0);
     warps_.resize(nwarps_);
     shared_.resize(static_cast<size_t>(fn_.dynamic_offset) + cfg.dynamic_shared + 16);
+    local_.resize(static_cast<size_t>(fn_.local_bytes) * nwarps_ * kWarpSize);
     ctx_.allocs = cfg.allocs;
     ctx_.num_allocs = cfg.num_allocs;
     ctx_.shared = shared_.data();
+    ctx_.local = local_.data();
+    ctx_.local_size = fn_.local_bytes;
     ctx_.shared_size =
         fn_.uses_dynamic_shared ? fn_.dynamic_offset + cfg.dynamic_shared : fn_.static_shared;
     ctx_.params = cfg.params.data();
@@ -90,6 +93,7 @@ class BlockRunner {
   std::vector<uint32_t> init_, preds_, pinit_;
   std::vector<Warp> warps_;
   std::vector<uint8_t> shared_;
+  std::vector<uint8_t> local_;
   ExecCtx ctx_;
   LaunchCounters counters_;
   struct Bar {
@@ -344,6 +348,7 @@ absl::Status BlockRunner::RunWarp(Warp& w) {
   uint64_t warp_instr = counters_.warp_instructions;
   uint64_t thread_instr = counters_.thread_instructions;
   absl::Status status;
+  ctx_.cur_warp = w.index;
   while (true) {
     if (w.active == 0 && !NextGroup(w)) break;
     const Instr& in = code[w.pc];
@@ -472,7 +477,10 @@ absl::Status BlockRunner::Run(uint64_t b) {
   const Dim3u& g = cfg_.grid;
   ctx_.block_idx = Dim3u{static_cast<uint32_t>(b % g.x), static_cast<uint32_t>((b / g.x) % g.y),
                          static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
-  if (cfg_.poison_shared) std::memset(shared_.data(), 0xff, shared_.size());
+  if (cfg_.poison_shared) {
+    std::memset(shared_.data(), 0xff, shared_.size());
+    std::memset(local_.data(), 0xff, local_.size());
+  }
   for (auto& bar : bars_) bar = Bar();
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
   while (true) {

@@ -15,6 +15,10 @@ constexpr uint32_t kFullMask = 0xffffffffu;
 // (cvta.shared); global allocations live far below it.
 constexpr uint64_t kSharedWindow = 0x0000700000000000ull;
 constexpr uint64_t kSharedWindowSize = 0x100000000ull;
+// Generic addresses in [kLocalWindow, kLocalWindow + 4 GiB) name the executing thread's
+// local memory (cvta.local).
+constexpr uint64_t kLocalWindow = 0x0000710000000000ull;
+constexpr uint64_t kLocalWindowSize = 0x100000000ull;
 
 enum class Ty : uint8_t {
   kNone,
@@ -138,6 +142,9 @@ struct ExecCtx {
   size_t num_allocs = 0;
   uint8_t* shared = nullptr;
   uint32_t shared_size = 0;
+  uint8_t* local = nullptr;  // per-thread local memory of the block, local_size each
+  uint32_t local_size = 0;
+  uint32_t cur_warp = 0;  // warp being executed (selects the lanes' local memory)
   const uint8_t* params = nullptr;
   uint32_t param_size = 0;
   Dim3u block_idx, block_dim, grid_dim;

@@ -65,7 +65,8 @@ struct Function {
   uint32_t static_shared = 0;   // bytes of .shared variables the function uses
   uint32_t dynamic_offset = 0;  // where the .extern .shared array starts
   bool uses_dynamic_shared = false;
-  Dim3u reqntid{0, 0, 0};  // 0 = not given
+  uint32_t local_bytes = 0;  // per-thread .local variables
+  Dim3u reqntid{0, 0, 0};    // 0 = not given
   Dim3u maxntid{0, 0, 0};
 };
 

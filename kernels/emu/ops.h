@@ -15,14 +15,15 @@ namespace ptxserve::emu {
   X(Add, "add")                                                                                   \
   X(Sub, "sub")                                                                                   \
   X(Mul, "mul")                                                                                   \
-  X(Mad, "mad") X(Fma, "fma") X(Div, "div") X(Rem, "rem") X(Neg, "neg") X(Abs, "abs")             \
-      X(Min, "min") X(Max, "max") X(And, "and") X(Or, "or") X(Xor, "xor") X(Not, "not") X(        \
-          Cnot, "cnot") X(Shl, "shl") X(Shr, "shr") X(Popc, "popc") X(Clz, "clz") X(Brev, "brev") \
-          X(Bfe, "bfe") X(Bfi, "bfi") X(Prmt, "prmt") X(Selp, "selp") X(Setp, "setp")             \
-              X(Mov, "mov") X(Cvt, "cvt") X(Cvta, "cvta") X(Ld, "ld") X(Ldu, "ldu") X(St, "st")   \
-                  X(Atom, "atom") X(Red, "red") X(Cp, "cp") X(Rcp, "rcp") X(Sqrt, "sqrt")         \
-                      X(Rsqrt, "rsqrt") X(Ex2, "ex2") X(Lg2, "lg2") X(Sin, "sin") X(Cos, "cos")   \
-                          X(Tanh, "tanh") X(Copysign, "copysign") X(Shfl, "shfl") X(Vote, "vote") \
+  X(Mad, "mad")                                                                                   \
+  X(Fma, "fma") X(Div, "div") X(Rem, "rem") X(Neg, "neg") X(Abs, "abs") X(Min, "min")             \
+      X(Max, "max") X(And, "and") X(Or, "or") X(Xor, "xor") X(Not, "not") X(Cnot, "cnot") X(      \
+          Shl, "shl") X(Shr, "shr") X(Popc, "popc") X(Clz, "clz") X(Brev, "brev") X(Bfe, "bfe")   \
+          X(Bfi, "bfi") X(Prmt, "prmt") X(Selp, "selp") X(Setp, "setp") X(Mov, "mov")             \
+              X(Cvt, "cvt") X(Cvta, "cvta") X(Ld, "ld") X(Ldu, "ldu") X(St, "st") X(Atom, "atom") \
+                  X(Red, "red") X(Cp, "cp") X(Rcp, "rcp") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt")       \
+                      X(Ex2, "ex2") X(Lg2, "lg2") X(Sin, "sin") X(Cos, "cos") X(Tanh, "tanh")     \
+                          X(Copysign, "copysign") X(Shfl, "shfl") X(Vote, "vote")                 \
                               X(Activemask, "activemask") X(Redux, "redux") X(Bar, "bar")         \
                                   X(Barrier, "barrier") X(Membar, "membar") X(Fence, "fence")     \
                                       X(Bra, "bra") X(Ret, "ret") X(Exit, "exit")                 \
@@ -88,7 +89,7 @@ Handler SelectStore(Space sp, int size, int vec);
 Handler SelectAtom(Space sp, AtomOp op, Ty t, bool returns);
 Handler SelectCpAsync();
 Handler SelectMovPack(bool pack);  // mov.bN {a,b..} <-> d; element size in Instr::size
-Handler SelectCvta(bool to_shared, bool from_shared, bool addr32);  // shared <-> generic
+Handler SelectCvta(bool to_space, bool local, bool addr32);  // shared/local <-> generic
 Handler SelectShfl(ShflMode m);
 Handler SelectVote(VoteMode m);
 Handler SelectActiveMask();

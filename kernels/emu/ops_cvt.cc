@@ -276,13 +276,14 @@ bool MovUnpack(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
   return true;
 }
 
-template <bool kToShared, bool kAddr32>
-bool CvtaShared(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+template <bool kToSpace, bool kLocal, bool kAddr32>
+bool CvtaWindow(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.s[0]);
+  constexpr uint64_t kWindow = kLocal ? kLocalWindow : kSharedWindow;
   ForLanes(m, [&](uint32_t l) {
     const uint64_t x = kAddr32 ? (a[l] & 0xffffffffu) : a[l];
-    uint64_t r = kToShared ? x - kSharedWindow : x + kSharedWindow;
+    uint64_t r = kToSpace ? x - kWindow : x + kWindow;
     if (kAddr32) r &= 0xffffffffu;
     d[l] = r;
   });
@@ -336,10 +337,13 @@ Handler SelectCvt(const OpSel& s) {
 
 Handler SelectMovPack(bool pack) { return pack ? &MovPack : &MovUnpack; }
 
-Handler SelectCvta(bool to_shared, bool from_shared, bool addr32) {
-  if (to_shared) return addr32 ? &CvtaShared<true, true> : &CvtaShared<true, false>;
-  if (from_shared) return addr32 ? &CvtaShared<false, true> : &CvtaShared<false, false>;
-  return nullptr;
+Handler SelectCvta(bool to_space, bool local, bool addr32) {
+  if (local) {
+    if (to_space) return addr32 ? &CvtaWindow<true, true, true> : &CvtaWindow<true, true, false>;
+    return addr32 ? &CvtaWindow<false, true, true> : &CvtaWindow<false, true, false>;
+  }
+  if (to_space) return addr32 ? &CvtaWindow<true, false, true> : &CvtaWindow<true, false, false>;
+  return addr32 ? &CvtaWindow<false, false, true> : &CvtaWindow<false, false, false>;
 }
 
 }  // namespace ptxserve::emu

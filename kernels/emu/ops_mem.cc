@@ -73,6 +73,11 @@ inline uint64_t LaneAddr(const Instr& in, const uint64_t* base, uint32_t l) {
         "out-of-bounds shared %s of %u bytes at shared address 0x%x (block has "
         "%u bytes of shared memory)",
         what, n, addr, ctx.shared_size);
+  } else if (sp == Space::kLocal) {
+    msg = absl::StrFormat(
+        "out-of-bounds local %s of %u bytes at local address 0x%x (%u bytes of local memory "
+        "per thread)",
+        what, n, addr, ctx.local_size);
   } else {
     msg = absl::StrFormat(
         "out-of-bounds param %s of %u bytes at offset %u (%u bytes of "
@@ -94,6 +99,9 @@ template <Space SP>
     if (addr >= kSharedWindow && addr - kSharedWindow < kSharedWindowSize) {
       return Resolve<Space::kShared>(ctx, addr - kSharedWindow, n, 1, cache, lane, what);
     }
+    if (addr >= kLocalWindow && addr - kLocalWindow < kLocalWindowSize) {
+      return Resolve<Space::kLocal>(ctx, addr - kLocalWindow, n, 1, cache, lane, what);
+    }
     return Resolve<Space::kGlobal>(ctx, addr, n, 1, cache, lane, what);
   } else if constexpr (SP == Space::kGlobal) {
     uint8_t* p = ctx.Global(addr, n, cache);
@@ -103,6 +111,12 @@ template <Space SP>
       return FailSpace(ctx, SP, addr, n, lane, what);
     }
     return ctx.shared + addr;
+  } else if constexpr (SP == Space::kLocal) {
+    if (addr > ctx.local_size || n > ctx.local_size - addr) {
+      return FailSpace(ctx, SP, addr, n, lane, what);
+    }
+    const size_t thread = size_t{ctx.cur_warp} * kWarpSize + lane;
+    return ctx.local + thread * ctx.local_size + addr;
   } else {
     static_assert(SP == Space::kParam);
     if (addr > ctx.param_size || n > ctx.param_size - addr) {
@@ -424,6 +438,8 @@ Handler SelectLoad(Space sp, int size, bool is_signed, int vec) {
       return LoadFor<Space::kShared>(size, is_signed, vec);
     case Space::kParam:
       return LoadFor<Space::kParam>(size, is_signed, vec);
+    case Space::kLocal:
+      return LoadFor<Space::kLocal>(size, is_signed, vec);
     case Space::kGeneric:
       return LoadFor<Space::kGeneric>(size, is_signed, vec);
     default:
@@ -437,6 +453,8 @@ Handler SelectStore(Space sp, int size, int vec) {
       return StoreFor<Space::kGlobal>(size, vec);
     case Space::kShared:
       return StoreFor<Space::kShared>(size, vec);
+    case Space::kLocal:
+      return StoreFor<Space::kLocal>(size, vec);
     case Space::kGeneric:
       return StoreFor<Space::kGeneric>(size, vec);
     default:

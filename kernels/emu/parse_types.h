@@ -61,6 +61,8 @@ struct FnBuilder {
   const absl::flat_hash_map<std::string, SharedVar>* module_shared = nullptr;
   absl::flat_hash_map<std::string, SharedVar> local_shared;
   absl::flat_hash_map<std::string, uint32_t> shared_offset;  // laid out on first use
+  absl::flat_hash_map<std::string, SharedVar> local_vars;    // .local declarations
+  absl::flat_hash_map<std::string, uint32_t> local_offset;
   absl::flat_hash_map<uint64_t, uint16_t> const_slots;
   absl::flat_hash_map<uint8_t, uint16_t> special_slots;
   uint16_t sink_slot = UINT16_MAX;
@@ -71,6 +73,8 @@ struct FnBuilder {
   absl::StatusOr<uint16_t> SinkSlot();
   // Shared-space offset of a .shared variable (laid out on first reference), or NotFound.
   absl::StatusOr<uint32_t> SharedAddress(const std::string& name);
+  // Local-space offset of a .local variable (laid out on first reference), or NotFound.
+  absl::StatusOr<uint32_t> LocalAddress(const std::string& name);
 };
 
 // Decodes b.raw into b.fn->code. Errors name the PTX line.

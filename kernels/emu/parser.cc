@@ -73,6 +73,18 @@ absl::StatusOr<uint32_t> FnBuilder::SharedAddress(const std::string& name) {
   return off;
 }
 
+absl::StatusOr<uint32_t> FnBuilder::LocalAddress(const std::string& name) {
+  auto it = local_offset.find(name);
+  if (it != local_offset.end()) return it->second;
+  auto v = local_vars.find(name);
+  if (v == local_vars.end()) return absl::NotFoundError(name);
+  const uint32_t a = std::max<uint32_t>(v->second.align, 1);
+  const uint32_t off = (fn->local_bytes + a - 1) / a * a;
+  fn->local_bytes = off + v->second.size;
+  local_offset[name] = off;
+  return off;
+}
+
 namespace {
 
 bool ParseTyName(std::string_view s, Ty* t) {
@@ -457,6 +469,8 @@ class Parser {
           if (auto s = ParseRegDecl(b); !s.ok()) return s;
         } else if (t.text == "shared") {
           if (auto s = ParseSharedVar(false, &b.local_shared); !s.ok()) return s;
+        } else if (t.text == "local") {
+          if (auto s = ParseSharedVar(false, &b.local_vars); !s.ok()) return s;
         } else if (t.text == "pragma") {
           if (auto s = SkipPast(';'); !s.ok()) return s;
         } else if (t.text == "loc") {

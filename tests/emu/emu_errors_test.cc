@@ -190,8 +190,8 @@ TEST(Errors, ParseAndDecodeErrorsNameTheLine) {
   EXPECT_THAT(st.message(), HasSubstr("PTX line 10"));
   st = LoadText("shfl.down.b32 %r1, %r2, 1, 31;");
   EXPECT_THAT(st.message(), HasSubstr("use shfl.sync"));
-  st = LoadText("ld.local.f32 %f1, [%rd1];");
-  EXPECT_THAT(st.message(), HasSubstr(".local"));
+  st = LoadText("ld.const.f32 %f1, [%rd1];");
+  EXPECT_THAT(st.message(), HasSubstr(".const state space is not supported"));
   st = LoadText("add.u32 %r1, %r2, %r3 /* unterminated");
   EXPECT_THAT(st.message(), HasSubstr("unterminated /* comment"));
   st = LoadText("", ".func foo()\n{\nret;\n}\n");

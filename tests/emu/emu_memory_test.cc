@@ -93,3 +93,30 @@ TEST(Memory, Vector128BitLoadsAndStores) {
 
 }  // namespace
 }  // namespace ptxserve::emu::testing
+
+namespace ptxserve::emu::testing {
+namespace {
+
+TEST(Memory, PerThreadLocalMemory) {
+  Emulator emu;
+  const uint32_t n = 40;
+  std::vector<uint32_t> in(n);
+  for (uint32_t i = 0; i < n; ++i) in[i] = (i * 37 + 11) & 0xff;
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(n * 8);
+  ASSERT_TRUE(
+      emu.Launch(Load(emu, "local", "local_array"), {1, 1, 1}, {n, 1, 1}, 0, {Ptr(din), Ptr(out)})
+          .ok());
+  const auto v = Download<uint32_t>(emu, out, 2 * n);
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(v[2 * i], 100 * i + (in[i] & 15)) << i;
+    EXPECT_EQ(v[2 * i + 1], 100 * i + ((in[i] >> 4) & 15)) << i;
+  }
+  const absl::Status st =
+      emu.Launch(Load(emu, "local", "local_overflow"), {1, 1, 1}, {32, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("thread (8,0,0)"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("out-of-bounds local store"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace ptxserve::emu::testing
