@@ -485,30 +485,94 @@ absl::Status Decoder::Bar() {
     return absl::OkStatus();
   }
   bool aligned = is_bar, arrive = false;
-  if (mods.empty()) return Err("missing .sync or .arrive");
+  int red = 0;  // bar.red: 1 popc, 2 and, 3 or
+  if (mods.empty()) return Err("missing .sync, .arrive or .red");
+  size_t next = 1;
   if (mods[0] == "sync") {
   } else if (mods[0] == "arrive") {
     arrive = true;
   } else if (mods[0] == "red") {
-    return Err("bar.red is not supported");
+    const std::string op = mods.size() > 1 ? mods[1] : "";
+    const std::string ty = mods.size() > 2 ? mods[2] : "";
+    if (op == "popc" && ty == "u32") {
+      red = 1;
+    } else if ((op == "and" || op == "or") && ty == "pred") {
+      red = op == "and" ? 2 : 3;
+    } else {
+      return Err("expected bar.red.popc.u32, bar.red.and.pred or bar.red.or.pred");
+    }
+    next = 3;
   } else {
     return Err("unknown modifier '.%s'", mods[0]);
   }
-  for (size_t i = 1; i < mods.size(); ++i) {
+  for (size_t i = next; i < mods.size(); ++i) {
     if (!is_bar && mods[i] == "aligned") {
       aligned = true;
     } else {
       return Err("unknown modifier '.%s'", mods[i]);
     }
   }
-  if (auto s = NeedOps(arrive ? 2 : 1, 2); !s.ok()) return s;
-  if (auto s = SetSrc(0, 0, Ty::kU32); !s.ok()) return s;
-  const bool has_count = r_.ops.size() == 2;
-  if (has_count) {
-    if (auto s = SetSrc(1, 1, Ty::kU32); !s.ok()) return s;
+  size_t first = 0;
+  if (red != 0) {
+    // bar.red d, a{, b}, {!}c
+    if (auto s = NeedOps(3, 4); !s.ok()) return s;
+    if (red == 1) {
+      if (auto s = SetDst(0, 0, Ty::kU32); !s.ok()) return s;
+    } else {
+      if (auto s = PredDst(0, r_.ops[0]); !s.ok()) return s;
+    }
+    if (auto s = PredSrc(0, r_.ops.back()); !s.ok()) return s;
+    first = 1;
+  } else {
+    if (auto s = NeedOps(arrive ? 2 : 1, 2); !s.ok()) return s;
   }
-  in_.mode = static_cast<uint8_t>((has_count ? 1 : 0) | (aligned ? 2 : 0));
+  const size_t nbar = r_.ops.size() - first - (red != 0 ? 1 : 0);
+  if (auto s = SetSrc(0, first, Ty::kU32); !s.ok()) return s;
+  const bool has_count = nbar == 2;
+  if (has_count) {
+    if (auto s = SetSrc(1, first + 1, Ty::kU32); !s.ok()) return s;
+  }
+  in_.mode = static_cast<uint8_t>((has_count ? 1 : 0) | (aligned ? 2 : 0) | (red != 0 ? 4 : 0));
+  in_.mode2 = static_cast<uint8_t>(red);
   in_.ctl = arrive ? Ctl::kBarArrive : Ctl::kBar;
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::BitScan() {
+  Ty t = Ty::kNone;
+  if (op_ == Op::kBfind) {
+    bool shiftamt = false;
+    for (const std::string& m : r_.mods) {
+      if (m == "shiftamt") {
+        shiftamt = true;
+      } else if (!ParseTy(m, &t)) {
+        return Err("unknown modifier '.%s'", m);
+      }
+    }
+    if (auto s = NeedOps(2); !s.ok()) return s;
+    if (auto s = SetDst(0, 0, Ty::kU32); !s.ok()) return s;
+    if (auto s = SetSrc(0, 1, t); !s.ok()) return s;
+    in_.fn = SelectBfind(t, shiftamt);
+    if (in_.fn == nullptr) return Err("bfind takes .u32, .s32, .u64 or .s64");
+    return absl::OkStatus();
+  }
+  int dir = 0, mode = 0;  // 1 = l / wrap, 2 = r / clamp
+  for (const std::string& m : r_.mods) {
+    if (m == "l" || m == "r") {
+      dir = m == "l" ? 1 : 2;
+    } else if (m == "wrap" || m == "clamp") {
+      mode = m == "wrap" ? 1 : 2;
+    } else if (!ParseTy(m, &t)) {
+      return Err("unknown modifier '.%s'", m);
+    }
+  }
+  if (dir == 0 || mode == 0 || t != Ty::kB32) return Err("expected shf.{l,r}.{wrap,clamp}.b32");
+  if (auto s = NeedOps(4); !s.ok()) return s;
+  if (auto s = SetDst(0, 0, t); !s.ok()) return s;
+  for (int k = 0; k < 3; ++k) {
+    if (auto s = SetSrc(k, k + 1, t); !s.ok()) return s;
+  }
+  in_.fn = SelectShf(dir == 1, mode == 2);
   return absl::OkStatus();
 }
 

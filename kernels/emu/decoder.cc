@@ -476,6 +476,9 @@ absl::Status Decoder::Run() {
     case Op::kBar:
     case Op::kBarrier:
       return Bar();
+    case Op::kBfind:
+    case Op::kShf:
+      return BitScan();
     case Op::kCp:
       return Cp();
     case Op::kActivemask:

@@ -104,6 +104,7 @@ class Decoder {
   absl::Status Vote();
   absl::Status Redux();
   absl::Status Bar();
+  absl::Status BitScan();  // bfind, shf
   absl::Status Cp();
   absl::Status Misc();
 

@@ -99,6 +99,9 @@ class BlockRunner {
   struct Bar {
     uint32_t arrived = 0;
     uint32_t expected = 0;
+    uint32_t popc = 0;  // bar.red accumulators over the arrived threads
+    bool all = true;
+    bool any = false;
   } bars_[kNumBarriers];
 };
 
@@ -254,14 +257,25 @@ void BlockRunner::Reconverge(Warp& w) {
 }
 
 void BlockRunner::Release(int id) {
+  const Bar& b = bars_[id];
   for (Warp& w : warps_) {
     uint32_t rel = 0;
     for (uint32_t s = w.waiting; s != 0; s &= s - 1) {
       const int l = std::countr_zero(s);
-      if (w.bar_id[l] == id) {
-        rel |= 1u << l;
-        ++w.lane_pc[l];
+      if (w.bar_id[l] != id) continue;
+      rel |= 1u << l;
+      const Instr& in = fn_.code[w.lane_pc[l]];
+      if ((in.mode & 4) != 0) {  // bar.red: every waiting thread gets the block's result
+        if (in.mode2 == 1) {
+          w.R(in.d[0])[l] = b.popc;
+          w.init[in.d[0]] |= 1u << l;
+        } else {
+          const bool r = in.mode2 == 2 ? b.all : b.any;
+          w.preds[in.pd[0]] = (w.preds[in.pd[0]] & ~(1u << l)) | (uint32_t{r} << l);
+          w.pinit[in.pd[0]] |= 1u << l;
+        }
       }
+      ++w.lane_pc[l];
     }
     if (rel == 0) continue;
     w.waiting &= ~rel;
@@ -325,6 +339,15 @@ absl::Status BlockRunner::Barrier(Warp& w, const Instr& in, uint32_t m) {
   }
   b.expected = expected;
   b.arrived += std::popcount(m);
+  if ((in.mode & 4) != 0) {
+    if ((w.pinit[in.ps[0]] & m) != m) {
+      return UninitError(w, in, fn_.pred_names[in.ps[0]], m & ~w.pinit[in.ps[0]]);
+    }
+    const uint32_t p = (in.ps_neg[0] ? ~w.preds[in.ps[0]] : w.preds[in.ps[0]]) & m;
+    b.popc += std::popcount(p);
+    b.all = b.all && p == m;
+    b.any = b.any || p != 0;
+  }
   if (!arrive) {
     for (uint32_t s = m; s != 0; s &= s - 1) {
       const int l = std::countr_zero(s);
@@ -336,8 +359,8 @@ absl::Status BlockRunner::Barrier(Warp& w, const Instr& in, uint32_t m) {
   }
   if (w.active != 0) ++w.pc;
   if (b.arrived >= b.expected) {
-    b.arrived = 0;
     Release(static_cast<int>(id));
+    b = Bar();
   }
   return absl::OkStatus();
 }

@@ -474,7 +474,54 @@ bool PredLogic(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
   return true;
 }
 
+// bfind: position of the most significant non-sign bit, 0xffffffff when there is none;
+// .shiftamt returns the left shift that would normalise it instead.
+template <class T, bool kShiftAmt>
+bool Bfind(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map1<uint32_t, T>(w, in, m, [](T a) -> uint32_t {
+    using U = std::make_unsigned_t<T>;
+    U x = static_cast<U>(a);
+    if (std::is_signed_v<T> && a < 0) x = static_cast<U>(~x);
+    if (x == 0) return 0xffffffffu;
+    const uint32_t pos = static_cast<uint32_t>(Bits<T>() - 1 - std::countl_zero(x));
+    return kShiftAmt ? static_cast<uint32_t>(Bits<T>() - 1) - pos : pos;
+  });
+  return true;
+}
+
+// shf: funnel shift of the 64-bit pair b:a (b high); .clamp caps the amount at 32,
+// .wrap takes it mod 32.
+template <bool kLeft, bool kClamp>
+bool Shf(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map3<uint32_t, uint32_t, uint32_t, uint32_t>(w, in, m, [](uint32_t a, uint32_t b, uint32_t c) {
+    const uint32_t n = kClamp ? std::min(c, 32u) : (c & 31);
+    const uint64_t pair = (uint64_t{b} << 32) | a;
+    return kLeft ? static_cast<uint32_t>((pair << n) >> 32) : static_cast<uint32_t>(pair >> n);
+  });
+  return true;
+}
+
 }  // namespace
+
+Handler SelectBfind(Ty t, bool shiftamt) {
+  switch (t) {
+    case Ty::kU32:
+      return shiftamt ? &Bfind<uint32_t, true> : &Bfind<uint32_t, false>;
+    case Ty::kS32:
+      return shiftamt ? &Bfind<int32_t, true> : &Bfind<int32_t, false>;
+    case Ty::kU64:
+      return shiftamt ? &Bfind<uint64_t, true> : &Bfind<uint64_t, false>;
+    case Ty::kS64:
+      return shiftamt ? &Bfind<int64_t, true> : &Bfind<int64_t, false>;
+    default:
+      return nullptr;
+  }
+}
+
+Handler SelectShf(bool left, bool clamp) {
+  if (left) return clamp ? &Shf<true, true> : &Shf<true, false>;
+  return clamp ? &Shf<false, true> : &Shf<false, false>;
+}
 
 Handler SelectIntOp(const OpSel& s) {
   if (s.op == Op::kMov) return &MovRaw;

@@ -286,3 +286,53 @@ TEST(PtxEmulator, LaunchRawTakesCuLaunchKernelStyleParams) {
 
 }  // namespace
 }  // namespace ptxserve::emu::testing
+
+namespace ptxserve::emu::testing {
+namespace {
+
+TEST(PtxEmulator, BfindAndFunnelShift) {
+  Emulator emu;
+  std::vector<uint32_t> in = {0,           1,     0x80000000u, 0xffffffffu,
+                              0x00f00000u, 12345, 0x7fffffffu, 0xfffffff0u};
+  const uint32_t n = static_cast<uint32_t>(in.size());
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(n * 16);
+  ASSERT_TRUE(
+      emu.Launch(Load(emu, "bits_barred", "bits"), {1, 1, 1}, {n, 1, 1}, 0, {Ptr(din), Ptr(out)})
+          .ok());
+  const auto v = Download<uint32_t>(emu, out, n * 4);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t a = in[i], b = in[i ^ 1];
+    const uint32_t msb = a == 0 ? 0xffffffffu : 31 - __builtin_clz(a);
+    EXPECT_EQ(v[4 * i], msb) << i;
+    const int32_t sa = static_cast<int32_t>(a);
+    const uint32_t x = sa < 0 ? ~a : a;
+    EXPECT_EQ(v[4 * i + 1], x == 0 ? 0xffffffffu : static_cast<uint32_t>(__builtin_clz(x))) << i;
+    const uint64_t pair = (uint64_t{b} << 32) | a;
+    EXPECT_EQ(v[4 * i + 2], static_cast<uint32_t>((pair << (b & 31)) >> 32)) << i;
+    const uint32_t nr = std::min<uint32_t>(b & 63, 32);
+    EXPECT_EQ(v[4 * i + 3], static_cast<uint32_t>(pair >> nr)) << i;
+  }
+}
+
+TEST(PtxEmulator, ReducingBarriers) {
+  Emulator emu;
+  const uint32_t n = 96;
+  std::vector<int32_t> in(n);
+  for (uint32_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>((i * 53) % 700);
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(n * 4);
+  const FunctionHandle f = Load(emu, "bits_barred", "bar_red");
+  ASSERT_TRUE(emu.Launch(f, {1, 1, 1}, {n, 1, 1}, 0, {Ptr(din), Ptr(out)}).ok());
+  uint32_t popc = 0;
+  for (int32_t x : in) popc += x & 1;
+  for (uint32_t x : Download<uint32_t>(emu, out, n)) EXPECT_EQ(x, popc | 0x10000u);
+  in[7] = -5;
+  in[70] = 5000;
+  const uint64_t din2 = Upload(emu, in);
+  ASSERT_TRUE(emu.Launch(f, {1, 1, 1}, {n, 1, 1}, 0, {Ptr(din2), Ptr(out)}).ok());
+  popc = 0;
+  for (int32_t x : in) popc += x & 1;
+  for (uint32_t x : Download<uint32_t>(emu, out, n)) EXPECT_EQ(x, popc | 0x20000u);
+}
+
+}  // namespace
+}  // namespace ptxserve::emu::testing
