@@ -58,8 +58,6 @@ struct Mods {
   uint32_t seen = 0;
 };
 
-bool ParseTy(std::string_view s, Ty* t);
-
 class Decoder {
  public:
   Decoder(FnBuilder& b, const RawInstr& r, Instr& in, Op op) : b_(b), r_(r), in_(in), op_(op) {}

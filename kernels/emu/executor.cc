@@ -126,90 +126,16 @@ void BlockRunner::InitWarp(uint32_t wi) {
     for (int l = 0; l < kWarpSize; ++l) r[l] = value;
     w.init[slot] = kFullMask;
   }
-  const Dim3u& bd = cfg_.block;
+  SpecialInputs si;
+  si.block = cfg_.block;
+  si.grid = cfg_.grid;
+  si.block_idx = ctx_.block_idx;
+  si.nwarps = nwarps_;
+  si.dynamic_shared = cfg_.dynamic_shared;
+  si.total_shared = ctx_.shared_size;
   for (const auto& [slot, sp] : fn_.specials) {
     uint64_t* r = w.R(slot);
-    for (uint32_t l = 0; l < kWarpSize; ++l) {
-      const uint32_t t = first + l;
-      const uint64_t lm = uint64_t{1} << l;
-      uint64_t v = 0;
-      switch (sp) {
-        case Special::kTidX:
-          v = t % bd.x;
-          break;
-        case Special::kTidY:
-          v = (t / bd.x) % bd.y;
-          break;
-        case Special::kTidZ:
-          v = t / (bd.x * bd.y);
-          break;
-        case Special::kNtidX:
-          v = bd.x;
-          break;
-        case Special::kNtidY:
-          v = bd.y;
-          break;
-        case Special::kNtidZ:
-          v = bd.z;
-          break;
-        case Special::kCtaidX:
-          v = ctx_.block_idx.x;
-          break;
-        case Special::kCtaidY:
-          v = ctx_.block_idx.y;
-          break;
-        case Special::kCtaidZ:
-          v = ctx_.block_idx.z;
-          break;
-        case Special::kNctaidX:
-          v = cfg_.grid.x;
-          break;
-        case Special::kNctaidY:
-          v = cfg_.grid.y;
-          break;
-        case Special::kNctaidZ:
-          v = cfg_.grid.z;
-          break;
-        case Special::kLaneId:
-          v = l;
-          break;
-        case Special::kWarpId:
-          v = wi;
-          break;
-        case Special::kNWarpId:
-          v = nwarps_;
-          break;
-        case Special::kSmId:
-        case Special::kGridId:
-          v = 0;
-          break;
-        case Special::kNSmId:
-          v = 1;
-          break;
-        case Special::kLanemaskEq:
-          v = lm;
-          break;
-        case Special::kLanemaskLe:
-          v = (lm << 1) - 1;
-          break;
-        case Special::kLanemaskLt:
-          v = lm - 1;
-          break;
-        case Special::kLanemaskGe:
-          v = ~(lm - 1);
-          break;
-        case Special::kLanemaskGt:
-          v = ~((lm << 1) - 1);
-          break;
-        case Special::kDynamicSmemSize:
-          v = cfg_.dynamic_shared;
-          break;
-        case Special::kTotalSmemSize:
-          v = ctx_.shared_size;
-          break;
-      }
-      r[l] = v & 0xffffffffu;
-    }
+    for (uint32_t l = 0; l < kWarpSize; ++l) r[l] = SpecialValue(sp, si, first + l);
     w.init[slot] = kFullMask;
   }
 }

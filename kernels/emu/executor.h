@@ -29,6 +29,15 @@ struct LaunchCounters {
   uint64_t thread_instructions = 0;
 };
 
+// What special-register values depend on besides the thread.
+struct SpecialInputs {
+  Dim3u block, grid, block_idx;
+  uint32_t nwarps = 0;
+  uint32_t dynamic_shared = 0, total_shared = 0;
+};
+// The 32-bit value of special register `sp` for thread `t` (linear index in the block).
+uint64_t SpecialValue(Special sp, const SpecialInputs& in, uint32_t t);
+
 // Executes every block of the grid. The first fault (lowest block index when several
 // threads fail) is returned; it names the kernel, block, thread, PTX line and address.
 absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters);

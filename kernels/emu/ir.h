@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ptxserve::emu {
@@ -44,11 +45,12 @@ enum class Ty : uint8_t {
   kF64,
 };
 
-int TySize(Ty t);          // bytes; 0 for kNone/kPred
-bool TyIsFloat(Ty t);      // f16, f16x2, bf16, bf16x2, f32, f64
-bool TyIsSigned(Ty t);     // s8..s64
-bool TyIsBits(Ty t);       // b8..b128
-const char* TyName(Ty t);  // ".f32", ...
+int TySize(Ty t);                         // bytes; 0 for kNone/kPred
+bool TyIsFloat(Ty t);                     // f16, f16x2, bf16, bf16x2, f32, f64
+bool TyIsSigned(Ty t);                    // s8..s64
+bool TyIsBits(Ty t);                      // b8..b128
+const char* TyName(Ty t);                 // "f32", ...
+bool ParseTy(std::string_view s, Ty* t);  // "f32" -> kF32; false when unknown
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kParam, kLocal, kConst };
 

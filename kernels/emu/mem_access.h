@@ -1,0 +1,63 @@
+// Internal to the emulator: address resolution shared by the memory handlers
+// (ops_mem.cc, ops_atom.cc). Every access is checked before it happens: natural alignment
+// of the whole (vector) access, then bounds against one global allocation, the block's
+// shared memory, the thread's local memory or the parameter buffer.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/emu/ir.h"
+
+namespace ptxserve::emu {
+
+// Fault recorders (always return nullptr), out of line so the access fast path stays small.
+uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, uint32_t lane,
+                        const char* what);
+uint8_t* FailSpace(ExecCtx& ctx, Space sp, uint64_t addr, uint32_t n, uint32_t lane,
+                   const char* what);
+
+inline uint64_t LaneAddr(const Instr& in, const uint64_t* base, uint32_t l) {
+  uint64_t a = 0;
+  if (base != nullptr) a = in.addr32 ? (base[l] & 0xffffffffu) : base[l];
+  return a + static_cast<uint64_t>(in.imm);
+}
+
+// Host pointer for an access of `n` bytes aligned to `align` (a power of two) in space SP,
+// or nullptr after recording the fault.
+template <Space SP>
+[[gnu::always_inline]] inline uint8_t* Resolve(ExecCtx& ctx, uint64_t addr, uint32_t n,
+                                               uint32_t align, const Allocation*& cache,
+                                               uint32_t lane, const char* what) {
+  if ((addr & (align - 1)) != 0) return FailMisaligned(ctx, addr, n, align, lane, what);
+  if constexpr (SP == Space::kGeneric) {
+    if (addr >= kSharedWindow && addr - kSharedWindow < kSharedWindowSize) {
+      return Resolve<Space::kShared>(ctx, addr - kSharedWindow, n, 1, cache, lane, what);
+    }
+    if (addr >= kLocalWindow && addr - kLocalWindow < kLocalWindowSize) {
+      return Resolve<Space::kLocal>(ctx, addr - kLocalWindow, n, 1, cache, lane, what);
+    }
+    return Resolve<Space::kGlobal>(ctx, addr, n, 1, cache, lane, what);
+  } else if constexpr (SP == Space::kGlobal) {
+    uint8_t* p = ctx.Global(addr, n, cache);
+    return p != nullptr ? p : FailSpace(ctx, SP, addr, n, lane, what);
+  } else if constexpr (SP == Space::kShared) {
+    if (addr > ctx.shared_size || n > ctx.shared_size - addr) {
+      return FailSpace(ctx, SP, addr, n, lane, what);
+    }
+    return ctx.shared + addr;
+  } else if constexpr (SP == Space::kLocal) {
+    if (addr > ctx.local_size || n > ctx.local_size - addr) {
+      return FailSpace(ctx, SP, addr, n, lane, what);
+    }
+    const size_t thread = size_t{ctx.cur_warp} * kWarpSize + lane;
+    return ctx.local + thread * ctx.local_size + addr;
+  } else {
+    static_assert(SP == Space::kParam);
+    if (addr > ctx.param_size || n > ctx.param_size - addr) {
+      return FailSpace(ctx, SP, addr, n, lane, what);
+    }
+    return const_cast<uint8_t*>(ctx.params) + addr;
+  }
+}
+
+}  // namespace ptxserve::emu
