@@ -11,28 +11,22 @@
 
 namespace ptxserve::emu {
 
-#define EMU_OPCODES(X)                                                                            \
-  X(Add, "add")                                                                                   \
-  X(Sub, "sub")                                                                                   \
-  X(Mul, "mul")                                                                                   \
-  X(Mad, "mad")                                                                                   \
-  X(Fma, "fma")                                                                                   \
-  X(Div, "div")                                                                                   \
-  X(Rem, "rem") X(Neg, "neg") X(Abs, "abs") X(Min, "min") X(Max, "max") X(And, "and") X(Or, "or") \
-      X(Xor, "xor") X(Not, "not") X(Cnot, "cnot") X(Shl, "shl") X(Shr, "shr") X(Popc, "popc")     \
-          X(Clz, "clz") X(Brev, "brev") X(Bfe, "bfe") X(Bfi, "bfi") X(Prmt, "prmt")               \
-              X(Selp, "selp") X(Setp, "setp") X(Mov, "mov") X(Cvt, "cvt") X(Cvta, "cvta")         \
-                  X(Ld, "ld") X(Ldu, "ldu") X(St, "st") X(Atom, "atom") X(Red, "red") X(Cp, "cp") \
-                      X(Rcp, "rcp") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Ex2, "ex2") X(Lg2, "lg2") \
-                          X(Sin, "sin") X(Cos, "cos") X(Tanh, "tanh") X(Copysign, "copysign")     \
-                              X(Shfl, "shfl") X(Vote, "vote") X(Activemask, "activemask")         \
-                                  X(Redux, "redux") X(Bar, "bar") X(Barrier, "barrier")           \
-                                      X(Membar, "membar") X(Fence, "fence") X(Bra, "bra")         \
-                                          X(Ret, "ret") X(Exit, "exit") X(Prefetch, "prefetch")   \
-                                              X(Prefetchu, "prefetchu") X(Nanosleep, "nanosleep") \
-                                                  X(Testp, "testp")                               \
-                                                      X(Griddepcontrol, "griddepcontrol")         \
-                                                          X(Bfind, "bfind") X(Shf, "shf")
+// clang-format off
+#define EMU_OPCODES(X) \
+  X(Add, "add") X(Sub, "sub") X(Mul, "mul") X(Mad, "mad") X(Fma, "fma") X(Div, "div") \
+  X(Rem, "rem") X(Neg, "neg") X(Abs, "abs") X(Min, "min") X(Max, "max") X(And, "and") \
+  X(Or, "or") X(Xor, "xor") X(Not, "not") X(Cnot, "cnot") X(Shl, "shl") X(Shr, "shr") \
+  X(Popc, "popc") X(Clz, "clz") X(Brev, "brev") X(Bfe, "bfe") X(Bfi, "bfi") \
+  X(Prmt, "prmt") X(Selp, "selp") X(Setp, "setp") X(Mov, "mov") X(Cvt, "cvt") \
+  X(Cvta, "cvta") X(Ld, "ld") X(Ldu, "ldu") X(St, "st") X(Atom, "atom") X(Red, "red") \
+  X(Cp, "cp") X(Rcp, "rcp") X(Sqrt, "sqrt") X(Rsqrt, "rsqrt") X(Ex2, "ex2") \
+  X(Lg2, "lg2") X(Sin, "sin") X(Cos, "cos") X(Tanh, "tanh") X(Copysign, "copysign") \
+  X(Shfl, "shfl") X(Vote, "vote") X(Activemask, "activemask") X(Redux, "redux") \
+  X(Bar, "bar") X(Barrier, "barrier") X(Membar, "membar") X(Fence, "fence") \
+  X(Bra, "bra") X(Ret, "ret") X(Exit, "exit") X(Prefetch, "prefetch") \
+  X(Prefetchu, "prefetchu") X(Nanosleep, "nanosleep") X(Testp, "testp") \
+  X(Griddepcontrol, "griddepcontrol") X(Bfind, "bfind") X(Shf, "shf")
+// clang-format on
 
 enum class Op : uint16_t {
 #define EMU_OP_ENUM(name, text) k##name,

@@ -22,7 +22,7 @@ int LineOf(const std::string& file, const std::string& needle, const std::string
 
 std::string Line(int n) { return "PTX line " + std::to_string(n); }
 
-TEST(Errors, EarlyExitBeforeBarrierIsReportedNotAHang) {
+TEST(EmuErrors, EarlyExitBeforeBarrierIsReportedNotAHang) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "block_reduce", "early_exit_barrier");
   const std::vector<float> in(256, 1.0f);
@@ -43,7 +43,7 @@ TEST(Errors, EarlyExitBeforeBarrierIsReportedNotAHang) {
   EXPECT_TRUE(emu.Launch(f, {1, 1, 1}, {256, 1, 1}, 0, {Ptr(din), Ptr(out), U32(256)}).ok());
 }
 
-TEST(Errors, BarrierInsideDivergedWarp) {
+TEST(EmuErrors, BarrierInsideDivergedWarp) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(64 * 4);
   const absl::Status st = emu.Launch(Load(emu, "block_reduce", "diverged_barrier"), {1, 1, 1},
@@ -54,7 +54,7 @@ TEST(Errors, BarrierInsideDivergedWarp) {
               HasSubstr(Line(LineOf("block_reduce", "bar.sync 0", "diverged_barrier("))));
 }
 
-TEST(Errors, OutOfBoundsGlobalLoadNamesLineAndAddress) {
+TEST(EmuErrors, OutOfBoundsGlobalLoadNamesLineAndAddress) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "errors", "copy_unguarded");
   const uint64_t in = *emu.Alloc(100 * 4), out = *emu.Alloc(128 * 4);
@@ -70,7 +70,7 @@ TEST(Errors, OutOfBoundsGlobalLoadNamesLineAndAddress) {
   EXPECT_THAT(st.message(), HasSubstr("past the end of the allocation"));
 }
 
-TEST(Errors, SharedOutOfBounds) {
+TEST(EmuErrors, SharedOutOfBounds) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(4);
   const absl::Status st =
@@ -83,7 +83,7 @@ TEST(Errors, SharedOutOfBounds) {
   EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "st.shared.f32 [%r4]"))));
 }
 
-TEST(Errors, UninitialisedRegisterRead) {
+TEST(EmuErrors, UninitialisedRegisterRead) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(32 * 4);
   const absl::Status st =
@@ -95,7 +95,7 @@ TEST(Errors, UninitialisedRegisterRead) {
   EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "add.s32 %r4, %r3, %r1"))));
 }
 
-TEST(Errors, MisalignedVectorLoad) {
+TEST(EmuErrors, MisalignedVectorLoad) {
   Emulator emu;
   const uint64_t in = *emu.Alloc(64), out = *emu.Alloc(64);
   const absl::Status st = emu.Launch(Load(emu, "errors", "misaligned_v4"), {1, 1, 1}, {1, 1, 1}, 0,
@@ -106,7 +106,7 @@ TEST(Errors, MisalignedVectorLoad) {
   EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "ld.global.v4.f32 {%f1"))));
 }
 
-TEST(Errors, ShuffleMaskNamingLanesThatDoNotExecute) {
+TEST(EmuErrors, ShuffleMaskNamingLanesThatDoNotExecute) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(32 * 4);
   const absl::Status st =
@@ -117,7 +117,7 @@ TEST(Errors, ShuffleMaskNamingLanesThatDoNotExecute) {
   EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "shfl.sync.bfly"))));
 }
 
-TEST(Errors, FullMaskShuffleInPartialWarp) {
+TEST(EmuErrors, FullMaskShuffleInPartialWarp) {
   // 48 threads: the second warp has 16 lanes, so a full-mask shuffle names missing lanes.
   Emulator emu;
   const std::vector<float> in(64, 1.0f);
@@ -129,7 +129,7 @@ TEST(Errors, FullMaskShuffleInPartialWarp) {
   EXPECT_THAT(st.message(), HasSubstr("membermask 0xffffffff"));
 }
 
-TEST(Errors, RunawayLoopHitsTheInstructionLimit) {
+TEST(EmuErrors, RunawayLoopHitsTheInstructionLimit) {
   EmulatorOptions opts;
   opts.max_warp_instructions = 100000;
   Emulator emu(opts);
@@ -140,7 +140,7 @@ TEST(Errors, RunawayLoopHitsTheInstructionLimit) {
   EXPECT_THAT(st.message(), HasSubstr("instruction limit"));
 }
 
-TEST(Errors, LaunchArgumentsAreChecked) {
+TEST(EmuErrors, LaunchArgumentsAreChecked) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "vector_add");
   const uint64_t p = *emu.Alloc(16);
@@ -166,7 +166,7 @@ absl::Status LoadText(const std::string& body, const std::string& decls = "") {
   return emu.LoadModule(ptx).status();
 }
 
-TEST(Errors, ParseAndDecodeErrorsNameTheLine) {
+TEST(EmuErrors, ParseAndDecodeErrorsNameTheLine) {
   // Line 10 is the first line of `body`.
   absl::Status st = LoadText("frobnicate.b32 %r1, %r2;");
   EXPECT_THAT(st.message(), HasSubstr("PTX line 10"));

@@ -9,7 +9,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(Memory, DeviceAddressesAreDistinctFromHostAndGuarded) {
+TEST(EmuMemory, DeviceAddressesAreDistinctFromHostAndGuarded) {
   Emulator emu;
   const uint64_t a = *emu.Alloc(1000), b = *emu.Alloc(10);
   EXPECT_GE(a, 0x100000000ull);
@@ -27,7 +27,7 @@ TEST(Memory, DeviceAddressesAreDistinctFromHostAndGuarded) {
   EXPECT_GT(c, b);  // addresses are never reused
 }
 
-TEST(Memory, CopiesAreBoundsChecked) {
+TEST(EmuMemory, CopiesAreBoundsChecked) {
   Emulator emu;
   const uint64_t d = *emu.Alloc(64);
   std::vector<uint8_t> host(128, 7);
@@ -52,13 +52,13 @@ TEST(Memory, CopiesAreBoundsChecked) {
   EXPECT_EQ(s.bytes_dtod, 16u);
 }
 
-TEST(Memory, NewAllocationsArePoisoned) {
+TEST(EmuMemory, NewAllocationsArePoisoned) {
   Emulator emu;
   const uint64_t d = *emu.Alloc(16);
   for (uint8_t b : Download<uint8_t>(emu, d, 16)) EXPECT_EQ(b, 0xff);
 }
 
-TEST(Memory, KernelUseAfterFreeIsAnError) {
+TEST(EmuMemory, KernelUseAfterFreeIsAnError) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "vector_add");
   const uint64_t a = *emu.Alloc(256), b = *emu.Alloc(256), c = *emu.Alloc(256);
@@ -69,7 +69,7 @@ TEST(Memory, KernelUseAfterFreeIsAnError) {
   EXPECT_THAT(st.message(), HasSubstr("no allocation contains it"));
 }
 
-TEST(Memory, Vector128BitLoadsAndStores) {
+TEST(EmuMemory, Vector128BitLoadsAndStores) {
   Emulator emu;
   const uint32_t n4 = 37;  // threads; the second half of each buffer holds the u64/b16 test
   std::vector<float> in(n4 * 8);
@@ -97,7 +97,7 @@ TEST(Memory, Vector128BitLoadsAndStores) {
 namespace ptxserve::emu::testing {
 namespace {
 
-TEST(Memory, PerThreadLocalMemory) {
+TEST(EmuMemory, PerThreadLocalMemory) {
   Emulator emu;
   const uint32_t n = 40;
   std::vector<uint32_t> in(n);

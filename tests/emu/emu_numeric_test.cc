@@ -56,7 +56,7 @@ bool IsNaN16(uint32_t b, bool bf16) {
   return bf16 ? ((b & 0x7f80) == 0x7f80 && (b & 0x7f)) : ((b & 0x7c00) == 0x7c00 && (b & 0x3ff));
 }
 
-TEST(Numeric, HalfConversionsMatchKnownPatterns) {
+TEST(EmuNumeric, HalfConversionsMatchKnownPatterns) {
   EXPECT_EQ(F32ToHalf(1.0f), 0x3c00);
   EXPECT_EQ(F32ToHalf(65504.0f), 0x7bff);
   EXPECT_EQ(F32ToHalf(65520.0f), 0x7c00);  // halfway past the max rounds to inf
@@ -76,7 +76,7 @@ TEST(Numeric, HalfConversionsMatchKnownPatterns) {
   }
 }
 
-TEST(Numeric, HalfAndPackedArithmetic) {
+TEST(EmuNumeric, HalfAndPackedArithmetic) {
   Emulator emu;
   const std::vector<std::pair<float, float>> xy = {
       {1.5f, 2.25f},        {0.1f, -0.3f},  {1000.0f, 0.001f},    {-7.0f, 3.0f},
@@ -112,7 +112,7 @@ TEST(Numeric, HalfAndPackedArithmetic) {
   EXPECT_EQ(v[8 * 4 + 2], kInf);  // 60000 + 60000 overflows f16
 }
 
-TEST(Numeric, CvtRoundingModesAndSaturation) {
+TEST(EmuNumeric, CvtRoundingModesAndSaturation) {
   Emulator emu;
   const std::vector<float> in = {2.5f,      -2.5f,  3.5f,     -0.5f,    1e10f,           -1e10f,
                                  300.7f,    kNaN,   65519.0f, 65520.0f, 1.0f + 0x1p-11f, 0.1f,
@@ -176,7 +176,7 @@ TEST(Numeric, CvtRoundingModesAndSaturation) {
   }
 }
 
-TEST(Numeric, SpecialFunctionsAgreeWithStd) {
+TEST(EmuNumeric, SpecialFunctionsAgreeWithStd) {
   Emulator emu;
   std::vector<float> in;
   for (int i = 0; i < 64; ++i) in.push_back(-3.0f + 0.1f * i + 1e-3f);
@@ -219,7 +219,7 @@ TEST(Numeric, SpecialFunctionsAgreeWithStd) {
   }
 }
 
-TEST(Numeric, AtomicsFromManyBlocks) {
+TEST(EmuNumeric, AtomicsFromManyBlocks) {
   for (int threads : {1, 2}) {
     EmulatorOptions opts;
     opts.num_threads = threads;

@@ -17,7 +17,7 @@ std::vector<float> Iota(size_t n, float scale) {
   return v;
 }
 
-TEST(Warp, ShflDownReductionThenBroadcast) {
+TEST(EmuWarp, ShflDownReductionThenBroadcast) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "warp_reduce", "warp_sum_broadcast");
   const auto in = Iota(128, 0.25f);  // 4 warps; small integers times 1/4 sum exactly
@@ -32,7 +32,7 @@ TEST(Warp, ShflDownReductionThenBroadcast) {
 
 // Without the shfl.idx broadcast only lane 0 holds the warp total: the emulator must show
 // the other lanes' partial sums, exactly as the hardware does.
-TEST(Warp, MissingBroadcastGivesWrongResultsOutsideLaneZero) {
+TEST(EmuWarp, MissingBroadcastGivesWrongResultsOutsideLaneZero) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "warp_reduce", "warp_sum_no_broadcast");
   const auto in = Iota(32, 1.0f);
@@ -52,7 +52,7 @@ TEST(Warp, MissingBroadcastGivesWrongResultsOutsideLaneZero) {
   for (int l = 0; l < 32; ++l) EXPECT_EQ(v[l], x[l]) << "lane " << l;
 }
 
-TEST(Warp, ButterflyAndScan) {
+TEST(EmuWarp, ButterflyAndScan) {
   Emulator emu;
   const auto in = Iota(32, 1.0f);
   const float sum = std::accumulate(in.begin(), in.end(), 0.0f);
@@ -76,7 +76,7 @@ TEST(Warp, ButterflyAndScan) {
   }
 }
 
-TEST(Warp, VotesReduxAndActiveMask) {
+TEST(EmuWarp, VotesReduxAndActiveMask) {
   Emulator emu;
   std::vector<int32_t> in(32);
   for (int i = 0; i < 32; ++i) in[i] = (i * 37) % 50 - 3;
@@ -105,7 +105,7 @@ TEST(Warp, VotesReduxAndActiveMask) {
   EXPECT_EQ(v[7], 0xfu);
 }
 
-TEST(Warp, BlockReductionWithBarriers) {
+TEST(EmuWarp, BlockReductionWithBarriers) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "block_reduce");
   const uint32_t n = 1000;  // 4 blocks, the last one partial
@@ -122,7 +122,7 @@ TEST(Warp, BlockReductionWithBarriers) {
   EXPECT_FALSE(emu.Launch(f, {4, 1, 1}, {128, 1, 1}, 0, {Ptr(din), Ptr(out), U32(n)}).ok());
 }
 
-TEST(Warp, NamedBarrierWithThreadCount) {
+TEST(EmuWarp, NamedBarrierWithThreadCount) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(64 * 4);
   ASSERT_TRUE(
@@ -132,7 +132,7 @@ TEST(Warp, NamedBarrierWithThreadCount) {
   for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(v[i], (i ^ 32) * 3) << i;
 }
 
-TEST(Warp, BlocksRunOnSeveralHostThreadsWithSameResults) {
+TEST(EmuWarp, BlocksRunOnSeveralHostThreadsWithSameResults) {
   for (int threads : {1, 2, 3}) {
     EmulatorOptions opts;
     opts.num_threads = threads;
@@ -153,7 +153,7 @@ TEST(Warp, BlocksRunOnSeveralHostThreadsWithSameResults) {
 
 // A realistic kernel over 1M matrix elements; prints the emulator's throughput (no timing
 // assertion: CI machines vary).
-TEST(Warp, GemvThroughput) {
+TEST(EmuWarp, GemvThroughput) {
   EmulatorOptions opts;
   opts.num_threads = 1;
   Emulator emu(opts);

@@ -37,7 +37,7 @@ int RunCommand(const std::string& cmd, std::string* output) {
   return pclose(p);
 }
 
-TEST(Ptxas, EveryTestKernelAssembles) {
+TEST(EmuPtxas, EveryTestKernelAssembles) {
   const std::string ptxas = FindPtxas();
   if (ptxas.empty()) {
     const char* ci = std::getenv("CI");
