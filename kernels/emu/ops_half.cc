@@ -103,6 +103,25 @@ bool HFma(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
   return true;
 }
 
+// ex2.approx / tanh.approx on 16-bit floats: evaluated in f32 and rounded once.
+struct Ex2F {
+  float operator()(float a) const { return std::exp2(a); }
+};
+struct TanhF {
+  float operator()(float a) const { return std::tanh(a); }
+};
+template <bool kBF, int kN, class F, bool kFtz>
+bool HUn(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
+  Map1<uint32_t, uint32_t>(w, in, m, [](uint32_t a) {
+    uint32_t r = 0;
+    for (int e = 0; e < kN; ++e) {
+      r |= Finish<kBF, kFtz, false>(F{}(Load<kBF, kFtz>(a, e))) << (16 * e);
+    }
+    return r;
+  });
+  return true;
+}
+
 // neg/abs are sign-bit operations (NaN payloads pass through, as on the hardware).
 template <int kN, bool kAbs>
 bool HSign(ExecCtx&, Warp& w, const Instr& in, uint32_t m) {
@@ -128,6 +147,10 @@ Handler Pick(Op op) {
       return kSat ? nullptr : &HBin<kBF, kN, MaxF, kFtz, false>;
     case Op::kFma:
       return &HFma<kBF, kN, kFtz, kSat>;
+    case Op::kEx2:
+      return kSat ? nullptr : &HUn<kBF, kN, Ex2F, kFtz>;
+    case Op::kTanh:
+      return kSat ? nullptr : &HUn<kBF, kN, TanhF, kFtz>;
     case Op::kNeg:
       return &HSign<kN, false>;
     case Op::kAbs:
@@ -152,10 +175,10 @@ Handler SelectHalfOp(const OpSel& s) {
       return PickMods<false, 1>(s);
     case Ty::kF16x2:
       return PickMods<false, 2>(s);
-    case Ty::kBF16:
-      return s.ftz || s.sat ? nullptr : PickMods<true, 1>(s);
+    case Ty::kBF16:  // bf16 has no subnormal flushing except ex2.approx.ftz.bf16
+      return s.sat || (s.ftz && s.op != Op::kEx2) ? nullptr : PickMods<true, 1>(s);
     case Ty::kBF16x2:
-      return s.ftz || s.sat ? nullptr : PickMods<true, 2>(s);
+      return s.sat || (s.ftz && s.op != Op::kEx2) ? nullptr : PickMods<true, 2>(s);
     default:
       return nullptr;
   }

@@ -112,6 +112,27 @@ TEST(EmuNumeric, HalfAndPackedArithmetic) {
   EXPECT_EQ(v[8 * 4 + 2], kInf);  // 60000 + 60000 overflows f16
 }
 
+TEST(EmuNumeric, PackedHalfSpecialFunctions) {
+  Emulator emu;
+  std::vector<float> in;
+  for (int i = 0; i < 32; ++i) in.push_back(-4.0f + 0.27f * i);
+  const uint32_t n = static_cast<uint32_t>(in.size() / 2);
+  const uint64_t din = Upload(emu, in), out = *emu.Alloc(n * 8);
+  ASSERT_TRUE(
+      emu.Launch(Load(emu, "half", "half_special"), {1, 1, 1}, {n, 1, 1}, 0, {Ptr(din), Ptr(out)})
+          .ok());
+  const auto v = Download<uint32_t>(emu, out, 2 * n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (int e = 0; e < 2; ++e) {
+      const double x = HalfToF32(F32ToHalf(in[2 * i + e]));
+      const double ex2 = HalfToF32(static_cast<uint16_t>(v[2 * i] >> (16 * e)));
+      const double th = HalfToF32(static_cast<uint16_t>(v[2 * i + 1] >> (16 * e)));
+      EXPECT_LE(std::fabs(ex2 - std::exp2(x)), std::exp2(x) * 0x1p-10) << x;
+      EXPECT_LE(std::fabs(th - std::tanh(x)), 0x1p-10) << x;
+    }
+  }
+}
+
 TEST(EmuNumeric, CvtRoundingModesAndSaturation) {
   Emulator emu;
   const std::vector<float> in = {2.5f,      -2.5f,  3.5f,     -0.5f,    1e10f,           -1e10f,
