@@ -15,6 +15,9 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"generate", ptxserve::cli::RunGenerate, "generate text from a prompt on the CPU backend"},
     {"make-model", ptxserve::cli::RunMakeModel, "write a deterministic synthetic Llama model"},
+    {"serve", ptxserve::cli::RunServe, "run the gRPC decode server (metrics on /metrics)"},
+    {"client", ptxserve::cli::RunClient, "talk to a server: generate, batch, health, info"},
+    {"bench", ptxserve::cli::RunBench, "load-test a server: throughput, TTFT, inter-token"},
 };
 
 int Usage(FILE* out) {

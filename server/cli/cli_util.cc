@@ -1,0 +1,29 @@
+#include "server/cli/cli_util.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace ptxserve::cli {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::string> ReadApiKey(const std::string& path) {
+  auto key = ReadFileToString(path);
+  if (!key.ok()) return key.status();
+  while (!key->empty() && (key->back() == '\n' || key->back() == '\r' || key->back() == ' ' ||
+                           key->back() == '\t')) {
+    key->pop_back();
+  }
+  if (key->empty()) return absl::InvalidArgumentError(absl::StrCat(path, " holds no API key"));
+  return key;
+}
+
+}  // namespace ptxserve::cli

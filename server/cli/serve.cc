@@ -1,0 +1,220 @@
+// `ptxserve serve`: the gRPC decode server with Prometheus metrics.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "engine/util/log.h"
+#include "server/cli/cli_util.h"
+#include "server/cli/common_flags.h"
+#include "server/cli/subcommands.h"
+#include "server/server.h"
+
+// Shared with `generate` (defined in generate.cc).
+ABSL_DECLARE_FLAG(int32_t, kv_blocks);
+ABSL_DECLARE_FLAG(int32_t, block_size);
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and metrics)");
+ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
+ABSL_FLAG(int32_t, metrics_port, 9464,
+          "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
+ABSL_FLAG(std::string, backend, "cpu", "serve: the backend running the model (cpu)");
+ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
+ABSL_FLAG(int32_t, max_batch_tokens, 2048,
+          "serve: most token rows per step (decodes plus prefill chunks)");
+ABSL_FLAG(std::string, kv_memory, "",
+          "serve: KV cache size in bytes (suffix K, M or G) instead of --kv_blocks; both "
+          "unset: room for --max_batch_size full contexts, within 1 GiB");
+ABSL_FLAG(int32_t, prefill_chunk, 512, "serve: prompt tokens of one sequence per step");
+ABSL_FLAG(int32_t, max_queued, 1024,
+          "serve: waiting requests beyond which new calls get RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, drain_timeout, 30,
+          "serve: seconds running streams may take to finish after SIGTERM/SIGINT");
+ABSL_FLAG(std::string, tls_cert, "",
+          "serve: PEM certificate chain, enables TLS (client: certificate for mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "serve: PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "serve: PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file holding the API key: the server requires 'authorization: Bearer <key>', the "
+          "client sends it");
+ABSL_FLAG(int32_t, default_max_tokens, 256,
+          "serve: max_new_tokens of requests that do not set it (clipped to the context)");
+ABSL_FLAG(int32_t, max_batch_prompts, 256, "serve: most prompts in one GenerateBatch call");
+ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
+          "serve: largest request message accepted (INVALID_ARGUMENT beyond)");
+ABSL_FLAG(double, stall_timeout, 30,
+          "serve: seconds without engine progress, with work queued, before health says "
+          "NOT_SERVING");
+ABSL_FLAG(int32_t, writer_threads, 2, "serve: threads writing token streams");
+
+namespace ptxserve::cli {
+
+namespace {
+
+absl::StatusOr<int64_t> ParseBytes(std::string s) {
+  int64_t mult = 1;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K':
+      case 'k':
+        mult = int64_t{1} << 10;
+        break;
+      case 'M':
+      case 'm':
+        mult = int64_t{1} << 20;
+        break;
+      case 'G':
+      case 'g':
+        mult = int64_t{1} << 30;
+        break;
+      default:
+        break;
+    }
+    if (mult != 1) s.pop_back();
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_memory: '", s, "' is not a positive byte count"));
+  }
+  return v * mult;
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "serve: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunServe(int argc, char** argv) {
+  ParseSubcommandFlags(
+      argc, argv,
+      "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9464] "
+      "[--backend cpu] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks N | "
+      "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--max-queued N] "
+      "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
+      "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection; "
+      "without --model, the synthetic default model.");
+  // Signals go to one waiting thread, not to whichever thread gRPC happens to run:
+  // block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::Notification stop;
+  std::thread([&signals, &stop] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    PTX_LOG(INFO) << "signal " << sig << ": draining (again to exit at once)";
+    stop.Notify();
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "serve: second signal, exiting without draining\n");
+    std::_Exit(1);
+  }).detach();
+
+  server::ServerConfig sc;
+  sc.host = absl::GetFlag(FLAGS_host);
+  sc.port = absl::GetFlag(FLAGS_port);
+  sc.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  sc.backend = absl::GetFlag(FLAGS_backend);
+  sc.writer_threads = absl::GetFlag(FLAGS_writer_threads);
+  sc.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout));
+  if (!absl::GetFlag(FLAGS_tls_cert).empty() || !absl::GetFlag(FLAGS_tls_key).empty()) {
+    auto cert = ReadFileToString(absl::GetFlag(FLAGS_tls_cert));
+    if (!cert.ok()) return Fail(cert.status());
+    auto key = ReadFileToString(absl::GetFlag(FLAGS_tls_key));
+    if (!key.ok()) return Fail(key.status());
+    sc.tls.cert_pem = *cert;
+    sc.tls.key_pem = *key;
+    if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+      auto ca = ReadFileToString(absl::GetFlag(FLAGS_tls_client_ca));
+      if (!ca.ok()) return Fail(ca.status());
+      sc.tls.client_ca_pem = *ca;
+    }
+  }
+  if (!absl::GetFlag(FLAGS_api_key_file).empty()) {
+    auto key = ReadApiKey(absl::GetFlag(FLAGS_api_key_file));
+    if (!key.ok()) return Fail(key.status());
+    sc.api_key = *key;
+  }
+
+  server::ModelOptions mo;
+  mo.backend = sc.backend;
+  mo.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  mo.block_size = absl::GetFlag(FLAGS_block_size);
+  if (!absl::GetFlag(FLAGS_kv_memory).empty()) {
+    if (mo.kv_blocks > 0) {
+      return Fail(absl::InvalidArgumentError("give --kv_blocks or --kv_memory, not both"));
+    }
+    auto bytes = ParseBytes(absl::GetFlag(FLAGS_kv_memory));
+    if (!bytes.ok()) return Fail(bytes.status());
+    mo.kv_memory_bytes = *bytes;
+  }
+  mo.engine.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  mo.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  mo.engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  mo.engine.max_queued = absl::GetFlag(FLAGS_max_queued);
+  mo.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  mo.max_batch_prompts = absl::GetFlag(FLAGS_max_batch_prompts);
+  mo.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  if (mo.engine.max_batch_size < 1 || mo.engine.max_batch_tokens < 1 ||
+      mo.engine.prefill_chunk < 1 || mo.engine.max_queued < 0 || mo.max_batch_prompts < 1 ||
+      mo.default_max_new_tokens < 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--max_batch_size, --max_batch_tokens, --prefill_chunk, --max_batch_prompts and "
+        "--default_max_tokens must be >= 1, --max_queued >= 0"));
+  }
+  if (mo.engine.prefill_chunk > mo.engine.max_batch_tokens) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--prefill_chunk (", mo.engine.prefill_chunk,
+                     ") must not exceed --max_batch_tokens (", mo.engine.max_batch_tokens, ")")));
+  }
+  if (mo.backend != "cpu") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--backend=", mo.backend, " is not available in this build; use --backend=cpu")));
+  }
+
+  server::Server srv(sc);
+  if (auto st = srv.Start(); !st.ok()) return Fail(st);
+  std::printf("ptxserve: listening on %s:%d (gRPC)\n", sc.host.c_str(), srv.port());
+  if (srv.metrics_port() >= 0) {
+    std::printf("ptxserve: metrics on http://%s:%d/metrics\n", sc.host.c_str(), srv.metrics_port());
+  }
+  std::fflush(stdout);
+
+  auto dir = ResolveModelDir();
+  if (!dir.ok()) return Fail(dir.status());
+  mo.model_dir = *dir;
+  PTX_LOG(INFO) << "loading " << mo.model_dir;
+  auto model = server::LoadServedModel(mo, &srv.metrics());
+  if (!model.ok()) {
+    srv.Shutdown(absl::ZeroDuration());
+    return Fail(model.status());
+  }
+  const v1::ModelInfo info = (*model)->info;
+  srv.SetModel(*std::move(model));
+  std::printf("ptxserve: ready: model %s (%s, %s) on %s, KV cache %lld tokens in blocks of %d\n",
+              info.name().c_str(), info.architecture().c_str(), info.dtype().c_str(),
+              info.backend().c_str(), static_cast<long long>(info.kv_capacity_tokens()),
+              info.kv_block_size());
+  std::fflush(stdout);
+
+  stop.WaitForNotification();
+  srv.Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_timeout)));
+  std::printf("ptxserve: stopped\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace ptxserve::cli

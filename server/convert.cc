@@ -1,0 +1,223 @@
+#include "server/convert.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ptxserve::server {
+namespace {
+
+constexpr int32_t kMaxLogprobs = 20;
+
+absl::Status Invalid(std::string_view prefix, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), msg));
+}
+
+SamplingParams FromProto(const v1::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.has_top_p() ? p.top_p() : 1.0f;
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.has_repetition_penalty() ? p.repetition_penalty() : 1.0f;
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  if (p.has_seed()) s.seed = p.seed();
+  return s;
+}
+
+}  // namespace
+
+absl::Status CheckRequestSize(size_t bytes, const RequestLimits& limits) {
+  if (static_cast<int64_t>(bytes) > limits.max_request_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request is ", bytes, " bytes, more than the limit of ",
+                     limits.max_request_bytes, " (--max-request-bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
+                                              const Tokenizer& tokenizer,
+                                              const RequestLimits& limits, std::string_view prefix,
+                                              std::string assigned_id) {
+  EngineRequest r;
+  if (req.request_id().size() > limits.max_request_id_bytes) {
+    return Invalid(prefix, absl::StrCat("request_id is ", req.request_id().size(),
+                                        " bytes, at most ", limits.max_request_id_bytes));
+  }
+  r.request_id = req.request_id().empty() ? std::move(assigned_id) : req.request_id();
+  r.priority = req.priority();
+
+  // The prompt.
+  std::string input_field;
+  switch (req.input_case()) {
+    case v1::GenerateRequest::kText: {
+      input_field = "text";
+      if (req.text().empty()) return Invalid(prefix, "text is empty");
+      auto ids = tokenizer.Encode(req.text(), /*add_special_tokens=*/true);
+      if (!ids.ok()) return Invalid(prefix, absl::StrCat("text: ", ids.status().message()));
+      r.prompt = *std::move(ids);
+      if (r.prompt.empty()) return Invalid(prefix, "text encodes to no tokens");
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      input_field = "token_ids.ids";
+      const auto& ids = req.token_ids().ids();
+      if (ids.empty()) return Invalid(prefix, "token_ids.ids is empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+          return Invalid(prefix,
+                         absl::StrCat("token_ids.ids[", i, "] = ", ids[i],
+                                      " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+        }
+      }
+      r.prompt.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return Invalid(prefix, "input is empty: set text or token_ids");
+  }
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n >= limits.context_length) {
+    return Invalid(prefix, absl::StrCat(input_field, ": the prompt is ", n,
+                                        " tokens, longer than the context allows (",
+                                        limits.context_length - 1, " tokens at most)"));
+  }
+
+  // Sampling.
+  if (req.has_sampling())
+    r.sampling = FromProto(req.sampling());
+  else
+    r.sampling.temperature = 0.0f;  // greedy, as the proto default says
+  if (req.logprobs() < 0 || req.logprobs() > kMaxLogprobs) {
+    return Invalid(
+        prefix, absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "], got ", req.logprobs()));
+  }
+  r.sampling.logprobs = req.logprobs();
+  if (auto st = ValidateSamplingParams(r.sampling); !st.ok()) {
+    return Invalid(prefix, std::string(st.message()));
+  }
+
+  // Stopping.
+  const v1::StoppingCriteria& sc = req.stopping();
+  r.stopping.stop.assign(sc.stop().begin(), sc.stop().end());
+  r.stopping.stop_token_ids.assign(sc.stop_token_ids().begin(), sc.stop_token_ids().end());
+  r.stopping.ignore_eos = sc.ignore_eos();
+  const int64_t room = std::min(limits.context_length - n, limits.kv_capacity_tokens + 1 - n);
+  if (sc.has_max_new_tokens()) {
+    const int32_t m = sc.max_new_tokens();
+    if (m < 0) {
+      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens must be >= 0, got ", m));
+    }
+    if (n + m > limits.context_length) {
+      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens = ", m, " with a prompt of ", n,
+                                          " tokens exceeds the context of ", limits.context_length,
+                                          " tokens"));
+    }
+    if (n + m - 1 > limits.kv_capacity_tokens) {
+      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens = ", m, " with a prompt of ", n,
+                                          " tokens exceeds the KV cache capacity of ",
+                                          limits.kv_capacity_tokens, " tokens"));
+    }
+    r.stopping.max_new_tokens = m;
+  } else {
+    if (room < 1) {
+      return Invalid(prefix, absl::StrCat(input_field, ": the prompt of ", n,
+                                          " tokens does not fit the KV cache capacity of ",
+                                          limits.kv_capacity_tokens, " tokens"));
+    }
+    r.stopping.max_new_tokens =
+        static_cast<int32_t>(std::min<int64_t>(limits.default_max_new_tokens, room));
+  }
+  if (auto st = ValidateStoppingCriteria(r.stopping, static_cast<int32_t>(limits.vocab_size));
+      !st.ok()) {
+    return Invalid(prefix, std::string(st.message()));
+  }
+  return r;
+}
+
+absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBatchRequest& req,
+                                                            const Tokenizer& tokenizer,
+                                                            const RequestLimits& limits,
+                                                            const std::string& id_base) {
+  if (req.requests().empty()) return absl::InvalidArgumentError("requests is empty");
+  if (req.requests_size() > limits.max_batch_prompts) {
+    return absl::InvalidArgumentError(absl::StrCat("requests has ", req.requests_size(),
+                                                   " prompts, at most ", limits.max_batch_prompts,
+                                                   " are allowed (--max-batch-prompts)"));
+  }
+  std::vector<EngineRequest> out;
+  out.reserve(req.requests_size());
+  for (int i = 0; i < req.requests_size(); ++i) {
+    auto r = ToEngineRequest(req.requests(i), tokenizer, limits, absl::StrCat("requests[", i, "]."),
+                             absl::StrCat(id_base, "-", i));
+    if (!r.ok()) return r.status();
+    r->index = i;
+    out.push_back(*std::move(r));
+  }
+  return out;
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+  }
+  return v1::FINISH_REASON_ERROR;
+}
+
+FinishReason FromProto(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return FinishReason::kLength;
+    case v1::FINISH_REASON_STOP:
+      return FinishReason::kStop;
+    case v1::FINISH_REASON_EOS:
+      return FinishReason::kEos;
+    case v1::FINISH_REASON_CANCELLED:
+      return FinishReason::kCancelled;
+    case v1::FINISH_REASON_ERROR:
+      return FinishReason::kError;
+    default:
+      break;
+  }
+  return FinishReason::kNone;
+}
+
+void ToProto(const EngineOutput& out, v1::GenerateResponse* resp) {
+  resp->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
+  resp->set_text(out.text);
+  for (const SampleResult& s : out.logprobs) {
+    v1::GeneratedTokenLogprobs* lp = resp->add_logprobs();
+    lp->mutable_chosen()->set_token_id(s.token);
+    lp->mutable_chosen()->set_logprob(s.logprob);
+    for (const TokenLogprob& t : s.top) {
+      v1::TokenLogprob* alt = lp->add_top();
+      alt->set_token_id(t.id);
+      alt->set_logprob(t.logprob);
+    }
+  }
+  if (!out.final()) return;
+  resp->set_finish_reason(ToProto(out.finish));
+  resp->mutable_usage()->set_prompt_tokens(out.prompt_tokens);
+  resp->mutable_usage()->set_generated_tokens(out.generated_tokens);
+  resp->mutable_timing()->set_queue_seconds(out.queue_seconds);
+  resp->mutable_timing()->set_time_to_first_token_seconds(out.ttft_seconds);
+  resp->mutable_timing()->set_total_seconds(out.total_seconds);
+  resp->set_request_id(out.request_id);
+  if (!out.error.ok()) resp->set_error_message(std::string(out.error.message()));
+}
+
+}  // namespace ptxserve::server

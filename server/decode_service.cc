@@ -1,0 +1,231 @@
+#include "server/decode_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_util.h"
+
+namespace ptxserve::server {
+namespace {
+
+// Compares without an early exit, so response timing says nothing about the key.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+void Fill(EngineOutput&& out, v1::GenerateResponse* resp) { ToProto(out, resp); }
+void Fill(EngineOutput&& out, v1::GenerateBatchResponse* resp) {
+  resp->set_index(out.index);
+  ToProto(out, resp->mutable_response());
+}
+
+// The call's status once every sequence finished: the first failure the server
+// decided (an engine error, a cancellation by the server), else OK.
+absl::Status FinalStatus(const EngineOutput& out) {
+  if (out.finish == FinishReason::kError) {
+    return out.error.ok() ? absl::InternalError("the engine failed") : out.error;
+  }
+  if (out.finish == FinishReason::kCancelled && !out.error.ok() &&
+      out.error.code() != absl::StatusCode::kCancelled) {
+    return out.error;  // e.g. UNAVAILABLE: cancelled by the drain timeout
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// One Generate or GenerateBatch call. Threading: the constructor runs on a gRPC thread;
+// Pump runs either on a Dispatcher thread (after the engine's notification) or in
+// OnWriteDone, never both at once: the stream notifies only after a PopAll found nothing,
+// which happens only when no write is in flight.
+template <typename Resp>
+class StreamReactor final : public grpc::ServerWriteReactor<Resp>, public Pumpable {
+ public:
+  StreamReactor(DecodeServiceImpl* svc, grpc::CallbackServerContext* ctx,
+                absl::StatusOr<std::vector<EngineRequest>> (*convert)(const ServedModel&,
+                                                                      const void*,
+                                                                      const std::string&),
+                const void* request, size_t request_bytes, int num_prompts)
+      : svc_(svc) {
+    std::shared_ptr<ServedModel> model;
+    if (grpc::Status st = svc->Admit(ctx, &model); !st.ok()) {
+      svc_->metrics_->CountServerOutcome(st.error_code() == grpc::StatusCode::UNAUTHENTICATED
+                                             ? kOutcomeUnauthenticated
+                                             : kOutcomeRejected,
+                                         num_prompts);
+      this->Finish(st);
+      return;
+    }
+    absl::StatusOr<std::vector<EngineRequest>> reqs = absl::InvalidArgumentError("");
+    if (absl::Status size = CheckRequestSize(request_bytes, model->limits); !size.ok()) {
+      reqs = size;
+    } else {
+      reqs = convert(*model, request, svc->NextRequestId());
+    }
+    if (!reqs.ok()) {
+      svc_->metrics_->CountServerOutcome(kOutcomeInvalid, num_prompts);
+      this->Finish(ToGrpcStatus(reqs.status()));
+      return;
+    }
+    remaining_ = static_cast<int>(reqs->size());
+    engine_ = model;
+    stream_ = std::make_shared<ResultStream>([this] { svc_->dispatcher_->Post(this); });
+    // From here on outputs may arrive (and Pump run) before the constructor returns;
+    // gRPC buffers reactions started before the reactor is bound.
+    auto ids = model->engine->Enqueue(*std::move(reqs), stream_);
+    if (!ids.ok()) {
+      svc_->metrics_->CountServerOutcome(ids.status().code() == absl::StatusCode::kInvalidArgument
+                                             ? kOutcomeInvalid
+                                             : kOutcomeRejected,
+                                         num_prompts);
+      stream_.reset();
+      this->Finish(ToGrpcStatus(ids.status()));
+      return;
+    }
+    absl::MutexLock lock(&ids_mu_);
+    ids_ = *std::move(ids);
+  }
+
+  void Pump() override {
+    if (next_ == pending_.size()) {
+      next_ = 0;
+      if (!stream_->PopAll(&pending_)) return;  // armed: the next output calls Post
+    }
+    EngineOutput& out = pending_[next_++];
+    resp_.Clear();
+    if (out.final()) {
+      --remaining_;
+      if (status_.ok()) status_ = FinalStatus(out);
+    }
+    Fill(std::move(out), &resp_);
+    if (remaining_ == 0) {
+      this->StartWriteAndFinish(&resp_, grpc::WriteOptions(), ToGrpcStatus(status_));
+    } else {
+      this->StartWrite(&resp_);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      // The client is gone: stop generating for it and end the call.
+      CancelAll();
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream broke"));
+      return;
+    }
+    Pump();
+  }
+
+  void OnCancel() override { CancelAll(); }
+
+  void OnDone() override {
+    if (stream_) stream_->Close();
+    delete this;
+  }
+
+ private:
+  void CancelAll() {
+    if (!engine_) return;
+    absl::MutexLock lock(&ids_mu_);
+    for (uint64_t id : ids_) engine_->engine->Cancel(id);
+  }
+
+  DecodeServiceImpl* svc_;
+  std::shared_ptr<ServedModel> engine_;  // keeps the engine alive while the call lives
+  std::shared_ptr<ResultStream> stream_;
+  absl::Mutex ids_mu_;
+  std::vector<uint64_t> ids_ ABSL_GUARDED_BY(ids_mu_);
+  // Touched only by the single writer (see the class comment).
+  std::vector<EngineOutput> pending_;
+  size_t next_ = 0;
+  int remaining_ = 0;
+  absl::Status status_;
+  Resp resp_;
+};
+
+DecodeServiceImpl::DecodeServiceImpl(ServerMetrics* metrics, Dispatcher* dispatcher,
+                                     std::string api_key)
+    : metrics_(metrics), dispatcher_(dispatcher), api_key_(std::move(api_key)) {}
+
+void DecodeServiceImpl::SetModel(std::shared_ptr<ServedModel> model) {
+  absl::MutexLock lock(&mu_);
+  model_ = std::move(model);
+}
+
+std::shared_ptr<ServedModel> DecodeServiceImpl::model() const {
+  absl::MutexLock lock(&mu_);
+  return model_;
+}
+
+std::string DecodeServiceImpl::NextRequestId() {
+  return absl::StrCat("ptx-", next_id_.fetch_add(1, std::memory_order_relaxed));
+}
+
+grpc::Status DecodeServiceImpl::Admit(grpc::CallbackServerContext* ctx,
+                                      std::shared_ptr<ServedModel>* model) {
+  if (!api_key_.empty()) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const std::string_view want = "Bearer ";
+    bool ok = false;
+    if (it != md.end()) {
+      const std::string_view got(it->second.data(), it->second.size());
+      ok = got.size() > want.size() && got.substr(0, want.size()) == want &&
+           ConstantTimeEquals(got.substr(want.size()), api_key_);
+    }
+    if (!ok) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
+    }
+  }
+  if (draining_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  }
+  *model = this->model();
+  if (!*model) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is not loaded yet");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* DecodeServiceImpl::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
+  auto convert = +[](const ServedModel& m, const void* r,
+                     const std::string& id) -> absl::StatusOr<std::vector<EngineRequest>> {
+    auto one = ToEngineRequest(*static_cast<const v1::GenerateRequest*>(r), *m.tokenizer, m.limits,
+                               "", id);
+    if (!one.ok()) return one.status();
+    std::vector<EngineRequest> v;
+    v.push_back(*std::move(one));
+    return v;
+  };
+  return new StreamReactor<v1::GenerateResponse>(this, ctx, convert, req, req->ByteSizeLong(), 1);
+}
+
+grpc::ServerWriteReactor<v1::GenerateBatchResponse>* DecodeServiceImpl::GenerateBatch(
+    grpc::CallbackServerContext* ctx, const v1::GenerateBatchRequest* req) {
+  auto convert = +[](const ServedModel& m, const void* r,
+                     const std::string& id) -> absl::StatusOr<std::vector<EngineRequest>> {
+    return ToEngineRequests(*static_cast<const v1::GenerateBatchRequest*>(r), *m.tokenizer,
+                            m.limits, id);
+  };
+  return new StreamReactor<v1::GenerateBatchResponse>(this, ctx, convert, req, req->ByteSizeLong(),
+                                                      std::max(req->requests_size(), 1));
+}
+
+grpc::ServerUnaryReactor* DecodeServiceImpl::GetModelInfo(grpc::CallbackServerContext* ctx,
+                                                          const v1::GetModelInfoRequest* /*req*/,
+                                                          v1::ModelInfo* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::shared_ptr<ServedModel> model;
+  grpc::Status st = Admit(ctx, &model);
+  if (st.ok()) *resp = model->info;
+  reactor->Finish(st);
+  return reactor;
+}
+
+}  // namespace ptxserve::server

@@ -1,0 +1,94 @@
+// Prometheus metrics (prefix ptxserve_, names as in DESIGN.md). Histograms are fed by
+// the engine's observer callbacks as things happen; counters and gauges are refreshed
+// from Engine::Stats() on every scrape, so they are exact and cost the engine nothing.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/engine_stats.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace ptxserve::server {
+
+// requests_total{outcome} values decided by the server before the engine sees a request.
+inline constexpr const char* kOutcomeInvalid = "invalid";    // INVALID_ARGUMENT
+inline constexpr const char* kOutcomeRejected = "rejected";  // queue full / unavailable
+inline constexpr const char* kOutcomeUnauthenticated = "unauthenticated";
+
+class ServerMetrics : public EngineObserver {
+ public:
+  // `version` and `backend` label build_info.
+  ServerMetrics(const std::string& version, const std::string& backend);
+
+  // Where counters and gauges come from at scrape time; returns nullopt while no engine
+  // runs (the values then stay as they are).
+  void SetStatsSource(std::function<std::optional<EngineStats>()> source);
+  // Counts `n` requests that ended before reaching the engine.
+  void CountServerOutcome(const char* outcome, int n = 1);
+
+  // What an Exposer registers: refreshes from the stats source, then collects.
+  std::shared_ptr<prometheus::Collectable> collectable() { return collectable_; }
+  // The text exposition format, as /metrics serves it.
+  std::string Serialize();
+
+  // EngineObserver (engine thread).
+  void OnStep(const StepObservation& step) override;
+  void OnScheduled(double queue_seconds, int32_t prompt_tokens) override;
+  void OnFirstToken(double ttft_seconds) override;
+  void OnInterToken(double seconds) override;
+  void OnFinished(const RequestObservation& request) override;
+
+ private:
+  class Refreshing;
+  void Refresh();
+  prometheus::Counter& Outcome(const std::string& outcome);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Collectable> collectable_;
+
+  // Serving.
+  prometheus::Family<prometheus::Counter>& requests_total_;
+  prometheus::Gauge& requests_running_;
+  prometheus::Gauge& requests_waiting_;
+  prometheus::Counter& prompt_tokens_total_;
+  prometheus::Counter& generated_tokens_total_;
+  prometheus::Histogram& ttft_;
+  prometheus::Histogram& inter_token_;
+  prometheus::Histogram& request_duration_;
+  prometheus::Histogram& queue_time_;
+  prometheus::Histogram& step_duration_;
+  prometheus::Histogram& step_overhead_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Histogram& batch_tokens_;
+  prometheus::Gauge& kv_blocks_used_;
+  prometheus::Counter& kv_blocks_total_;
+  prometheus::Counter& preemptions_total_;
+  prometheus::Counter& step_failures_total_;
+  prometheus::Gauge& engine_failed_;
+  // Kernels (fed by GPU backends through EngineStats::kernels).
+  prometheus::Family<prometheus::Counter>& kernel_launches_;
+  prometheus::Counter& kernel_cache_hits_;
+  prometheus::Counter& kernel_cache_misses_;
+  prometheus::Histogram& kernel_compile_seconds_;
+  prometheus::Family<prometheus::Counter>& transfer_bytes_;
+  prometheus::Family<prometheus::Counter>& transfers_;
+  prometheus::Counter& h2d_bytes_;
+  prometheus::Counter& d2h_bytes_;
+  prometheus::Counter& h2d_transfers_;
+  prometheus::Counter& d2h_transfers_;
+
+  absl::Mutex mu_;
+  std::function<std::optional<EngineStats>()> source_ ABSL_GUARDED_BY(mu_);
+  EngineStats last_ ABSL_GUARDED_BY(mu_);  // counters already exported
+};
+
+}  // namespace ptxserve::server

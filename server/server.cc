@@ -1,0 +1,213 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/model.h"
+#include "engine/util/log.h"
+#include "prometheus/exposer.h"
+#include "server/version.h"
+
+namespace ptxserve::server {
+
+absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
+                                                             EngineObserver* observer) {
+  if (o.backend != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backend=", o.backend, " is not available in this build; use --backend=cpu"));
+  }
+  if (o.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--block_size must be > 0, got ", o.block_size));
+  }
+  auto model = LoadModel(o.model_dir);
+  if (!model.ok()) return model.status();
+  auto tokenizer = Tokenizer::FromDir(o.model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  const ModelConfig& mc = model->config;
+
+  KvCacheConfig kv;
+  kv.block_size = o.block_size;
+  const int64_t blocks_per_seq = (mc.max_position_embeddings + o.block_size - 1) / o.block_size;
+  const int64_t block_bytes = 2 * mc.num_layers * mc.num_kv_heads * o.block_size * mc.head_dim *
+                              static_cast<int64_t>(DTypeSize(kv.dtype));
+  int64_t blocks = o.kv_blocks;
+  if (blocks <= 0 && o.kv_memory_bytes > 0) {
+    blocks = o.kv_memory_bytes / block_bytes;
+    if (blocks < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv_memory=", o.kv_memory_bytes,
+                                                     " holds no block of ", block_bytes, " bytes"));
+    }
+  }
+  if (blocks <= 0) {
+    // Enough for a full batch of full-context sequences, within 1 GiB, and at least one
+    // full context.
+    blocks = std::min<int64_t>(blocks_per_seq * o.engine.max_batch_size,
+                               std::max<int64_t>((int64_t{1} << 30) / block_bytes, 1));
+    blocks = std::max(blocks, blocks_per_seq);
+  }
+  if (blocks > (int64_t{1} << 30)) return absl::InvalidArgumentError("too many KV blocks");
+  kv.num_blocks = static_cast<int32_t>(blocks);
+
+  auto backend = CpuBackend::Create(*model, kv);
+  if (!backend.ok()) return backend.status();
+
+  std::unique_ptr<Backend> b = *std::move(backend);
+  if (o.wrap_backend) b = o.wrap_backend(std::move(b));
+  auto served = std::make_shared<ServedModel>();
+  served->tokenizer = *std::move(tokenizer);
+  served->engine = std::make_unique<Engine>(std::move(b), *served->tokenizer, o.engine, observer);
+  if (auto st = served->engine->Start(); !st.ok()) return st;
+
+  RequestLimits& l = served->limits;
+  l.vocab_size = mc.vocab_size;
+  l.context_length = mc.max_position_embeddings;
+  l.kv_capacity_tokens = served->engine->kv_capacity_tokens();
+  l.default_max_new_tokens = o.default_max_new_tokens;
+  l.max_batch_prompts = o.max_batch_prompts;
+  l.max_request_bytes = o.max_request_bytes;
+
+  v1::ModelInfo& info = served->info;
+  std::string name = o.model_name;
+  if (name.empty()) {
+    name = std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  }
+  info.set_name(name);
+  info.set_architecture(mc.architecture);
+  info.set_vocab_size(static_cast<int32_t>(mc.vocab_size));
+  info.set_context_length(static_cast<int32_t>(mc.max_position_embeddings));
+  info.set_dtype(std::string(DTypeName(mc.torch_dtype)));
+  info.set_backend(served->engine->backend_name());
+  info.set_kv_capacity_tokens(l.kv_capacity_tokens);
+  info.set_kv_block_size(kv.block_size);
+  info.set_max_batch_size(o.engine.max_batch_size);
+  info.set_max_batch_prompts(o.max_batch_prompts);
+  info.set_bos_token_id(served->tokenizer->bos_id());
+  info.set_eos_token_id(served->tokenizer->eos_id());
+  info.set_server_version(kVersion);
+  return served;
+}
+
+Server::Server(ServerConfig config) : config_(std::move(config)) {
+  metrics_ = std::make_unique<ServerMetrics>(kVersion, config_.backend);
+  dispatcher_ = std::make_unique<Dispatcher>(config_.writer_threads);
+  health_ = std::make_unique<HealthService>();
+  service_ =
+      std::make_unique<DecodeServiceImpl>(metrics_.get(), dispatcher_.get(), config_.api_key);
+  metrics_->SetStatsSource([this]() -> std::optional<EngineStats> {
+    std::shared_ptr<ServedModel> m = service_->model();
+    if (!m) return std::nullopt;
+    return m->engine->Stats();
+  });
+}
+
+Server::~Server() { Shutdown(absl::ZeroDuration()); }
+
+absl::Status Server::Start() {
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!config_.tls.cert_pem.empty() || !config_.tls.key_pem.empty()) {
+    if (config_.tls.cert_pem.empty() || config_.tls.key_pem.empty()) {
+      return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
+    }
+    grpc::SslServerCredentialsOptions opts(
+        config_.tls.client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    opts.pem_key_cert_pairs.push_back({config_.tls.key_pem, config_.tls.cert_pem});
+    opts.pem_root_certs = config_.tls.client_ca_pem;
+    creds = grpc::SslServerCredentials(opts);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(config_.host, ":", config_.port), creds, &port_);
+  builder.RegisterService(service_.get());
+  builder.RegisterService(health_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_receive_message_bytes));
+  grpc_ = builder.BuildAndStart();
+  if (!grpc_ || port_ == 0) {
+    grpc_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config_.host, ":", config_.port));
+  }
+  if (config_.metrics_port >= 0) {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(
+          absl::StrCat(config_.host, ":", config_.metrics_port), /*num_threads=*/2);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", config_.host, ":",
+                                                 config_.metrics_port, ": ", e.what()));
+    }
+    exposer_->RegisterCollectable(metrics_->collectable());
+    const std::vector<int> ports = exposer_->GetListeningPorts();
+    metrics_port_ = ports.empty() ? config_.metrics_port : ports[0];
+  }
+  watchdog_ = std::thread([this] { Watchdog(); });
+  return absl::OkStatus();
+}
+
+void Server::SetModel(std::shared_ptr<ServedModel> model) {
+  service_->SetModel(std::move(model));
+  // The watchdog decides SERVING from the engine's state; do it now rather than at its
+  // next tick so that callers can rely on it when SetModel returns.
+  std::shared_ptr<ServedModel> m = service_->model();
+  const EngineStats s = m->engine->Stats();
+  health_->SetServing(s.started && !s.failed);
+}
+
+void Server::Watchdog() {
+  bool stalled_logged = false;
+  while (!stop_watchdog_.WaitForNotificationWithTimeout(config_.watchdog_period)) {
+    std::shared_ptr<ServedModel> m = service_->model();
+    if (!m) continue;
+    const EngineStats s = m->engine->Stats();
+    const bool stalled = s.stalled_seconds > absl::ToDoubleSeconds(config_.stall_timeout);
+    if (stalled && !stalled_logged) {
+      PTX_LOG(ERROR) << "the engine made no progress for " << s.stalled_seconds
+                     << " s with work queued: health NOT_SERVING";
+    }
+    stalled_logged = stalled;
+    health_->SetServing(s.started && !s.failed && !stalled);
+  }
+}
+
+void Server::Shutdown(absl::Duration drain_timeout) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Stop the watchdog first: it must not turn health back to SERVING.
+  stop_watchdog_.Notify();
+  if (watchdog_.joinable()) watchdog_.join();
+  health_->SetServing(false);
+  service_->StartDraining();
+  std::shared_ptr<ServedModel> m = service_->model();
+  if (m) {
+    m->engine->StopAccepting();
+    const absl::Time deadline = absl::Now() + drain_timeout;
+    while (m->engine->num_live() > 0 && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (m->engine->num_live() > 0) {
+      PTX_LOG(WARNING) << "drain timeout: cancelling " << m->engine->num_live() << " live requests";
+      m->engine->CancelAll(absl::UnavailableError(
+          "the server is shutting down: the request was cancelled at the drain timeout"));
+    }
+  }
+  health_->Shutdown();
+  if (grpc_) {
+    // Streams have their final outputs by now; give their writes a moment, then cut.
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_->Wait();
+  }
+  if (m) m->engine->Stop();
+  exposer_.reset();  // civetweb's stop can take up to its 2 s poll quantum
+}
+
+}  // namespace ptxserve::server

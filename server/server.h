@@ -1,0 +1,109 @@
+// The ptxserve server: gRPC (DecodeService, Health, reflection) plus the Prometheus
+// exposer, around an Engine that is installed once the model is loaded. Used by
+// `ptxserve serve` and, in-process, by the tests.
+//
+// Life cycle: Start() binds the ports with health NOT_SERVING; SetModel() installs a
+// started engine and health turns SERVING; a watchdog keeps health NOT_SERVING while
+// the engine has failed or has stopped making progress with work queued; Shutdown()
+// drains (NOT_SERVING, new calls UNAVAILABLE, running streams finish up to the drain
+// timeout, then are cancelled) and stops everything.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/decode_service.h"
+#include "server/dispatcher.h"
+#include "server/health.h"
+#include "server/metrics.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace ptxserve::server {
+
+struct TlsConfig {
+  std::string cert_pem;       // server certificate chain; empty = no TLS
+  std::string key_pem;        // its private key
+  std::string client_ca_pem;  // non-empty: clients must present a certificate it signed
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 50051;         // 0 = any free port (see Server::port())
+  int metrics_port = 9464;  // 0 = any free port; -1 = no metrics endpoint
+  TlsConfig tls;
+  std::string api_key;          // non-empty: calls need "authorization: Bearer <key>"
+  std::string backend = "cpu";  // for build_info
+  int writer_threads = 2;       // Dispatcher threads
+  // A stream of work not progressing for this long marks the server NOT_SERVING.
+  absl::Duration stall_timeout = absl::Seconds(30);
+  absl::Duration watchdog_period = absl::Milliseconds(100);
+  int64_t max_receive_message_bytes = 64 << 20;  // gRPC's own limit (RESOURCE_EXHAUSTED)
+};
+
+// Loads, on the calling thread, what SetModel needs: model, tokenizer, CPU backend,
+// started engine, limits and ModelInfo.
+struct ModelOptions {
+  std::string model_dir;
+  std::string model_name;  // ModelInfo.name; empty = the directory's last component
+  std::string backend = "cpu";
+  int32_t kv_blocks = 0;  // 0 = from kv_memory_bytes, else enough for max_batch_size
+  int64_t kv_memory_bytes = 0;
+  int32_t block_size = 16;
+  EngineConfig engine;
+  int32_t default_max_new_tokens = 256;
+  int32_t max_batch_prompts = 256;
+  int64_t max_request_bytes = 4 << 20;
+  // When set, wraps the backend before the engine gets it (fault injection, tracing).
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
+};
+absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& options,
+                                                             EngineObserver* observer);
+
+class Server {
+ public:
+  explicit Server(ServerConfig config);
+  ~Server();  // Shutdown(zero drain) when still running
+
+  // Binds and starts serving (health NOT_SERVING, DecodeService UNAVAILABLE).
+  absl::Status Start();
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+
+  // Installs a loaded model with a started engine; health turns SERVING.
+  void SetModel(std::shared_ptr<ServedModel> model);
+  ServerMetrics& metrics() { return *metrics_; }
+  HealthService& health() { return *health_; }
+  std::shared_ptr<ServedModel> model() const { return service_->model(); }
+
+  // Drains and stops (see the file comment). Idempotent.
+  void Shutdown(absl::Duration drain_timeout);
+
+ private:
+  void Watchdog();
+
+  ServerConfig config_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<DecodeServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  int metrics_port_ = -1;
+  absl::Notification stop_watchdog_;
+  std::thread watchdog_;
+  bool shut_down_ = false;
+};
+
+}  // namespace ptxserve::server

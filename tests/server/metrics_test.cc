@@ -1,0 +1,83 @@
+// ServerMetrics without a server: counters follow the engine's stats at scrape time,
+// histograms follow the observer, kernel families appear when a backend reports.
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/server/test_server.h"
+
+namespace ptxserve::server {
+namespace {
+
+using testing::MetricValue;
+
+TEST(MetricsTest, CountersFollowTheStatsSource) {
+  ServerMetrics m("1.2.3", "cpu");
+  EngineStats s;
+  s.kv_blocks_total = 100;
+  s.kv_blocks_used = 7;
+  s.requests_running = 2;
+  s.generated_tokens_total = 10;
+  s.finished[OutcomeIndex(FinishReason::kCancelled)] = 1;
+  m.SetStatsSource([&]() -> std::optional<EngineStats> { return s; });
+  std::string text = m.Serialize();
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_total"), 100);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_used"), 7);
+  EXPECT_EQ(MetricValue(text, "ptxserve_requests_running"), 2);
+  EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 10);
+  EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"cancelled\"}"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"eos\"}"), 0);
+  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",version=\"1.2.3\"} 1"),
+            std::string::npos);
+
+  s.generated_tokens_total = 25;
+  s.kv_blocks_used = 0;
+  m.CountServerOutcome(kOutcomeInvalid, 3);
+  text = m.Serialize();
+  EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 25);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_used"), 0);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_total"), 100) << "not added twice";
+  EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"invalid\"}"), 3);
+}
+
+TEST(MetricsTest, KernelFamiliesFilledFromKernelStats) {
+  ServerMetrics m("v", "cuda");
+  EngineStats s;
+  m.SetStatsSource([&]() -> std::optional<EngineStats> { return s; });
+  EXPECT_EQ(m.Serialize().find("ptxserve_kernel_launches_total{"), std::string::npos);
+  s.kernels.launches["decode_attention"] = 5;
+  s.kernels.cache_misses = 2;
+  s.kernels.h2d_bytes = 4096;
+  s.kernels.d2h_transfers = 3;
+  const std::string text = m.Serialize();
+  EXPECT_EQ(MetricValue(text, "ptxserve_kernel_launches_total{kernel=\"decode_attention\"}"), 5);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kernel_cache_misses_total"), 2);
+  EXPECT_EQ(MetricValue(text, "ptxserve_transfer_bytes_total{direction=\"h2d\"}"), 4096);
+  EXPECT_EQ(MetricValue(text, "ptxserve_transfers_total{direction=\"d2h\"}"), 3);
+}
+
+TEST(MetricsTest, HistogramsFollowTheObserver) {
+  ServerMetrics m("v", "cpu");
+  StepObservation step;
+  step.num_seqs = 64;
+  step.backend_seconds = 0.002;
+  step.scheduler_seconds = 0.00001;
+  m.OnStep(step);
+  m.OnFirstToken(0.05);
+  m.OnInterToken(0.003);
+  RequestObservation r;
+  r.total_seconds = 1.5;
+  m.OnFinished(r);
+  m.OnScheduled(0.01, 5);
+  const std::string text = m.Serialize();
+  EXPECT_EQ(MetricValue(text, "ptxserve_batch_size_sum"), 64);
+  EXPECT_EQ(MetricValue(text, "ptxserve_step_duration_seconds_count"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_time_to_first_token_seconds_bucket{le=\"0.05\"}"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_time_to_first_token_seconds_bucket{le=\"0.025\"}"), 0);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_duration_seconds_sum"), 1.5);
+  EXPECT_EQ(MetricValue(text, "ptxserve_queue_time_seconds_count"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_inter_token_latency_seconds_count"), 1);
+}
+
+}  // namespace
+}  // namespace ptxserve::server
