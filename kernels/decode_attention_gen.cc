@@ -33,6 +33,9 @@ using ptx::Type;
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
+// q, K/V and the block tables are read-only for the whole launch: the non-coherent
+// (texture) path caches them without coherence traffic.
+constexpr ptx::CacheOp kReadOnly = ptx::CacheOp::kNonCoherent;
 // Initial running max: finite, so max - max of two "empty" states is 0, not NaN.
 constexpr float kEmptyMax = -1e30f;
 
@@ -204,11 +207,15 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
     std::vector<Reg> kf, vf;
     for (int j = 0; j < NV; ++j) {
       const int64_t o = int64_t{j} * L * VE * es;
-      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, ka, o, VE, VE * es)) kf.push_back(r);
+      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, ka, o, VE, VE * es, kReadOnly)) {
+        kf.push_back(r);
+      }
     }
     for (int j = 0; j < NV; ++j) {
       const int64_t o = int64_t{j} * L * VE * es;
-      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, va, o, VE, VE * es)) vf.push_back(r);
+      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, va, o, VE, VE * es, kReadOnly)) {
+        vf.push_back(r);
+      }
     }
     for (int g = 0; g < G; ++g) {
       Reg s = gen::FMul(kb, q[g][0], kf[0]);

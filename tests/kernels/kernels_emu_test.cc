@@ -3,6 +3,17 @@
 // any out-of-bounds access, uninitialised register read or barrier misuse, so every
 // passing case is free of those too. Sizes deliberately miss tile multiples
 // (17, 31, 33, 100, ...).
+//
+// The known PTX traps (DESIGN.md) and the tests that catch them:
+//   broadcast after a shfl.down reduction -> KernelsEmuOps.RmsNormMatchesCpu (rows of
+//     <= 128 elements reduce in one warp and must broadcast lane 0's sum);
+//   no early exit before bar.sync -> every multi-warp case here and in
+//     kernels_emu_ops_test (idle threads of partial tiles must reach the barriers; the
+//     emulator reports a thread that exits while others wait);
+//   4 elements per lane at head_dim 128 -> AttentionHeadDimLayouts and the f32
+//     head_dim 128 cases of DecodeAttentionMatrix (plus GenerateTest.AttentionShapes);
+//   separate shared slots for the global max/sum -> AttentionWarpCountsAgree (1-8
+//     warps) and RmsNormMatchesCpu (dims 1000-5000 use 8 warps).
 #include <algorithm>
 #include <numeric>
 
@@ -270,6 +281,47 @@ TEST(KernelsEmu, AttentionHeadDimLayouts) {
   AttnCase wide{128, 32, 16, ElemType::kF16};
   wide.kv_heads = 1;
   RunAttention(wide, {17, 100}, {1, 1});
+}
+
+// Sequences with no context (seq_lens 0) produce zeros, split or not, without reading
+// any block.
+TEST(KernelsEmu, EmptyContextGivesZeros) {
+  for (bool split : {false, true}) {
+    DecodeAttentionConfig cfg;
+    cfg.num_heads = 4;
+    cfg.num_kv_heads = 2;
+    cfg.head_dim = 64;
+    cfg.kv_dtype = ElemType::kF32;
+    cfg.split = split;
+    absl::StatusOr<std::string> ptx = GenerateDecodeAttention(cfg);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    absl::StatusOr<DecodeAttentionShape> shape = ShapeOf(cfg);
+    ASSERT_TRUE(shape.ok());
+    const int rows = 2, splits = split ? 3 : 1, n = rows * 4 * 64;
+    EmuHarness h;
+    const std::vector<float> q(n, 1.0f);
+    const uint64_t dq = h.Upload(q), pool = h.Alloc(4 * 2 * 16 * 64 * 4);
+    const uint64_t dbt = h.Upload(std::vector<int32_t>{0, 0});
+    const uint64_t dlen = h.Upload(std::vector<int32_t>{0, 0});
+    const uint64_t dout = h.Alloc(n * 4), dpart = h.Alloc(n * 4 * splits);
+    const uint64_t dlse = h.Alloc(rows * 4 * 4 * splits);
+    absl::Status st = h.Run(
+        *ptx, kDecodeAttentionEntry, DecodeAttentionLaunch(*shape, cfg.num_kv_heads, rows, splits),
+        {Ptr(dq), Ptr(pool), Ptr(pool), Ptr(dbt), Ptr(dlen), Ptr(0), Ptr(0),
+         Ptr(split ? dpart : dout), Ptr(dlse), U32(1), U32(rows), U32(rows), F32(0.125f), U32(16)});
+    ASSERT_TRUE(st.ok()) << st;
+    if (split) {
+      AttentionMergeConfig mc;
+      mc.num_heads = 4;
+      mc.head_dim = 64;
+      absl::StatusOr<std::string> mptx = GenerateAttentionMerge(mc);
+      ASSERT_TRUE(mptx.ok());
+      st = h.Run(*mptx, kAttentionMergeEntry, AttentionMergeLaunch(mc, rows),
+                 {Ptr(dpart), Ptr(dlse), Ptr(dout), U32(splits), U32(rows)});
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    EXPECT_TRUE(Near(h.Download<float>(dout, n), std::vector<float>(n, 0.0f), 0, 0)) << split;
+  }
 }
 
 }  // namespace

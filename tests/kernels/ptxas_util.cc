@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -59,26 +58,49 @@ std::string Merge(const std::vector<PtxModule>& modules, size_t begin, size_t en
   return out;
 }
 
-int ParseInt(const std::smatch& m, int i) { return std::stoi(m[i].str()); }
+// The integer right after `prefix` in `line` (or before `suffix`), -1 when absent.
+int NumberAfter(const std::string& line, const std::string& prefix) {
+  const size_t pos = line.find(prefix);
+  if (pos == std::string::npos) return -1;
+  size_t i = pos + prefix.size();
+  int v = 0;
+  bool any = false;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9') {
+    v = v * 10 + (line[i++] - '0');
+    any = true;
+  }
+  return any ? v : -1;
+}
 
+int NumberBefore(const std::string& line, const std::string& suffix) {
+  const size_t pos = line.find(suffix);
+  if (pos == std::string::npos) return -1;
+  size_t b = pos;
+  while (b > 0 && line[b - 1] >= '0' && line[b - 1] <= '9') --b;
+  return b == pos ? -1 : std::stoi(line.substr(b, pos - b));
+}
+
+// ptxas -v prints, per entry: "Compiling entry function '<name>_m<i>'", then
+// "<a> bytes spill stores, <b> bytes spill loads" and "Used <n> registers".
 void ParseInfo(const std::string& log, const std::vector<PtxModule>& modules,
                std::vector<PtxasEntryInfo>* entries) {
-  static const std::regex kEntry(R"(Compiling entry function '[A-Za-z0-9_]*_m(\d+)')");
-  static const std::regex kSpill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  static const std::regex kRegs(R"(Used (\d+) registers)");
   std::istringstream in(log);
   std::string line;
   int current = -1;
   while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, kEntry)) {
-      current = ParseInt(m, 1);
-      (*entries)[current].label = modules[current].label;
-    } else if (current >= 0 && std::regex_search(line, m, kSpill)) {
-      (*entries)[current].spill_stores = ParseInt(m, 1);
-      (*entries)[current].spill_loads = ParseInt(m, 2);
-    } else if (current >= 0 && std::regex_search(line, m, kRegs)) {
-      (*entries)[current].registers = ParseInt(m, 1);
+    if (line.find("Compiling entry function '") != std::string::npos) {
+      const size_t m = line.rfind("_m");
+      current = m == std::string::npos ? -1 : NumberAfter(line.substr(m), "_m");
+      if (current >= 0 && current < static_cast<int>(modules.size())) {
+        (*entries)[current].label = modules[current].label;
+      } else {
+        current = -1;
+      }
+    } else if (current >= 0 && line.find("spill stores") != std::string::npos) {
+      (*entries)[current].spill_stores = NumberBefore(line, " bytes spill stores");
+      (*entries)[current].spill_loads = NumberBefore(line, " bytes spill loads");
+    } else if (current >= 0 && line.find("Used ") != std::string::npos) {
+      (*entries)[current].registers = NumberAfter(line, "Used ");
     }
   }
 }
