@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <span>
@@ -218,7 +220,10 @@ absl::Status Engine::Start() {
   accepting_ = true;
   stats_.kv_blocks_total = kv_.num_blocks();
   last_progress_ns_.store(NowNs());
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ptx-engine");  // for top -H, perf and /proc
+    Loop();
+  });
   return absl::OkStatus();
 }
 

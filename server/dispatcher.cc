@@ -1,11 +1,18 @@
 #include "server/dispatcher.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace ptxserve::server {
 
 Dispatcher::Dispatcher(int num_threads) {
-  for (int i = 0; i < std::max(num_threads, 1); ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < std::max(num_threads, 1); ++i) {
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "ptx-writer");
+      Run();
+    });
+  }
 }
 
 Dispatcher::~Dispatcher() {

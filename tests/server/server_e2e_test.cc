@@ -198,6 +198,54 @@ TEST_F(ServerTest, SixtyFourConcurrentStreamsMatchTheirSoloRuns) {
             1.0);
 }
 
+class PreemptionTest : public ServerTest {
+ protected:
+  PreemptionTest() { model_options_.kv_blocks = 48; }  // 768 tokens for 16 x 120
+};
+
+TEST_F(PreemptionTest, MemoryPressurePreemptsWithoutChangingResults) {
+  constexpr int kN = 16;
+  std::vector<Result> alone(kN);
+  for (int i = 0; i < kN; ++i) alone[i] = Stream(*client_, TokenRequest(20, 100, 300 + i));
+  t_->backend->set_delay_us(1000);
+  v1::GenerateBatchRequest batch;
+  for (int i = 0; i < kN; ++i) *batch.add_requests() = TokenRequest(20, 100, 300 + i);
+  std::vector<std::vector<int32_t>> tokens(kN);
+  grpc::Status st = client_->GenerateBatch(batch, [&](const v1::GenerateBatchResponse& m) {
+    auto& t = tokens.at(m.index());
+    t.insert(t.end(), m.response().token_ids().begin(), m.response().token_ids().end());
+    return true;
+  });
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(tokens[i], alone[i].tokens) << "stream " << i;
+  ASSERT_TRUE(WaitIdle(t_->engine()));
+  const std::string m = Metrics();
+  EXPECT_GT(MetricValue(m, "ptxserve_preemptions_total"), 0);
+  EXPECT_EQ(MetricValue(m, "ptxserve_kv_cache_blocks_used"), 0);
+}
+
+TEST(HealthWatchTest, StreamsStatusChanges) {
+  auto t = TestServer::Start();
+  ASSERT_NE(t, nullptr);
+  auto channel = grpc::CreateChannel(t->target, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  auto reader = stub->Watch(&ctx, req);
+  HealthCheckResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(t->Load().ok());
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
+  t->server->Shutdown(absl::Seconds(1));
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok()) << "the server ends Watch streams when it stops";
+}
+
 TEST_F(ServerTest, BatchCallStreamsEveryPromptByIndex) {
   v1::GenerateBatchRequest batch;
   for (int i = 0; i < 5; ++i) *batch.add_requests() = TokenRequest(4 + i, 8 + i, 7 + i);
