@@ -268,7 +268,9 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
   cfg.dynamic_shared = dyn;
   cfg.params.assign(fn->param_bytes, 0);
   for (size_t i = 0; i < fn->params.size(); ++i) {
-    std::memcpy(cfg.params.data() + fn->params[i].offset, args[i], fn->params[i].size);
+    if (fn->params[i].size != 0) {
+      std::memcpy(cfg.params.data() + fn->params[i].offset, args[i], fn->params[i].size);
+    }
   }
   cfg.allocs = table_.data();
   cfg.num_allocs = table_.size();

@@ -119,7 +119,7 @@ void BlockRunner::InitWarp(uint32_t wi) {
   const uint32_t n = std::min<uint32_t>(kWarpSize, nthreads_ - first);
   w.exists = n == kWarpSize ? kFullMask : ((1u << n) - 1);
   w.live = w.active = w.exists;
-  std::memset(w.init, 0, slots * sizeof(uint32_t));
+  if (slots != 0) std::memset(w.init, 0, slots * sizeof(uint32_t));
   std::memset(w.pinit, 0, np * sizeof(uint32_t));
   for (const auto& [slot, value] : fn_.consts) {
     uint64_t* r = w.R(slot);
@@ -428,7 +428,7 @@ absl::Status BlockRunner::Run(uint64_t b) {
                          static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
   if (cfg_.poison_shared) {
     std::memset(shared_.data(), 0xff, shared_.size());
-    std::memset(local_.data(), 0xff, local_.size());
+    if (!local_.empty()) std::memset(local_.data(), 0xff, local_.size());
   }
   for (auto& bar : bars_) bar = Bar();
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
