@@ -132,6 +132,10 @@ absl::Status Server::Start() {
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_receive_message_bytes));
+  // Pings find clients that vanished without closing their connection (a dead host, a
+  // cut network), so their streams are cancelled instead of generating for nobody.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || port_ == 0) {
     grpc_.reset();

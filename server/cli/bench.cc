@@ -17,6 +17,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "nlohmann/json.hpp"
+#include "server/cli/cli_util.h"
 #include "server/cli/client_flags.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
@@ -80,6 +81,7 @@ nlohmann::json ToJson(const Percentiles& p) {
 }  // namespace
 
 int RunBench(int argc, char** argv) {
+  ShowFlagsInHelp({"server/cli/bench.cc", "server/cli/client_flags.cc"});
   ParseSubcommandFlags(argc, argv,
                        "ptxserve bench --target HOST:PORT --concurrency N --requests M "
                        "--prompt-len P --max-tokens T [--temperature T] [--json FILE]");

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ptxserve::cli {
@@ -24,6 +26,18 @@ absl::StatusOr<std::string> ReadApiKey(const std::string& path) {
   }
   if (key->empty()) return absl::InvalidArgumentError(absl::StrCat(path, " holds no API key"));
   return key;
+}
+
+void ShowFlagsInHelp(std::vector<std::string> files) {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [files](absl::string_view path) {
+    for (const auto& f : files) {
+      if (absl::EndsWith(path, f)) return true;
+    }
+    return false;
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace ptxserve::cli

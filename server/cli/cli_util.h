@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -12,5 +13,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // The API key in `path`: the file's text without trailing whitespace; InvalidArgument
 // when empty.
 absl::StatusOr<std::string> ReadApiKey(const std::string& path);
+
+// Makes --help list the flags defined in the files whose paths end with one of
+// `files` (e.g. "server/cli/serve.cc"): a subcommand's own flags and those it shares.
+// Call before ParseSubcommandFlags.
+void ShowFlagsInHelp(std::vector<std::string> files);
 
 }  // namespace ptxserve::cli

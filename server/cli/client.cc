@@ -177,6 +177,8 @@ int Info(server::DecodeClient& client) {
 }  // namespace
 
 int RunClient(int argc, char** argv) {
+  ShowFlagsInHelp({"server/cli/client.cc", "server/cli/client_flags.cc",
+                   "server/cli/common_flags.cc", "server/cli/generate.cc"});
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;

@@ -97,6 +97,7 @@ int Fail(const absl::Status& st) {
 }  // namespace
 
 int RunServe(int argc, char** argv) {
+  ShowFlagsInHelp({"server/cli/serve.cc", "server/cli/common_flags.cc"});
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9464] "
@@ -169,11 +170,11 @@ int RunServe(int argc, char** argv) {
   mo.max_batch_prompts = absl::GetFlag(FLAGS_max_batch_prompts);
   mo.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   if (mo.engine.max_batch_size < 1 || mo.engine.max_batch_tokens < 1 ||
-      mo.engine.prefill_chunk < 1 || mo.engine.max_queued < 0 || mo.max_batch_prompts < 1 ||
+      mo.engine.prefill_chunk < 1 || mo.engine.max_queued < 1 || mo.max_batch_prompts < 1 ||
       mo.default_max_new_tokens < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--max_batch_size, --max_batch_tokens, --prefill_chunk, --max_batch_prompts and "
-        "--default_max_tokens must be >= 1, --max_queued >= 0"));
+        "--max_batch_size, --max_batch_tokens, --prefill_chunk, --max_batch_prompts, "
+        "--default_max_tokens and --max_queued must be >= 1"));
   }
   if (mo.engine.prefill_chunk > mo.engine.max_batch_tokens) {
     return Fail(absl::InvalidArgumentError(
