@@ -15,6 +15,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"generate", ptxserve::cli::RunGenerate, "generate text from a prompt on the CPU backend"},
     {"make-model", ptxserve::cli::RunMakeModel, "write a deterministic synthetic Llama model"},
+    {"ptx", ptxserve::cli::RunPtx, "write the generated PTX of one kernel or of all"},
     {"serve", ptxserve::cli::RunServe, "run the gRPC decode server (metrics on /metrics)"},
     {"client", ptxserve::cli::RunClient, "talk to a server: generate, batch, health, info"},
     {"bench", ptxserve::cli::RunBench, "load-test a server: throughput, TTFT, inter-token"},

@@ -24,6 +24,10 @@ ABSL_FLAG(uint64_t, seed, 0,
           "random seed: of the sampler (generate) or of the weights (make-model); same seed, "
           "same output");
 
+ABSL_FLAG(std::string, out, "",
+          "output: the model directory (make-model), a PTX file (ptx --kernel) or directory "
+          "(ptx --all)");
+
 namespace ptxserve::cli {
 namespace {
 

@@ -9,7 +9,6 @@
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
 
-ABSL_FLAG(std::string, out, "", "make-model: output directory (created)");
 ABSL_FLAG(std::string, preset, "tiny", "make-model: preset name (see --help)");
 ABSL_FLAG(std::string, dtype, "f32", "make-model: weight dtype f32|f16|bf16");
 

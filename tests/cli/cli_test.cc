@@ -51,7 +51,7 @@ TEST(CliTest, GreedyTinyStoriesMatchesTheReferenceImplementation) {
     GTEST_SKIP() << "test model absent at " << kTinyStories;
   }
   const CliRun r = RunPtxserve("generate --model " + kTinyStories +
-                            " --prompt 'Once upon a time' --max-tokens 60 --temperature 0");
+                               " --prompt 'Once upon a time' --max-tokens 60 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
 
   // The same 60 greedy tokens from the independent f64 implementation, decoded.
@@ -109,13 +109,56 @@ TEST(CliTest, MakeModelIsDeterministicAndGenerates) {
             0);
   EXPECT_EQ(Slurp(a + "/model.safetensors"), Slurp(b + "/model.safetensors"));
   const CliRun r = RunPtxserve("generate --model " + a +
-                            " --prompt 'the cat' --max-tokens 8 --ignore-eos --seed 3");
+                               " --prompt 'the cat' --max-tokens 8 --ignore-eos --seed 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("generated tokens: 8"), std::string::npos) << r.err;
   const CliRun bad = RunPtxserve("make-model --out " + (base / "c").string() + " --preset nosuch");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("nosuch"), std::string::npos) << bad.err;
   std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace ptxserve
+
+namespace ptxserve {
+namespace {
+
+TEST(CliPtxTest, WritesOneKernelWithSettingsAndAllKernels) {
+  const auto base = std::filesystem::temp_directory_path() / "ptxserve-cli-ptx";
+  std::filesystem::remove_all(base);
+  const std::string one = (base / "one.ptx").string();
+  const CliRun r = RunPtxserve(
+      "ptx --kernel decode_attention --set head_dim=64 --set num_heads=8 "
+      "--set num_kv_heads=2 --out " +
+      one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string text = Slurp(one);
+  EXPECT_NE(text.find(".entry"), std::string::npos);
+  EXPECT_NE(text.find(".target sm_80"), std::string::npos);
+
+  const CliRun all = RunPtxserve("ptx --all --sm 90 --isa 8.0 --out " + (base / "all").string());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const CliRun list = RunPtxserve("ptx --list");
+  ASSERT_EQ(list.exit_code, 0);
+  int kernels = 0;
+  for (const auto& e : std::filesystem::directory_iterator(base / "all")) {
+    ++kernels;
+    EXPECT_NE(Slurp(e.path().string()).find(".target sm_90"), std::string::npos) << e.path();
+    // Every file written is a kernel that --list names.
+    EXPECT_NE(list.out.find(e.path().stem().string() + " "), std::string::npos) << e.path();
+  }
+  EXPECT_GE(kernels, 10);
+  std::filesystem::remove_all(base);
+}
+
+TEST(CliPtxTest, BadSettingsAreErrorsNamingTheKey) {
+  const CliRun r = RunPtxserve("ptx --kernel decode_attention --set head_dim=48");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("head_dim"), std::string::npos) << r.err;
+  const CliRun unknown = RunPtxserve("ptx --kernel nosuch");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("nosuch"), std::string::npos) << unknown.err;
 }
 
 }  // namespace
