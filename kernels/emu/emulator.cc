@@ -277,6 +277,7 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
   cfg.num_threads = opts_.num_threads;
   cfg.max_warp_instructions = opts_.max_warp_instructions;
   cfg.poison_shared = opts_.poison_shared;
+  cfg.detect_shared_races = opts_.detect_shared_races;
   LaunchCounters counters;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status st = ExecuteLaunch(cfg, &counters);

@@ -76,6 +76,9 @@ struct EmulatorOptions {
   bool poison_allocations = true;  // fill new allocations with 0xff (device memory is
                                    // uninitialised; NaN/-1 makes stray reads visible)
   bool poison_shared = true;       // likewise for each block's shared memory
+  // Report a warp reading shared memory that another warp wrote since the last barrier
+  // (a race on the GPU, where warps run concurrently).
+  bool detect_shared_races = true;
   uint32_t max_shared_bytes = 227 * 1024;
   uint64_t max_device_bytes = 16ull << 30;  // total live allocation limit
 };

@@ -47,6 +47,15 @@ class BlockRunner {
     ctx_.local_size = fn_.local_bytes;
     ctx_.shared_size =
         fn_.uses_dynamic_shared ? fn_.dynamic_offset + cfg.dynamic_shared : fn_.static_shared;
+    if (cfg.detect_shared_races && ctx_.shared_size != 0) {
+      const size_t words = (ctx_.shared_size + 3) / 4;
+      tags_.resize(2 * words);
+      tag_lines_.resize(2 * words);
+      ctx_.shared_tag = tags_.data();
+      ctx_.shared_tag_line = tag_lines_.data();
+      ctx_.shared_read_tag = tags_.data() + words;
+      ctx_.shared_read_line = tag_lines_.data() + words;
+    }
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;
@@ -94,6 +103,8 @@ class BlockRunner {
   std::vector<Warp> warps_;
   std::vector<uint8_t> shared_;
   std::vector<uint8_t> local_;
+  std::vector<uint32_t> tags_;  // shared-memory race detection (ExecCtx::shared_tag)
+  std::vector<int32_t> tag_lines_;
   ExecCtx ctx_;
   LaunchCounters counters_;
   struct Bar {
@@ -184,6 +195,7 @@ void BlockRunner::Reconverge(Warp& w) {
 
 void BlockRunner::Release(int id) {
   const Bar& b = bars_[id];
+  ++ctx_.epoch;  // writes before the barrier are now visible to every warp
   for (Warp& w : warps_) {
     uint32_t rel = 0;
     for (uint32_t s = w.waiting; s != 0; s &= s - 1) {
@@ -431,6 +443,8 @@ absl::Status BlockRunner::Run(uint64_t b) {
     if (!local_.empty()) std::memset(local_.data(), 0xff, local_.size());
   }
   for (auto& bar : bars_) bar = Bar();
+  if (!tags_.empty()) std::fill(tags_.begin(), tags_.end(), 0u);
+  ctx_.epoch = 1;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
   while (true) {
     bool ran = false;

@@ -22,6 +22,7 @@ struct LaunchConfig {
   int num_threads = 1;                 // host threads running blocks
   uint64_t max_warp_instructions = 0;  // per host thread; 0 = unlimited
   bool poison_shared = true;           // fill shared memory with 0xff per block
+  bool detect_shared_races = true;     // read-after-write across warps without a barrier
 };
 
 struct LaunchCounters {

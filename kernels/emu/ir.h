@@ -147,6 +147,15 @@ struct ExecCtx {
   uint8_t* local = nullptr;  // per-thread local memory of the block, local_size each
   uint32_t local_size = 0;
   uint32_t cur_warp = 0;  // warp being executed (selects the lanes' local memory)
+  // Shared-memory race detection: per 4-byte word of shared memory, the barrier epoch and
+  // warp (epoch << 6 | warp + 1) of the last write and of the last read, with their PTX
+  // lines. Reading a word another warp wrote in the current epoch (no barrier in between),
+  // or writing one another warp read, is a race. shared_tag == nullptr: detection off.
+  uint32_t* shared_tag = nullptr;  // [word]: last write
+  int32_t* shared_tag_line = nullptr;
+  uint32_t* shared_read_tag = nullptr;  // [word]: last read
+  int32_t* shared_read_line = nullptr;
+  uint32_t epoch = 1;
   const uint8_t* params = nullptr;
   uint32_t param_size = 0;
   Dim3u block_idx, block_dim, grid_dim;

@@ -16,6 +16,39 @@ uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align,
 uint8_t* FailSpace(ExecCtx& ctx, Space sp, uint64_t addr, uint32_t n, uint32_t lane,
                    const char* what);
 
+// Records a race found by TrackShared (always returns false).
+bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write);
+
+// Before a shared-memory access of `n` bytes at `p` by the current warp: a read conflicts
+// with another warp's write, a write with another warp's read, since the last barrier
+// (either order could happen on the GPU, where warps run concurrently); otherwise the
+// words are tagged with this access. Pointers outside shared memory (generic accesses to
+// global/local) are ignored. `atomic` writes skip the conflict check: atomics race with
+// each other by design.
+inline bool TrackShared(ExecCtx& ctx, const uint8_t* p, uint32_t n, bool write, int32_t line,
+                        uint32_t lane, bool atomic = false) {
+  if (ctx.shared_tag == nullptr) return true;
+  const uintptr_t off = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(ctx.shared);
+  if (off >= ctx.shared_size) return true;
+  const uint32_t me = (ctx.epoch << 6) | (ctx.cur_warp + 1);
+  for (size_t w = off / 4; w <= (off + n - 1) / 4; ++w) {
+    if (write) {
+      const uint32_t r = ctx.shared_read_tag[w];
+      if (!atomic && (r >> 6) == ctx.epoch && r != me) {
+        return SharedRaceFault(ctx, off, lane, w, true);
+      }
+      ctx.shared_tag[w] = me;
+      ctx.shared_tag_line[w] = line;
+    } else {
+      const uint32_t t = ctx.shared_tag[w];
+      if ((t >> 6) == ctx.epoch && t != me) return SharedRaceFault(ctx, off, lane, w, false);
+      ctx.shared_read_tag[w] = me;
+      ctx.shared_read_line[w] = line;
+    }
+  }
+  return true;
+}
+
 inline uint64_t LaneAddr(const Instr& in, const uint64_t* base, uint32_t l) {
   uint64_t a = 0;
   if (base != nullptr) a = in.addr32 ? (base[l] & 0xffffffffu) : base[l];

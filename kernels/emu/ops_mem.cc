@@ -48,6 +48,18 @@ std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
 
 }  // namespace
 
+bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write) {
+  const uint32_t t = write ? ctx.shared_read_tag[word] : ctx.shared_tag[word];
+  const int32_t line = write ? ctx.shared_read_line[word] : ctx.shared_tag_line[word];
+  return ctx.FailAddr(
+      static_cast<int>(lane), offset,
+      absl::StrFormat("shared-memory race: warp %u %s shared address 0x%x, which warp %u %s at "
+                      "PTX line %d with no barrier in between (warps run concurrently on the "
+                      "GPU: separate the two accesses with bar.sync)",
+                      ctx.cur_warp, write ? "writes" : "reads", offset, (t & 63) - 1,
+                      write ? "read" : "wrote", line));
+}
+
 uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, uint32_t lane,
                         const char* what) {
   ctx.FailAddr(static_cast<int>(lane), addr,
@@ -131,6 +143,12 @@ bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
+    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
+      if (!TrackShared(ctx, p, kSize * kVec, false, in.line, l)) {
+        ok = false;
+        return;
+      }
+    }
     for (int e = 0; e < kVec; ++e) d[e][l] = LoadVal<kSize, kSigned>(p + e * kSize);
   });
   if (!ok) return false;
@@ -153,6 +171,12 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
+    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
+      if (!TrackShared(ctx, p, kSize * kVec, true, in.line, l)) {
+        ok = false;
+        return;
+      }
+    }
     for (int e = 0; e < kVec; ++e) std::memcpy(p + e * kSize, &s[e][l], kSize);
   });
   return ok;
@@ -170,6 +194,10 @@ bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     uint8_t* dst =
         Resolve<Space::kShared>(ctx, LaneAddr(in, dbase, l), n, n, cache, l, "cp.async store");
     if (dst == nullptr) {
+      ok = false;
+      return;
+    }
+    if (!TrackShared(ctx, dst, n, true, in.line, l)) {
       ok = false;
       return;
     }

@@ -295,3 +295,37 @@ TEST(EmuErrors, MutatedKernelsFailCleanly) {
 
 }  // namespace
 }  // namespace ptxserve::emu::testing
+
+namespace ptxserve::emu::testing {
+namespace {
+
+TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(64 * 4);
+  const FunctionHandle raw = Load(emu, "race", "raw_race");
+  absl::Status st = emu.Launch(raw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(0)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("shared-memory race: warp 1 reads shared address 0x0"));
+  EXPECT_THAT(st.message(), HasSubstr("warp 0 wrote at PTX line " +
+                                      std::to_string(LineOf("race", "@%p1 st.shared.u32"))));
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("race", "ld.shared.u32 %r6, [slot]"))));
+  ASSERT_TRUE(emu.Launch(raw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(1)}).ok());
+  for (uint32_t v : Download<uint32_t>(emu, out, 64)) EXPECT_EQ(v, 0u);
+
+  st = emu.Launch(Load(emu, "race", "war_race"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("warp 1 writes shared address 0x4, which warp 0 read"));
+
+  // The check can be turned off; the emulator then runs warps one after another.
+  EmulatorOptions opts;
+  opts.detect_shared_races = false;
+  Emulator quiet(opts);
+  const uint64_t out2 = *quiet.Alloc(64 * 4);
+  EXPECT_TRUE(
+      quiet.Launch(Load(quiet, "race", "raw_race"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out2), U32(0)})
+          .ok());
+}
+
+}  // namespace
+}  // namespace ptxserve::emu::testing
