@@ -3,10 +3,22 @@
 //
 // Device memory lives in host buffers reached only through 64-bit device addresses that
 // start at 0x100000000 and leave a guard gap after every allocation; kernels can never touch
-// host memory. Every global access is checked against one allocation, every shared access
-// against the block's shared size, vector accesses must be naturally aligned, and a read of
-// a register the thread never wrote is an error. Faults, barrier deadlocks and bad
-// shfl/vote masks come back as a Status naming kernel, block, thread, PTX line and address.
+// host memory. Every global access is checked against one allocation, every shared/local
+// access against the block's shared size / the thread's local size, accesses must be
+// naturally aligned (a 16-byte ld.v4 on a 16-byte boundary), and a read of a register the
+// thread never wrote is an error. So are barrier deadlocks (early exit before bar.sync, a
+// warp diverged around an aligned barrier), shfl/vote masks naming lanes that do not execute
+// the instruction, and shared-memory races between warps with no barrier in between. Each
+// comes back as a Status naming kernel, block, thread, PTX line and address.
+//
+// Execution: warps of 32 lanes run instruction by instruction; a divergent branch parks
+// lanes with their own PC and the lowest-PC group runs next, so lanes rejoin where their
+// paths meet and warp collectives see every participating lane. Warps of a block run one at
+// a time until they exit or wait at a barrier.
+//
+// Not modelled (rejected at load with the line): .func/call, .global/.const variables,
+// textures/surfaces, tensor-core instructions (mma, ldmatrix, wgmma), directed rounding
+// (.rz/.rm/.rp) of arithmetic (cvt supports every rounding mode).
 //
 // Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
 // run its blocks on several host threads (blocks are independent except for atomics, which
