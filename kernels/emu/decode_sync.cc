@@ -183,6 +183,7 @@ absl::Status Decoder::Misc() {
       auto it = b_.labels.find(l.name);
       if (it == b_.labels.end()) return Err("unknown label '%s'", l.name);
       in_.target = it->second;
+      in_.mode = m_.uni ? 1 : 0;
       in_.ctl = Ctl::kBra;
       return absl::OkStatus();
     }

@@ -364,6 +364,11 @@ absl::Status BlockRunner::RunWarp(Warp& w) {
           w.pc = in.target;
         } else if (m == 0) {
           ++w.pc;
+        } else if (in.mode != 0) {
+          status = Error(w, std::countr_zero(w.active & ~m), in.line,
+                         absl::StrFormat("bra.uni taken by lanes 0x%08x but not by 0x%08x of warp "
+                                         "%u: .uni promises a non-divergent branch",
+                                         m, w.active & ~m, w.index));
         } else {
           for (uint32_t s = w.active; s != 0; s &= s - 1) {
             const int l = std::countr_zero(s);

@@ -134,6 +134,16 @@ TEST(EmuErrors, FullMaskShuffleInPartialWarp) {
   EXPECT_THAT(st.message(), HasSubstr("membermask 0xffffffff"));
 }
 
+TEST(EmuErrors, DivergentBraUni) {
+  Emulator emu;
+  const uint64_t out = *emu.Alloc(32 * 4);
+  const absl::Status st =
+      emu.Launch(Load(emu, "errors", "divergent_bra_uni"), {1, 1, 1}, {32, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("bra.uni taken by lanes 0x0000001f but not by 0xffffffe0"));
+  EXPECT_THAT(st.message(), HasSubstr(Line(LineOf("errors", "@%p1 bra.uni $L_skip"))));
+}
+
 TEST(EmuErrors, RunawayLoopHitsTheInstructionLimit) {
   EmulatorOptions opts;
   opts.max_warp_instructions = 100000;
