@@ -76,7 +76,7 @@ struct ParamDesc {
 struct EmulatorStats {
   uint64_t launches = 0;
   uint64_t warp_instructions = 0;    // instructions issued per warp
-  uint64_t thread_instructions = 0;  // instructions executed per active thread
+  uint64_t thread_instructions = 0;  // summed over active lanes (predicated-off included)
   uint64_t bytes_htod = 0, bytes_dtoh = 0, bytes_dtod = 0;
   double launch_seconds = 0;  // wall time spent inside Launch
 };
