@@ -1,0 +1,77 @@
+// The emulated CUDA device: a DriverTable whose functions run on the PTX emulator
+// (kernels/emu), so the GPU backend runs unchanged, and fully checked, without a GPU.
+//
+// One process-wide device (ordinal 0), like a real driver: modules are emulator modules,
+// CUfunctions emulator functions, device pointers emulator addresses, pinned host memory
+// aligned host buffers. The primary context owns the emulator: it is created when the
+// primary context is first retained and destroyed (with every allocation, module, stream
+// and event) when the last retain is released.
+//
+// Faithful where it catches host-side bugs:
+//  - A context must be current on the calling thread (cuCtxSetCurrent) for every call
+//    that needs one, else CUDA_ERROR_INVALID_CONTEXT.
+//  - Stream work (copies, memsets, launches, event records) is deferred: it runs, in
+//    submission order, at the next synchronising call (cuStreamSynchronize,
+//    cuEventSynchronize, cuCtxSynchronize, cuMemFree, cuMemFreeHost, cuModuleUnload,
+//    cuStreamDestroy). Reading a device->host copy's destination, or refilling a host->device
+//    copy's source, before synchronising sees the same stale data as on a GPU. Kernel
+//    parameters are copied at cuLaunchKernel, as the driver does.
+//  - Faults found while running deferred work (out-of-bounds access, barrier deadlock...)
+//    come back from the synchronising call (CUDA_ERROR_ILLEGAL_ADDRESS or
+//    CUDA_ERROR_LAUNCH_FAILED), with the emulator's message in DriverTable::ErrorDetail.
+//    Unlike a GPU, errors are not sticky: the rest of the failed batch of work is dropped
+//    and the context stays usable.
+// Not supported: cuLaunchKernel's `extra` argument (CUDA_ERROR_NOT_SUPPORTED).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/driver.h"
+
+namespace ptxserve::cuda {
+
+struct EmulatedDeviceOptions {
+  std::string name = "ptxserve emulated device (PTX interpreter)";
+  int compute_major = 8;  // reported compute capability (the kernels' target sm)
+  int compute_minor = 0;
+  int num_sms = 8;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  uint64_t memory_bytes = uint64_t{4} << 30;  // device memory (host RAM, used on demand)
+  int host_threads = 2;                       // emulator threads running one launch's blocks
+  bool poison_allocations = true;             // new device memory reads as 0xff bytes
+};
+
+// The emulated table. `options` take effect when the device is (re)created, i.e. at the
+// next primary-context retain while no context is retained.
+absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
+    const EmulatedDeviceOptions& options = {});
+
+// Fault injection for tests. Counts start when SetEmulatedFault is called.
+struct EmulatedFault {
+  enum class Site : uint8_t {
+    kLaunch,  // cuLaunchKernel itself returns `code` (as for a bad launch configuration)
+    kSync,    // the launch is accepted; the next synchronising call returns `code`
+  };
+  int64_t fail_launch = 0;  // fail the n-th cuLaunchKernel from now (1 = the next); 0 = never
+  CUresult launch_code = CUDA_ERROR_LAUNCH_FAILED;
+  Site site = Site::kLaunch;
+  int64_t fail_alloc = 0;  // fail the n-th cuMemAlloc_v2 with CUDA_ERROR_OUT_OF_MEMORY
+};
+void SetEmulatedFault(const EmulatedFault& fault);
+
+// What the emulated device holds now, for leak and bookkeeping checks in tests.
+struct EmulatedDeviceCounters {
+  bool alive = false;            // a primary context is retained
+  int64_t launches = 0;          // cuLaunchKernel calls accepted since the device started
+  int64_t live_allocations = 0;  // device allocations
+  int64_t live_bytes = 0;
+  int64_t live_host_allocations = 0;  // cuMemAllocHost buffers
+  int64_t live_modules = 0;
+  int64_t modules_loaded = 0;   // cuModuleLoadDataEx successes since the device started
+  int64_t devices_started = 0;  // primary contexts created since process start
+};
+EmulatedDeviceCounters GetEmulatedDeviceCounters();
+
+}  // namespace ptxserve::cuda

@@ -1,0 +1,267 @@
+// GpuBackend construction: config checks, the padded head layout, K/V pools, the
+// preallocated buffers, counters, and the backend factories.
+#include "engine/cuda/gpu_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/emulated_driver.h"
+#include "engine/cuda/gpu_backend_internal.h"
+#include "engine/util/log.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+absl::Status CheckConfig(const ModelConfig& c, const ModelTensors& t, const KvCacheConfig& kv) {
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 ||
+      c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model config has a non-positive size (vocab %d, hidden %d, intermediate %d, layers %d, "
+        "heads %d, kv heads %d, head_dim %d)",
+        c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
+        c.head_dim));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_heads %d is not a multiple of num_kv_heads %d", c.num_heads, c.num_kv_heads));
+  }
+  if (c.head_dim % 2 != 0 || c.head_dim > 256) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "head_dim %d: the GPU kernels take an even head_dim of at most 256", c.head_dim));
+  }
+  if (static_cast<int64_t>(t.layers.size()) != c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model has %d layers of tensors, config says %d", t.layers.size(), c.num_layers));
+  }
+  if (kv.block_size <= 0 || kv.block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV block_size %d: want 1..1024", kv.block_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+GpuBackend::GpuBackend(const ModelConfig& config, const KvCacheConfig& kv,
+                       std::unique_ptr<Device> device, GpuBackendOptions options)
+    : config_(config), kv_(kv), options_(std::move(options)), device_(std::move(device)) {}
+
+GpuBackend::~GpuBackend() {
+  // Outstanding work (a failed step's) finishes before its buffers go.
+  if (device_ != nullptr) (void)device_->Synchronize("backend teardown");
+}
+
+absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(const Model& model,
+                                                               const KvCacheConfig& kv,
+                                                               std::unique_ptr<Device> device,
+                                                               GpuBackendOptions options) {
+  if (device == nullptr) return absl::InvalidArgumentError("GpuBackend: no device");
+  if (absl::Status s = CheckConfig(model.config, model.tensors, kv); !s.ok()) return s;
+  std::unique_ptr<GpuBackend> b(
+      new GpuBackend(model.config, kv, std::move(device), std::move(options)));
+  if (absl::Status s = b->Init(model); !s.ok()) return s;
+  return b;
+}
+
+absl::Status GpuBackend::Init(const Model& model) {
+  const ModelConfig& c = config_;
+  const DeviceInfo& info = device_->info();
+  if (info.cc_major < 8) {
+    return absl::FailedPreconditionError(absl::StrCat(info.name, " has compute capability ",
+                                                      info.cc_major, ".", info.cc_minor,
+                                                      "; the generated kernels need 8.0 or newer"));
+  }
+  // Heads padded to the kernels' 32-element granularity. Rotate-half pairs (i, i + d/2)
+  // become (i, i + dp/2); interleaved pairs keep their indices.
+  const int64_t d = c.head_dim;
+  dp_ = (d + 31) / 32 * 32;
+  pad_.resize(d);
+  for (int64_t j = 0; j < d; ++j) {
+    pad_[j] = (c.rope_style == RopeStyle::kRotateHalf && j >= d / 2) ? dp_ / 2 + (j - d / 2) : j;
+  }
+  if (dp_ != d && options_.log_progress) {
+    PTX_LOG(INFO) << "head_dim " << d << " runs padded to " << dp_ << " on the device";
+  }
+  cache_ = std::make_unique<KernelCache>(device_.get(), options_.on_compile);
+  if (absl::Status s = UploadWeights(model); !s.ok()) return s;
+  buf_ = std::make_unique<Buffers>();
+  const int64_t tokens = std::max<int32_t>(options_.max_tokens, 1);
+  const int64_t seqs = std::max<int32_t>(options_.max_seqs, 1);
+  const int64_t blocks_per_seq = (c.max_position_embeddings + kv_.block_size - 1) / kv_.block_size;
+  const size_t meta = LayoutMeta(tokens, seqs, blocks_per_seq, seqs).total;
+  if (absl::Status s = Reserve(tokens, std::min(tokens, seqs), seqs, meta); !s.ok()) return s;
+  if (absl::Status s = AllocateKv(); !s.ok()) return s;
+  if (absl::Status s = InitKernels(); !s.ok()) return s;
+  return device_->Synchronize("backend initialisation");
+}
+
+absl::Status GpuBackend::AllocateKv() {
+  const ModelConfig& c = config_;
+  const size_t block_bytes =
+      static_cast<size_t>(c.num_kv_heads) * kv_.block_size * dp_ * DTypeSize(kv_.dtype);
+  if (kv_.num_blocks <= 0) {
+    absl::StatusOr<std::pair<size_t, size_t>> mem = device_->MemoryInfo();
+    if (!mem.ok()) return mem.status();
+    const double budget = options_.kv_memory_fraction * static_cast<double>(mem->first);
+    const double blocks = budget / static_cast<double>(2 * c.num_layers * block_bytes);
+    if (blocks < 1) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%s: %d bytes free after weights hold no KV block (%d bytes per block and layer)",
+          device_->info().name, mem->first, 2 * block_bytes));
+    }
+    kv_.num_blocks = static_cast<int32_t>(std::min(blocks, double{1 << 30}));
+  }
+  const size_t pool = static_cast<size_t>(kv_.num_blocks) * block_bytes;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Weights::Layer& l = w_->layers[i];
+    for (auto [buf, name] : {std::pair{&l.k_pool, "K"}, std::pair{&l.v_pool, "V"}}) {
+      absl::StatusOr<DeviceBuffer> b =
+          device_->Alloc(pool, absl::StrCat(name, " pool of layer ", i));
+      if (!b.ok()) return b.status();
+      *buf = *std::move(b);
+      // Zeroed like the CPU backend's pools: padding lanes of a head must read as 0.
+      if (absl::Status s = device_->Memset(buf->ptr(), 0, pool, "KV pool"); !s.ok()) return s;
+    }
+  }
+  kv_bytes_ = 2 * c.num_layers * pool;
+  if (options_.log_progress) {
+    PTX_LOG(INFO) << "KV cache on " << device_->info().name << ": " << kv_.num_blocks
+                  << " blocks of " << kv_.block_size << " tokens, " << (kv_bytes_ >> 20) << " MiB";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, int64_t seqs, size_t meta_bytes) {
+  (void)seqs;  // sequences only size the metadata, passed as bytes
+  const ModelConfig& c = config_;
+  Buffers& b = *buf_;
+  auto alloc = [&](DeviceBuffer* out, int64_t bytes, const char* what) -> absl::Status {
+    absl::StatusOr<DeviceBuffer> d =
+        device_->Alloc(static_cast<size_t>(std::max<int64_t>(bytes, 4)), what);
+    if (!d.ok()) return d.status();
+    *out = *std::move(d);
+    return absl::OkStatus();
+  };
+  if (tokens > b.tokens) {
+    const int64_t t = std::max(tokens, b.tokens * 3 / 2);
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    const int64_t qd = c.num_heads * dp_, kd = c.num_kv_heads * dp_;
+    absl::Status s = alloc(&b.x, t * H * 4, "activations x");
+    if (s.ok()) s = alloc(&b.h, t * H * 4, "activations h");
+    if (s.ok()) s = alloc(&b.q, t * qd * 4, "activations q");
+    if (s.ok()) s = alloc(&b.k, t * kd * 4, "activations k");
+    if (s.ok()) s = alloc(&b.v, t * kd * 4, "activations v");
+    if (s.ok()) s = alloc(&b.attn, t * qd * 4, "activations attn");
+    if (s.ok()) s = alloc(&b.gate_up, t * 2 * I * 4, "activations gate_up");
+    if (s.ok()) s = alloc(&b.act, t * I * 4, "activations act");
+    if (!s.ok()) return s;
+    b.tokens = t;
+  }
+  if (rows > b.rows) {
+    const int64_t r = std::max(rows, b.rows * 3 / 2);
+    absl::Status s = alloc(&b.hr, r * c.hidden_size * 4, "logits rows");
+    if (s.ok()) s = alloc(&b.logits, r * c.vocab_size * 4, "logits");
+    if (s.ok()) s = alloc(&b.ids, r * 4, "sampled ids");
+    if (!s.ok()) return s;
+    absl::StatusOr<PinnedBuffer> p =
+        device_->AllocPinned(static_cast<size_t>(r * c.vocab_size * 4), "logits (host)");
+    if (!p.ok()) return p.status();
+    b.out_host = *std::move(p);
+    b.rows = r;
+  }
+  if (meta_bytes > b.meta_bytes) {
+    const size_t m = std::max(meta_bytes, b.meta_bytes * 3 / 2);
+    if (absl::Status s = alloc(&b.meta, static_cast<int64_t>(m), "step metadata"); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<PinnedBuffer> p = device_->AllocPinned(m, "step metadata (host)");
+    if (!p.ok()) return p.status();
+    b.meta_host = *std::move(p);
+    b.meta_bytes = m;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackend::ReserveSplits(int64_t rows, int64_t splits) {
+  const int64_t elems = rows * config_.num_heads * splits * dp_;
+  Buffers& b = *buf_;
+  if (elems <= b.split_elems) return absl::OkStatus();
+  const int64_t e = std::max(elems, b.split_elems * 3 / 2);
+  absl::StatusOr<DeviceBuffer> p = device_->Alloc(static_cast<size_t>(e) * 4, "attention partials");
+  if (!p.ok()) return p.status();
+  absl::StatusOr<DeviceBuffer> l =
+      device_->Alloc(static_cast<size_t>(e / dp_ + 1) * 4, "attention partial lse");
+  if (!l.ok()) return l.status();
+  b.partial = *std::move(p);
+  b.lse = *std::move(l);
+  b.split_elems = e;
+  return absl::OkStatus();
+}
+
+KernelStats GpuBackend::kernel_stats() const {
+  KernelStats k;
+  const KernelCacheStats c = cache_->stats();
+  k.launches = c.launches;
+  k.cache_hits = c.hits;
+  k.cache_misses = c.misses;
+  const TransferStats t = device_->transfers();
+  k.h2d_bytes = t.h2d_bytes;
+  k.d2h_bytes = t.d2h_bytes;
+  k.h2d_transfers = t.h2d_count;
+  k.d2h_transfers = t.d2h_count;
+  return k;
+}
+
+absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
+                                                             const KvCacheConfig& kv,
+                                                             absl::string_view kind,
+                                                             GpuBackendOptions options) {
+  absl::StatusOr<std::unique_ptr<DriverTable>> driver;
+  if (kind == "cuda") {
+    driver = LoadCudaDriver();
+  } else if (kind == "emulated") {
+    driver = LoadEmulatedDriver();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU backend kind \"", kind, "\": want cuda or emulated"));
+  }
+  if (!driver.ok()) return driver.status();
+  absl::StatusOr<std::unique_ptr<Device>> device = Device::Open(*std::move(driver));
+  if (!device.ok()) return device.status();
+  if (options.log_progress) {
+    const DeviceInfo& i = (*device)->info();
+    PTX_LOG(INFO) << "device " << i.ordinal << ": " << i.name << " (sm_" << i.cc_major << i.cc_minor
+                  << ", " << i.num_sms << " SMs, " << (i.total_memory >> 20) << " MiB, driver "
+                  << i.driver << " " << i.driver_version << ")";
+  }
+  return GpuBackend::Create(model, kv, *std::move(device), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
+                                                       const KvCacheConfig& kv,
+                                                       GpuBackendOptions options,
+                                                       std::string* note) {
+  if (note != nullptr) note->clear();
+  if (kind == "cpu") return CreateCpuBackend(model, kv);
+  if (kind == "cuda" || kind == "emulated") {
+    auto b = CreateGpuBackend(model, kv, kind, std::move(options));
+    if (!b.ok()) return b.status();
+    return std::unique_ptr<Backend>(*std::move(b));
+  }
+  if (kind != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", kind, ": want auto, cpu, cuda or emulated"));
+  }
+  auto b = CreateGpuBackend(model, kv, "cuda", std::move(options));
+  if (b.ok()) return std::unique_ptr<Backend>(*std::move(b));
+  const std::string why = absl::StrCat("CUDA backend unavailable (", b.status().message(),
+                                       "); serving from the CPU backend");
+  PTX_LOG(WARNING) << why;
+  if (note != nullptr) *note = why;
+  return CreateCpuBackend(model, kv);
+}
+
+}  // namespace ptxserve::cuda

@@ -1,0 +1,156 @@
+// Internal to the GPU backend's .cc files: the device-resident state behind GpuBackend.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/gpu_backend.h"
+#include "engine/cuda/kernel_cache.h"
+#include "kernels/argmax.h"
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/kv_scatter.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/sampling.h"
+#include "kernels/silu_mul.h"
+
+namespace ptxserve::cuda {
+
+struct GpuBackend::Weights {
+  struct Layer {
+    DeviceBuffer attn_norm, mlp_norm;  // f32 [hidden]
+    DeviceBuffer wq, wk, wv;           // [heads * dp][hidden] (padded rows)
+    DeviceBuffer bq, bk, bv;           // f32, with attention_bias only
+    DeviceBuffer wo;                   // [hidden][heads * dp] (padded cols)
+    DeviceBuffer w_gate_up;            // [2 * inter][hidden]: gate, then up
+    DeviceBuffer w_down;               // [hidden][inter]
+    DeviceBuffer k_pool, v_pool;       // kv dtype [blocks][kvh][bs][dp]
+  };
+  DeviceBuffer embed;       // [vocab][hidden] in its file dtype
+  DeviceBuffer final_norm;  // f32 [hidden]
+  DeviceBuffer lm_head;     // empty when tied to embed
+  DeviceBuffer inv_freq;    // f32 [dp / 2], padded pairs 0
+  std::vector<Layer> layers;
+  // Element types by role (layer 0's file dtype; other layers converted to it).
+  kernels::ElemType embed_t = kernels::ElemType::kF32, lm_t = kernels::ElemType::kF32;
+  kernels::ElemType q_t = kernels::ElemType::kF32, k_t = kernels::ElemType::kF32;
+  kernels::ElemType v_t = kernels::ElemType::kF32, o_t = kernels::ElemType::kF32;
+  kernels::ElemType gate_up_t = kernels::ElemType::kF32, down_t = kernels::ElemType::kF32;
+
+  CUdeviceptr lm_head_ptr() const { return lm_head.size() > 0 ? lm_head.ptr() : embed.ptr(); }
+};
+
+// Preallocated per-step buffers; capacities grow, never shrink.
+struct GpuBackend::Buffers {
+  int64_t tokens = 0;  // token rows of the activation buffers
+  int64_t rows = 0;    // logits rows
+  size_t meta_bytes = 0;
+  int64_t split_elems = 0;  // floats of `partial`
+  DeviceBuffer x;           // f32 [tokens][hidden] residual stream
+  DeviceBuffer h;           // f32 [tokens][hidden] normed input
+  DeviceBuffer q;           // f32 [tokens][heads][dp]
+  DeviceBuffer k, v;        // f32 [tokens][kv_heads][dp]
+  DeviceBuffer attn;        // f32 [tokens][heads][dp]
+  DeviceBuffer gate_up;     // f32 [tokens][2 * inter] (fused) / gate then up arrays
+  DeviceBuffer act;         // f32 [tokens][inter]
+  DeviceBuffer hr;          // f32 [rows][hidden] gathered logits rows
+  DeviceBuffer logits;      // f32 [rows][vocab]
+  DeviceBuffer ids;         // s32 [rows]
+  DeviceBuffer partial;     // f32 split attention partials
+  DeviceBuffer lse;         // f32 split log-sum-exps
+  DeviceBuffer meta;        // the packed StepBatch
+  PinnedBuffer meta_host;
+  PinnedBuffer out_host;  // logits or ids coming back
+};
+
+// A kernel the backend may launch: its cache spec (key formatted once, at Create) and,
+// once compiled, the resolved kernel. An empty key marks a slot the model does not use.
+struct KernelSlot {
+  KernelSpec spec;
+  const CompiledKernel* kernel = nullptr;
+  bool used() const { return !spec.key.empty(); }
+};
+
+// GEMM forms by batch rows: GEMV with m_tile 1, 2, 4, 8 and the tiled form.
+inline constexpr int kGemmForms = 5;
+// The form for m rows: the smallest GEMV tile holding them, tiled past 8 rows.
+inline int GemmForm(int64_t m) {
+  if (m <= 1) return 0;
+  if (m <= 2) return 1;
+  if (m <= 4) return 2;
+  if (m <= 8) return 3;
+  return 4;
+}
+struct GemmSlots {
+  std::array<kernels::GemmConfig, kGemmForms> cfg;
+  std::array<KernelSlot, kGemmForms> slot;
+};
+
+struct GpuBackend::Kernels {
+  kernels::EmbeddingConfig embed_cfg, gather_cfg;
+  KernelSlot embed, gather;
+  kernels::RmsNormConfig norm_cfg;
+  KernelSlot norm;
+  GemmSlots q, k, v, o, gate_up, gate, up, down, lm_head;
+  bool fused_gate_up = true;
+  kernels::RopeConfig rope_cfg;
+  KernelSlot rope;
+  kernels::KvScatterConfig kv_cfg;
+  KernelSlot kv_scatter;
+  // [ragged][split]
+  kernels::DecodeAttentionConfig attn_cfg[2][2];
+  kernels::DecodeAttentionShape attn_shape[2][2];
+  KernelSlot attn[2][2];
+  kernels::AttentionMergeConfig merge_cfg;
+  KernelSlot merge;
+  kernels::SiluMulConfig silu_cfg;
+  KernelSlot silu;
+  kernels::ArgmaxConfig argmax_cfg;
+  KernelSlot argmax;
+  kernels::SamplingConfig sampling_cfg;
+  KernelSlot sampling;
+
+  // Every used slot, for warm-up.
+  std::vector<KernelSlot*> All();
+};
+
+// What one step runs with: sizes, the attention mode and device pointers into the
+// uploaded metadata.
+struct GpuBackend::StepPlan {
+  int64_t tokens = 0, seqs = 0, rows = 0, max_blocks = 0;
+  bool ragged = false;  // not every sequence decodes exactly one token
+  bool split = false;
+  int num_splits = 1;
+  int partition = 0;
+  bool sample = false;  // StepSampled
+  bool greedy = true;   // every sampled row greedy (argmax kernel)
+  CUdeviceptr token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0,
+              block_tables = 0, logits_rows = 0;
+  CUdeviceptr temperature = 0, top_k = 0, top_p = 0, uniform = 0;
+};
+
+// Byte offsets of the packed StepBatch in the metadata buffer (16-byte aligned sections):
+// token_ids, positions s32 [T]; slot_mapping s64 [T]; query_start s32 [S + 1];
+// seq_lens s32 [S]; block_tables s32 [S * MB]; logits_rows s32 [R]; then the sampling
+// rows: temperature f32, top_k s32, top_p f32, uniform f32, each [R].
+struct MetaLayout {
+  size_t token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0, block_tables = 0,
+         logits_rows = 0, temperature = 0, top_k = 0, top_p = 0, uniform = 0;
+  size_t total = 0;
+};
+MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows);
+
+// Compiles `slot` on first use (a cache miss), then launches it.
+absl::Status LaunchSlot(KernelCache& cache, KernelSlot& slot, const kernels::LaunchDims& dims,
+                        void** params);
+
+kernels::ElemType ToElemType(DType t);
+
+}  // namespace ptxserve::cuda

@@ -1,0 +1,305 @@
+// One step on the device: pack and upload the metadata (one copy), enqueue the forward
+// pass, copy the result back (one copy) and synchronise once. Nothing here generates
+// PTX, formats strings or looks kernels up on the success path.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/step_batch_check.h"
+#include "engine/cuda/gpu_backend_internal.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+template <class T>
+void Put(uint8_t* base, size_t offset, const std::vector<T>& v) {
+  if (!v.empty()) std::memcpy(base + offset, v.data(), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows) {
+  MetaLayout m;
+  size_t off = 0;
+  auto take = [&](size_t* field, int64_t bytes) {
+    *field = off;
+    off += Align16(static_cast<size_t>(bytes));
+  };
+  take(&m.token_ids, tokens * 4);
+  take(&m.positions, tokens * 4);
+  take(&m.slots, tokens * 8);
+  take(&m.query_start, (seqs + 1) * 4);
+  take(&m.seq_lens, seqs * 4);
+  take(&m.block_tables, seqs * max_blocks * 4);
+  take(&m.logits_rows, rows * 4);
+  take(&m.temperature, rows * 4);
+  take(&m.top_k, rows * 4);
+  take(&m.top_p, rows * 4);
+  take(&m.uniform, rows * 4);
+  m.total = off;
+  return m;
+}
+
+absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSampling>* rows,
+                                StepPlan* plan) {
+  StepPlan& p = *plan;
+  p.tokens = batch.num_tokens();
+  p.seqs = batch.num_seqs();
+  p.rows = static_cast<int64_t>(batch.logits_rows.size());
+  p.max_blocks = batch.max_blocks_per_seq;
+  const MetaLayout m = LayoutMeta(p.tokens, p.seqs, p.max_blocks, p.rows);
+  if (absl::Status s = Reserve(p.tokens, p.rows, p.seqs, m.total); !s.ok()) return s;
+
+  // Decode mode needs exactly one row per sequence; anything else runs ragged (causal
+  // limits per row), which is also right for decode rows mixed into a prefill batch.
+  p.ragged = p.tokens != p.seqs;
+  int64_t max_context = 0;
+  for (int64_t s = 0; s < p.seqs; ++s) {
+    if (batch.query_start[s + 1] - batch.query_start[s] != 1) p.ragged = true;
+    max_context = std::max<int64_t>(max_context, batch.seq_lens[s]);
+  }
+  const int64_t attn_rows = p.tokens;
+  if (options_.attention_partition > 0) {
+    const int64_t part =
+        (options_.attention_partition + kv_.block_size - 1) / kv_.block_size * kv_.block_size;
+    p.split = max_context > part;
+    p.partition = p.split ? static_cast<int>(part) : 0;
+    p.num_splits = p.split ? static_cast<int>((max_context + part - 1) / part) : 1;
+  } else {
+    const kernels::AttentionPlan ap = kernels::PlanDecodeAttention(
+        k_->attn_cfg[p.ragged][0], attn_rows, max_context, device_->info().num_sms);
+    p.split = ap.split;
+    p.partition = ap.partition_tokens;
+    p.num_splits = ap.num_splits;
+  }
+  if (p.split) {
+    if (absl::Status s = ReserveSplits(attn_rows, p.num_splits); !s.ok()) return s;
+  }
+
+  uint8_t* h = buf_->meta_host.data();
+  Put(h, m.token_ids, batch.token_ids);
+  Put(h, m.positions, batch.positions);
+  Put(h, m.slots, batch.slot_mapping);
+  Put(h, m.query_start, batch.query_start);
+  Put(h, m.seq_lens, batch.seq_lens);
+  Put(h, m.block_tables, batch.block_tables);
+  Put(h, m.logits_rows, batch.logits_rows);
+  p.sample = rows != nullptr;
+  p.greedy = true;
+  if (rows != nullptr) {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const RowSampling& rs = (*rows)[r];
+      std::memcpy(h + m.temperature + 4 * r, &rs.temperature, 4);
+      std::memcpy(h + m.top_k + 4 * r, &rs.top_k, 4);
+      std::memcpy(h + m.top_p + 4 * r, &rs.top_p, 4);
+      std::memcpy(h + m.uniform + 4 * r, &rs.uniform, 4);
+      if (rs.temperature > 0 && rs.top_k != 1) p.greedy = false;
+    }
+  }
+  const CUdeviceptr d = buf_->meta.ptr();
+  p.token_ids = d + m.token_ids;
+  p.positions = d + m.positions;
+  p.slots = d + m.slots;
+  p.query_start = d + m.query_start;
+  p.seq_lens = d + m.seq_lens;
+  p.block_tables = d + m.block_tables;
+  p.logits_rows = d + m.logits_rows;
+  p.temperature = d + m.temperature;
+  p.top_k = d + m.top_k;
+  p.top_p = d + m.top_p;
+  p.uniform = d + m.uniform;
+  // Only the sampling sections a greedy or logits step does not read are left out.
+  const size_t bytes = p.sample && !p.greedy ? m.total : m.temperature;
+  return device_->CopyToDevice(d, h, bytes, "step metadata");
+}
+
+absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
+  const ModelConfig& c = config_;
+  Kernels& k = *k_;
+  Buffers& b = *buf_;
+  const Weights::Layer& w = w_->layers[layer];
+  KernelCache& cache = *cache_;
+  uint32_t T = static_cast<uint32_t>(p.tokens);
+  float eps = static_cast<float>(c.rms_norm_eps);
+  const int form = GemmForm(p.tokens);
+  CUdeviceptr x = b.x.ptr(), h = b.h.ptr(), q = b.q.ptr(), kk = b.k.ptr(), v = b.v.ptr();
+  CUdeviceptr attn = b.attn.ptr(), gu = b.gate_up.ptr(), act = b.act.ptr();
+  CUdeviceptr none = 0;
+
+  auto gemm = [&](GemmSlots& g, CUdeviceptr in, CUdeviceptr wt, CUdeviceptr bias, CUdeviceptr out) {
+    void* params[] = {&in, &wt, &bias, &out, &T};
+    return LaunchSlot(cache, g.slot[form], kernels::GemmLaunch(g.cfg[form], p.tokens), params);
+  };
+  auto norm = [&](CUdeviceptr weight) {
+    void* params[] = {&x, &weight, &h, &T, &eps};
+    return LaunchSlot(cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.tokens), params);
+  };
+
+  absl::Status s = norm(w.attn_norm.ptr());
+  if (s.ok()) s = gemm(k.q, h, w.wq.ptr(), w.bq.ptr(), q);
+  if (s.ok()) s = gemm(k.k, h, w.wk.ptr(), w.bk.ptr(), kk);
+  if (s.ok()) s = gemm(k.v, h, w.wv.ptr(), w.bv.ptr(), v);
+  if (s.ok()) {
+    CUdeviceptr pos = p.positions, inv = w_->inv_freq.ptr();
+    void* params[] = {&q, &kk, &pos, &inv, &T};
+    s = LaunchSlot(cache, k.rope, kernels::RopeLaunch(k.rope_cfg, p.tokens), params);
+  }
+  if (s.ok()) {
+    CUdeviceptr slots = p.slots, kp = w.k_pool.ptr(), vp = w.v_pool.ptr();
+    void* params[] = {&kk, &v, &slots, &kp, &vp, &T};
+    s = LaunchSlot(cache, k.kv_scatter, kernels::KvScatterLaunch(k.kv_cfg, p.tokens), params);
+  }
+  if (s.ok()) {
+    CUdeviceptr kp = w.k_pool.ptr(), vp = w.v_pool.ptr(), tables = p.block_tables;
+    CUdeviceptr lens = p.seq_lens, qs = p.query_start, pos = p.positions;
+    CUdeviceptr out = p.split ? b.partial.ptr() : attn;
+    CUdeviceptr lse = p.split ? b.lse.ptr() : none;
+    uint32_t mb = static_cast<uint32_t>(p.max_blocks), seqs = static_cast<uint32_t>(p.seqs);
+    float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    uint32_t partition = static_cast<uint32_t>(p.partition);
+    void* params[] = {&q,   &kp,  &vp, &tables, &lens, &qs,    &pos,
+                      &out, &lse, &mb, &seqs,   &T,    &scale, &partition};
+    s = LaunchSlot(
+        cache, k.attn[p.ragged][p.split],
+        kernels::DecodeAttentionLaunch(k.attn_shape[p.ragged][p.split],
+                                       static_cast<int>(c.num_kv_heads), p.tokens, p.num_splits),
+        params);
+    if (s.ok() && p.split) {
+      uint32_t splits = static_cast<uint32_t>(p.num_splits);
+      void* mparams[] = {&out, &lse, &attn, &splits, &T};
+      s = LaunchSlot(cache, k.merge, kernels::AttentionMergeLaunch(k.merge_cfg, p.tokens), mparams);
+    }
+  }
+  // o projection with the residual add fused: x += attn wo^T.
+  if (s.ok()) s = gemm(k.o, attn, w.wo.ptr(), none, x);
+  if (s.ok()) s = norm(w.mlp_norm.ptr());
+  const int64_t I = c.intermediate_size;
+  uint32_t n = static_cast<uint32_t>(p.tokens * I);
+  if (k.fused_gate_up) {
+    if (s.ok()) s = gemm(k.gate_up, h, w.w_gate_up.ptr(), none, gu);
+    if (s.ok()) {
+      void* params[] = {&gu, &none, &act, &n};
+      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n), params);
+    }
+  } else {
+    const size_t up_offset =
+        static_cast<size_t>(I * c.hidden_size) * kernels::ElemSize(k.gate.cfg[0].weight_dtype);
+    CUdeviceptr up = gu + static_cast<CUdeviceptr>(p.tokens * I * 4);
+    if (s.ok()) s = gemm(k.gate, h, w.w_gate_up.ptr(), none, gu);
+    if (s.ok()) s = gemm(k.up, h, w.w_gate_up.ptr() + up_offset, none, up);
+    if (s.ok()) {
+      void* params[] = {&gu, &up, &act, &n};
+      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n), params);
+    }
+  }
+  // down projection with the residual add fused: x += act w_down^T.
+  if (s.ok()) s = gemm(k.down, act, w.w_down.ptr(), none, x);
+  return s;
+}
+
+absl::Status GpuBackend::Forward(const StepBatch& batch, const StepPlan& p) {
+  (void)batch;
+  const ModelConfig& c = config_;
+  Kernels& k = *k_;
+  Buffers& b = *buf_;
+  KernelCache& cache = *cache_;
+  CUdeviceptr x = b.x.ptr(), hr = b.hr.ptr(), logits = b.logits.ptr();
+  uint32_t T = static_cast<uint32_t>(p.tokens), R = static_cast<uint32_t>(p.rows);
+  uint32_t vocab = static_cast<uint32_t>(c.vocab_size);
+  {
+    CUdeviceptr table = w_->embed.ptr(), ids = p.token_ids;
+    void* params[] = {&table, &ids, &x, &T, &vocab};
+    absl::Status s =
+        LaunchSlot(cache, k.embed, kernels::EmbeddingLaunch(k.embed_cfg, p.tokens), params);
+    if (!s.ok()) return s;
+  }
+  for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
+    if (absl::Status s = RunLayer(l, p); !s.ok()) return s;
+  }
+  if (p.rows == 0) return absl::OkStatus();
+  // Only the wanted rows reach the final norm and the LM head: gather them (an embedding
+  // lookup whose table is the residual stream and whose ids are the row numbers).
+  {
+    CUdeviceptr rows = p.logits_rows;
+    void* params[] = {&x, &rows, &hr, &R, &T};
+    absl::Status s =
+        LaunchSlot(cache, k.gather, kernels::EmbeddingLaunch(k.gather_cfg, p.rows), params);
+    if (!s.ok()) return s;
+  }
+  {
+    CUdeviceptr w = w_->final_norm.ptr();
+    float eps = static_cast<float>(c.rms_norm_eps);
+    void* params[] = {&hr, &w, &hr, &R, &eps};
+    absl::Status s = LaunchSlot(cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.rows), params);
+    if (!s.ok()) return s;
+  }
+  const int form = GemmForm(p.rows);
+  CUdeviceptr w = w_->lm_head_ptr(), none = 0;
+  void* params[] = {&hr, &w, &none, &logits, &R};
+  return LaunchSlot(cache, k.lm_head.slot[form], kernels::GemmLaunch(k.lm_head.cfg[form], p.rows),
+                    params);
+}
+
+absl::Status GpuBackend::Step(const StepBatch& batch, std::vector<float>* logits) {
+  if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
+  StepPlan p;
+  absl::Status s = Upload(batch, nullptr, &p);
+  if (s.ok()) s = Forward(batch, p);
+  const size_t bytes = static_cast<size_t>(p.rows * config_.vocab_size) * sizeof(float);
+  if (s.ok() && bytes > 0) {
+    s = device_->CopyToHost(buf_->out_host.data(), buf_->logits.ptr(), bytes, "logits");
+  }
+  if (!s.ok()) {
+    // Drain what was enqueued before the failure: the pinned buffers are refilled by the
+    // next step, and must not be read by a copy still queued from this one.
+    (void)device_->Synchronize("after a failed step");
+    return s;
+  }
+  if (s = device_->Synchronize("step"); !s.ok()) return s;
+  logits->resize(bytes / sizeof(float));
+  if (bytes > 0) std::memcpy(logits->data(), buf_->out_host.data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
+                                     std::vector<int32_t>* ids) {
+  if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
+  if (rows.size() != batch.logits_rows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("StepSampled: ", rows.size(),
+                                                   " sampling rows for ", batch.logits_rows.size(),
+                                                   " logits rows"));
+  }
+  StepPlan p;
+  absl::Status s = Upload(batch, &rows, &p);
+  if (s.ok()) s = Forward(batch, p);
+  if (s.ok() && p.rows > 0) {
+    CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
+    uint32_t vocab = static_cast<uint32_t>(config_.vocab_size), R = static_cast<uint32_t>(p.rows);
+    if (p.greedy) {
+      void* params[] = {&logits, &out, &vocab, &R};
+      s = LaunchSlot(*cache_, k_->argmax, kernels::ArgmaxLaunch(k_->argmax_cfg, p.rows), params);
+    } else {
+      CUdeviceptr temp = p.temperature, topk = p.top_k, topp = p.top_p, unif = p.uniform;
+      void* params[] = {&logits, &temp, &topk, &topp, &unif, &out, &vocab, &R};
+      s = LaunchSlot(*cache_, k_->sampling, kernels::SamplingLaunch(k_->sampling_cfg, p.rows),
+                     params);
+    }
+    if (s.ok()) {
+      s = device_->CopyToHost(buf_->out_host.data(), out, static_cast<size_t>(p.rows) * 4,
+                              "sampled ids");
+    }
+  }
+  if (!s.ok()) {
+    (void)device_->Synchronize("after a failed step");
+    return s;
+  }
+  if (s = device_->Synchronize("step"); !s.ok()) return s;
+  ids->resize(p.rows);
+  if (p.rows > 0) std::memcpy(ids->data(), buf_->out_host.data(), p.rows * 4);
+  return absl::OkStatus();
+}
+
+}  // namespace ptxserve::cuda

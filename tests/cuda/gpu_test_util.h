@@ -1,0 +1,63 @@
+// Fixtures for the GPU backend tests: synthetic models on disk, a toy scheduler that
+// drives any Backend through greedy generation (staggered arrivals, chunked prefill,
+// shuffled KV blocks), and CPU-vs-GPU comparisons.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/cuda/gpu_backend.h"
+#include "engine/model/model.h"
+#include "engine/step_batch.h"
+
+namespace ptxserve::cuda::testing {
+
+// Writes synthetic preset `preset` (after `tweak` edits its config) in `dtype` into a
+// fresh temp directory and loads it. Cached per (preset, dtype, tag) for the process.
+absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
+                                     const std::function<void(ModelConfig&)>& tweak = nullptr,
+                                     const std::string& tag = "");
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  int32_t start_step = 0;  // the step at which the sequence joins the batch
+  int32_t new_tokens = 3;
+};
+
+struct GenResult {
+  std::vector<std::vector<int32_t>> tokens;  // generated ids per request
+  std::vector<std::vector<float>> logits;    // every step's logits, in step order
+  std::vector<StepBatch> batches;            // every step's batch
+};
+
+// How a step produces the next token ids of its logits rows. Default: Backend::Step and
+// the CPU argmax (lowest id among ties).
+using StepFn = std::function<absl::Status(const StepBatch&, std::vector<float>* logits,
+                                          std::vector<int32_t>* ids)>;
+
+// Greedy generation over `backend` (see header comment). Prompts are fed in chunks of at
+// most `chunk` tokens; KV blocks come from a free list shuffled with `block_seed`.
+absl::StatusOr<GenResult> Generate(Backend& backend, const std::vector<GenRequest>& requests,
+                                   int chunk, uint32_t block_seed = 1, StepFn step = nullptr);
+
+// The step function of GpuBackend::StepSampled with greedy rows (ids only, no logits).
+StepFn DeviceGreedy(GpuBackend& backend);
+
+// Deterministic prompt of n ids in [3, vocab).
+std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed);
+
+int32_t ArgMax(const float* v, int64_t n);
+// max |a - b| / max |b| over n values.
+double RelErr(const float* a, const float* b, int64_t n);
+
+// An emulated-device GpuBackend for `model` (warm-up on unless options say otherwise).
+absl::StatusOr<std::unique_ptr<GpuBackend>> EmulatedBackend(const Model& model,
+                                                            const KvCacheConfig& kv,
+                                                            GpuBackendOptions options = {});
+
+}  // namespace ptxserve::cuda::testing
