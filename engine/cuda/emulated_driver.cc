@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/emulated_state.h"
 
@@ -507,9 +508,11 @@ CUresult Flush() {
     if (!st.ok()) {
       s.queue.clear();
       SetDetail(std::string(st.message()));
-      // The emulator reports bad addresses as OutOfRange: a GPU's illegal address.
-      if (op.code == CUDA_ERROR_LAUNCH_FAILED && st.code() == absl::StatusCode::kOutOfRange) {
-        return CUDA_ERROR_ILLEGAL_ADDRESS;
+      // A kernel's memory fault is what a GPU reports as an illegal or misaligned
+      // address; the emulator says which in its (stable) fault text.
+      if (op.code == CUDA_ERROR_LAUNCH_FAILED) {
+        if (absl::StrContains(st.message(), "out-of-bounds")) return CUDA_ERROR_ILLEGAL_ADDRESS;
+        if (absl::StrContains(st.message(), "misaligned")) return CUDA_ERROR_MISALIGNED_ADDRESS;
       }
       return op.code;
     }

@@ -1,7 +1,9 @@
-// The GPU backend on the emulated device against the CPU backend: greedy tokens must be
-// identical and logits within tolerance, for synthetic presets (GQA 1/4/8, head_dim
-// 16 (padded), 64 and 128, f32 and f16 weights), single prompts and staggered batches
-// with chunked prefill, and the TinyStories test model.
+// The GPU backend against the CPU backend: greedy tokens must be identical and logits
+// within tolerance, for synthetic presets (GQA 1/4/8, head_dim 16 (padded), 64 and 128,
+// f32/f16/bf16 weights and KV caches), single prompts and staggered batches with chunked
+// prefill, split attention, and the TinyStories test model. Every case runs on the
+// emulated device and on a real GPU ("cuda"); the cuda cases skip, printing why, where
+// libcuda.so.1 or a device is missing.
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -10,7 +12,10 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
 #include "engine/cuda/gpu_backend.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -30,9 +35,22 @@ struct Case {
   int chunk = 64;
   int32_t attention_partition = 0;
   double tolerance = 2e-4;
+  bool print_tokens = false;
 };
 
-void RunParity(const Model& model, const Case& c) {
+// Empty when `kind` can run here, else why not.
+std::string Unavailable(const std::string& kind) {
+  if (kind != "cuda") return "";
+  static const std::string why = [] {
+    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
+    if (!d.ok()) return std::string(d.status().message());
+    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
+    return dev.ok() ? std::string() : std::string(dev.status().message());
+  }();
+  return why;
+}
+
+void RunParity(const Model& model, const Case& c, const std::string& kind) {
   KvCacheConfig kv;
   kv.num_blocks = 64;
   kv.block_size = 16;
@@ -42,7 +60,8 @@ void RunParity(const Model& model, const Case& c) {
   GpuBackendOptions opts;
   opts.attention_partition = c.attention_partition;
   const auto t0 = std::chrono::steady_clock::now();
-  auto gpu = testing::EmulatedBackend(model, kv, opts);
+  opts.log_progress = false;
+  auto gpu = CreateGpuBackend(model, kv, kind, opts);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const auto t1 = std::chrono::steady_clock::now();
   absl::StatusOr<GenResult> want = Generate(**cpu, c.requests, c.chunk);
@@ -61,6 +80,9 @@ void RunParity(const Model& model, const Case& c) {
       std::chrono::duration<double>(t2 - t1).count(), static_cast<long long>(launches));
   EXPECT_EQ(got->tokens, want->tokens);
   ASSERT_EQ(got->logits.size(), want->logits.size());
+  if (c.print_tokens) {
+    std::printf("[ tokens ] %s\n", ::testing::PrintToString(got->tokens[0]).c_str());
+  }
   for (size_t s = 0; s < want->logits.size(); ++s) {
     ASSERT_EQ(got->logits[s].size(), want->logits[s].size()) << "step " << s;
     const int64_t vocab = model.config.vocab_size;
@@ -82,28 +104,35 @@ std::vector<GenRequest> Staggered(int64_t vocab, int new_tokens) {
           {Prompt(13, vocab, 4), 2, new_tokens}};
 }
 
-TEST(GpuParity, TinyPaddedHeadSinglePrompt) {
+class GpuParity : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (std::string why = Unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(GpuParity, TinyPaddedHeadSinglePrompt) {
   auto m = testing::SyntheticModel("tiny", DType::kF32);
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
   c.preset = "tiny";
   c.requests = {{Prompt(7, m->config.vocab_size, 1), 0, 4}};
-  RunParity(*m, c);
+  RunParity(*m, c, GetParam());
 }
 
-TEST(GpuParity, TinyPaddedHeadStaggeredBatch) {
+TEST_P(GpuParity, TinyPaddedHeadStaggeredBatch) {
   auto m = testing::SyntheticModel("tiny", DType::kF32);
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
   c.preset = "tiny";
   c.requests = Staggered(m->config.vocab_size, 4);
   c.chunk = 5;
-  RunParity(*m, c);
+  RunParity(*m, c, GetParam());
 }
 
 // Contexts past 16 tokens split across CTAs and merge (flash-decoding), in decode and
 // ragged steps; f16 weights and an f16 KV cache.
-TEST(GpuParity, TinySplitAttentionF16) {
+TEST_P(GpuParity, TinySplitAttentionF16) {
   auto m = testing::SyntheticModel("tiny", DType::kF16);
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
@@ -114,10 +143,10 @@ TEST(GpuParity, TinySplitAttentionF16) {
                 {Prompt(12, m->config.vocab_size, 6), 1, 6}};
   c.chunk = 8;
   c.attention_partition = 16;
-  RunParity(*m, c);
+  RunParity(*m, c, GetParam());
 }
 
-TEST(GpuParity, TinyBf16KvCache) {
+TEST_P(GpuParity, TinyBf16KvCache) {
   auto m = testing::SyntheticModel("tiny", DType::kBF16);
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
@@ -126,14 +155,23 @@ TEST(GpuParity, TinyBf16KvCache) {
   c.kv_dtype = DType::kBF16;
   c.requests = Staggered(m->config.vocab_size, 2);
   c.chunk = 6;
-  RunParity(*m, c);
+  c.print_tokens = true;
+  RunParity(*m, c, GetParam());
 }
 
 // The larger presets (hidden 512, 2 layers): a short batch each, f32 and f16 weights.
-class GpuPresetParity : public ::testing::TestWithParam<std::tuple<std::string, DType>> {};
+class GpuPresetParity
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, DType>> {
+ protected:
+  void SetUp() override {
+    if (std::string why = Unavailable(std::get<0>(GetParam())); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+  }
+};
 
 TEST_P(GpuPresetParity, StaggeredBatch) {
-  const auto& [preset, dtype] = GetParam();
+  const auto& [kind, preset, dtype] = GetParam();
   auto m = testing::SyntheticModel(preset, dtype);
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
@@ -143,20 +181,21 @@ TEST_P(GpuPresetParity, StaggeredBatch) {
   c.requests = {{Prompt(5, m->config.vocab_size, 7), 0, 2},
                 {Prompt(2, m->config.vocab_size, 8), 1, 2}};
   c.chunk = 4;
-  RunParity(*m, c);
+  RunParity(*m, c, kind);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, GpuPresetParity,
-                         ::testing::Combine(::testing::Values("gqa1", "gqa4", "gqa8", "hd128"),
+                         ::testing::Combine(::testing::Values("emulated", "cuda"),
+                                            ::testing::Values("gqa1", "gqa4", "gqa8", "hd128"),
                                             ::testing::Values(DType::kF32, DType::kF16)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::string(DTypeName(std::get<1>(info.param)));
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                                  std::string(DTypeName(std::get<2>(info.param)));
                          });
 
 // The trained TinyStories model (head_dim 16, tied embeddings): a story prompt and a
 // batch, greedy tokens identical to the CPU backend's.
-TEST(GpuParity, TinyStories) {
+TEST_P(GpuParity, TinyStories) {
   const std::string dir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
   if (!std::filesystem::exists(dir + "/model.safetensors")) {
     GTEST_SKIP() << "test model absent: " << dir;
@@ -165,13 +204,22 @@ TEST(GpuParity, TinyStories) {
   ASSERT_TRUE(m.ok()) << m.status();
   Case c;
   c.preset = "tinystories-656k";
-  // "<|start_story|>Once upon a time" and two other prompts.
-  c.requests = {{{1, 1251, 385, 259, 392}, 0, 12},
+  auto tok = Tokenizer::FromDir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto story = (*tok)->Encode("Once upon a time, there was a little girl", true);
+  ASSERT_TRUE(story.ok()) << story.status();
+  ASSERT_EQ(story->front(), 1);  // <|start_story|>
+  // The story (greedy continues it as a children's story) and two other prompts.
+  c.requests = {{*story, 0, 12},
                 {Prompt(11, m->config.vocab_size, 9), 1, 6},
                 {Prompt(4, m->config.vocab_size, 10), 3, 6}};
   c.chunk = 6;
-  RunParity(*m, c);
+  c.print_tokens = true;
+  RunParity(*m, c, GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuParity, ::testing::Values("emulated", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace ptxserve::cuda

@@ -20,8 +20,17 @@ namespace ptxserve::cuda::testing {
 absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
                                      const std::function<void(ModelConfig&)>& tweak,
                                      const std::string& tag) {
+  // Written once per process, removed when it exits.
+  struct Dirs {
+    std::map<std::string, std::string> by_key;
+    ~Dirs() {
+      std::error_code ec;
+      for (const auto& [k, d] : by_key) std::filesystem::remove_all(d, ec);
+    }
+  };
   static std::mutex mu;
-  static std::map<std::string, std::string> dirs;  // written once per process
+  static Dirs dirs_holder;
+  std::map<std::string, std::string>& dirs = dirs_holder.by_key;
   const std::string key =
       absl::StrCat(preset, "_", std::string(DTypeName(dtype)), tag.empty() ? "" : "_", tag);
   std::lock_guard<std::mutex> l(mu);

@@ -1,0 +1,398 @@
+// GpuBackend on the emulated device: kernel-cache and transfer accounting per step,
+// device-side sampling, injected driver failures, clean creation failures, buffer
+// growth, the backend factory, and the engine running on it.
+#include "engine/cuda/gpu_backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/emulated_driver.h"
+#include "engine/engine.h"
+#include "engine/model/synthetic.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cuda/gpu_test_util.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+using testing::Generate;
+using testing::GenRequest;
+using ::testing::HasSubstr;
+using testing::Prompt;
+
+constexpr KvCacheConfig kKv{64, 16, DType::kF32};
+
+int64_t Total(const std::map<std::string, int64_t>& m) {
+  int64_t n = 0;
+  for (const auto& [k, v] : m) n += v;
+  return n;
+}
+
+// A decode step for `n` sequences whose contexts (of `len` tokens each) are in blocks
+// 2s, 2s + 1 (len <= 32), preceded by its prefill.
+StepBatch DecodeBatch(int n, int32_t len, int64_t vocab) {
+  StepBatch b;
+  b.query_start.push_back(0);
+  b.max_blocks_per_seq = 2;
+  for (int s = 0; s < n; ++s) {
+    const int32_t p = len - 1;
+    b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
+    b.positions.push_back(p);
+    b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
+    b.query_start.push_back(s + 1);
+    b.seq_lens.push_back(len);
+    b.block_tables.push_back(2 * s);
+    b.block_tables.push_back(2 * s + 1);
+    b.logits_rows.push_back(s);
+  }
+  return b;
+}
+
+StepBatch PrefillBatch(int n, int32_t len, int64_t vocab) {
+  StepBatch b;
+  b.query_start.push_back(0);
+  b.max_blocks_per_seq = 2;
+  for (int s = 0; s < n; ++s) {
+    for (int32_t p = 0; p < len; ++p) {
+      b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.seq_lens.push_back(len);
+    b.block_tables.push_back(2 * s);
+    b.block_tables.push_back(2 * s + 1);
+    b.logits_rows.push_back(b.num_tokens() - 1);
+  }
+  return b;
+}
+
+class GpuBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetEmulatedFault({});
+    auto m = testing::SyntheticModel("tiny", DType::kF32);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::make_unique<Model>(*std::move(m));
+  }
+  void TearDown() override { SetEmulatedFault({}); }
+
+  std::unique_ptr<GpuBackend> Make(GpuBackendOptions o = {}) {
+    auto b = testing::EmulatedBackend(*model_, kKv, o);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? *std::move(b) : nullptr;
+  }
+  // Kernel launches of one step of the tiny model: embedding; per layer rmsnorm, q, k, v,
+  // rope, kv_scatter, attention, o, rmsnorm, gate_up, silu_mul, down; gather, rmsnorm,
+  // LM head.
+  int64_t LaunchesPerStep() const { return 1 + 12 * model_->config.num_layers + 3; }
+
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(GpuBackendTest, WarmUpCompilesEverythingThenEveryLaunchIsAHit) {
+  auto b = Make();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->name(), "emulated");
+  EXPECT_EQ(b->padded_head_dim(), 32);  // tiny's head_dim 16, padded
+  const KernelCacheStats warm = b->cache_stats();
+  EXPECT_GT(warm.misses, 10);
+  EXPECT_EQ(warm.failures, 0);
+  EXPECT_EQ(Total(warm.launches), 0);
+  const int64_t vocab = model_->config.vocab_size;
+  std::vector<float> logits;
+  ASSERT_TRUE(b->Step(PrefillBatch(3, 20, vocab), &logits).ok());
+  KernelCacheStats before = b->cache_stats();
+  EXPECT_EQ(before.misses, warm.misses);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(b->Step(DecodeBatch(3, 21 + i, vocab), &logits).ok());
+    const KernelCacheStats after = b->cache_stats();
+    EXPECT_EQ(after.misses, warm.misses) << "no compilation after warm-up";
+    EXPECT_EQ(after.hits - before.hits, LaunchesPerStep());
+    EXPECT_EQ(Total(after.launches) - Total(before.launches), LaunchesPerStep());
+    // Six GEMMs per layer (q, k, v, o, gate_up, down) and the LM head.
+    EXPECT_EQ(after.launches.at("gemm") - before.launches.at("gemm"),
+              6 * model_->config.num_layers + 1);
+    before = after;
+  }
+  // The engine-shaped snapshot carries the same counters.
+  const KernelStats ks = b->kernel_stats();
+  EXPECT_EQ(ks.cache_hits, before.hits);
+  EXPECT_EQ(ks.cache_misses, before.misses);
+  EXPECT_EQ(ks.launches, before.launches);
+}
+
+TEST_F(GpuBackendTest, WithoutWarmUpKernelsCompileOnFirstUse) {
+  GpuBackendOptions o;
+  o.warmup = false;
+  auto b = Make(o);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->cache_stats().misses, 0);
+  const int64_t vocab = model_->config.vocab_size;
+  std::vector<float> logits;
+  ASSERT_TRUE(b->Step(DecodeBatch(2, 5, vocab), &logits).ok());
+  const int64_t first = b->cache_stats().misses;
+  EXPECT_GT(first, 0);
+  ASSERT_TRUE(b->Step(DecodeBatch(2, 6, vocab), &logits).ok());
+  EXPECT_EQ(b->cache_stats().misses, first);  // same shapes: nothing new
+  ASSERT_TRUE(b->Step(PrefillBatch(1, 12, vocab), &logits).ok());
+  EXPECT_GT(b->cache_stats().misses, first);  // ragged attention, tiled GEMMs
+}
+
+// After warm-up a decode step moves one metadata copy host->device and one copy back:
+// the logits rows (B x vocab x 4 bytes) for Step, the sampled ids (4 x B bytes) for
+// StepSampled. Nothing else crosses.
+TEST_F(GpuBackendTest, OneCopyEachWayPerStep) {
+  auto b = Make();
+  ASSERT_NE(b, nullptr);
+  const int64_t vocab = model_->config.vocab_size;
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(b->Step(PrefillBatch(4, 10, vocab), &logits).ok());
+  for (int B : {1, 3, 4}) {
+    const TransferStats t0 = b->transfer_stats();
+    ASSERT_TRUE(b->Step(DecodeBatch(B, 11, vocab), &logits).ok());
+    const TransferStats t1 = b->transfer_stats();
+    EXPECT_EQ(t1.h2d_count - t0.h2d_count, 1) << "B=" << B;
+    EXPECT_GT(t1.h2d_bytes - t0.h2d_bytes, 0);
+    EXPECT_EQ(t1.d2h_count - t0.d2h_count, 1);
+    EXPECT_EQ(t1.d2h_bytes - t0.d2h_bytes, B * vocab * 4);
+    EXPECT_EQ(t1.d2d_count, t0.d2d_count);
+    ASSERT_TRUE(b->StepSampled(DecodeBatch(B, 11, vocab), std::vector<RowSampling>(B), &ids).ok());
+    const TransferStats t2 = b->transfer_stats();
+    EXPECT_EQ(t2.h2d_count - t1.h2d_count, 1) << "B=" << B;
+    EXPECT_EQ(t2.d2h_count - t1.d2h_count, 1);
+    EXPECT_EQ(t2.d2h_bytes - t1.d2h_bytes, 4 * B);
+    // The engine-shaped counters agree.
+    const KernelStats ks = b->kernel_stats();
+    EXPECT_EQ(ks.d2h_bytes, t2.d2h_bytes);
+    EXPECT_EQ(ks.h2d_transfers, t2.h2d_count);
+  }
+}
+
+TEST_F(GpuBackendTest, DeviceSamplingAgreesWithTheLogits) {
+  auto b = Make();
+  ASSERT_NE(b, nullptr);
+  const int64_t vocab = model_->config.vocab_size;
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  const StepBatch prefill = PrefillBatch(3, 9, vocab);
+  ASSERT_TRUE(b->Step(prefill, &logits).ok());
+  // Re-running a step rewrites the same K/V, so the logits are the same.
+  ASSERT_TRUE(b->StepSampled(prefill, std::vector<RowSampling>(3), &ids).ok());
+  ASSERT_EQ(ids.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], testing::ArgMax(logits.data() + r * vocab, vocab));
+  // Temperature with top-k 4: the id is one of the row's 4 best.
+  std::vector<RowSampling> rows(3);
+  for (int r = 0; r < 3; ++r) rows[r] = {1.0f, 4, 1.0f, 0.25f * static_cast<float>(r + 1)};
+  ASSERT_TRUE(b->StepSampled(prefill, rows, &ids).ok());
+  for (int r = 0; r < 3; ++r) {
+    const float* row = logits.data() + r * vocab;
+    int better = 0;
+    for (int64_t i = 0; i < vocab; ++i) better += row[i] > row[ids[r]];
+    EXPECT_LT(better, 4) << "row " << r << " sampled id " << ids[r];
+  }
+  EXPECT_FALSE(b->StepSampled(prefill, std::vector<RowSampling>(2), &ids).ok());
+}
+
+// An injected launch failure fails that step with INTERNAL naming the call and the
+// kernel; the backend lives on and the next steps are right.
+TEST_F(GpuBackendTest, InjectedLaunchFailureFailsOnlyThatStep) {
+  auto b = Make();
+  ASSERT_NE(b, nullptr);
+  auto cpu = CpuBackend::Create(*model_, kKv);
+  ASSERT_TRUE(cpu.ok());
+  const int64_t vocab = model_->config.vocab_size;
+  std::vector<float> logits, want;
+  EmulatedFault f;
+  f.fail_launch = 5;  // the first layer's v projection
+  SetEmulatedFault(f);
+  absl::Status st = b->Step(PrefillBatch(2, 7, vocab), &logits);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cuLaunchKernel (kernel gemm:"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("CUDA_ERROR_LAUNCH_FAILED"));
+  // The same work again succeeds and matches the CPU backend.
+  ASSERT_TRUE(b->Step(PrefillBatch(2, 7, vocab), &logits).ok());
+  ASSERT_TRUE((*cpu)->Step(PrefillBatch(2, 7, vocab), &want).ok());
+  ASSERT_EQ(logits.size(), want.size());
+  EXPECT_LT(testing::RelErr(logits.data(), want.data(), logits.size()), 1e-4);
+
+  // A fault reported asynchronously (at the step's synchronisation) is INTERNAL too.
+  f.site = EmulatedFault::Site::kSync;
+  f.fail_launch = 9;
+  SetEmulatedFault(f);
+  st = b->Step(DecodeBatch(2, 8, vocab), &logits);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cuStreamSynchronize (step)"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("injected failure of kernel"));
+  ASSERT_TRUE(b->Step(DecodeBatch(2, 8, vocab), &logits).ok());
+  ASSERT_TRUE((*cpu)->Step(DecodeBatch(2, 8, vocab), &want).ok());
+  EXPECT_LT(testing::RelErr(logits.data(), want.data(), logits.size()), 1e-4);
+}
+
+TEST_F(GpuBackendTest, CreationFailureLeaksNothing) {
+  int64_t allocations = 0;
+  {
+    auto b = Make();
+    ASSERT_NE(b, nullptr);
+    allocations = GetEmulatedDeviceCounters().live_allocations;
+  }
+  EXPECT_EQ(GetEmulatedDeviceCounters().live_allocations, 0);
+  ASSERT_GT(allocations, 20);
+  // The first weight, another weight, an activation buffer and the last (a KV pool).
+  for (int64_t nth : {int64_t{1}, int64_t{5}, allocations - 8, allocations}) {
+    EmulatedFault f;
+    f.fail_alloc = nth;
+    SetEmulatedFault(f);
+    auto b = testing::EmulatedBackend(*model_, kKv);
+    ASSERT_FALSE(b.ok()) << "allocation " << nth;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << b.status();
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("cuMemAlloc_v2"));
+    const EmulatedDeviceCounters c = GetEmulatedDeviceCounters();
+    EXPECT_FALSE(c.alive);
+    EXPECT_EQ(c.live_allocations, 0);
+    EXPECT_EQ(c.live_host_allocations, 0);
+    EXPECT_EQ(c.live_modules, 0);
+  }
+}
+
+TEST_F(GpuBackendTest, MalformedBatchIsInvalidArgument) {
+  auto b = Make();
+  ASSERT_NE(b, nullptr);
+  StepBatch bad = DecodeBatch(2, 5, model_->config.vocab_size);
+  bad.token_ids[1] = static_cast<int32_t>(model_->config.vocab_size);
+  std::vector<float> logits;
+  const absl::Status st = b->Step(bad, &logits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(b->Step(DecodeBatch(2, 5, model_->config.vocab_size), &logits).ok());
+}
+
+// Buffers sized for 4 tokens and 1 sequence grow for a 3 x 20-token prefill.
+TEST_F(GpuBackendTest, BuffersGrowForLargerSteps) {
+  GpuBackendOptions o;
+  o.max_tokens = 4;
+  o.max_seqs = 1;
+  auto b = Make(o);
+  ASSERT_NE(b, nullptr);
+  auto cpu = CpuBackend::Create(*model_, kKv);
+  ASSERT_TRUE(cpu.ok());
+  std::vector<float> logits, want;
+  const StepBatch big = PrefillBatch(3, 20, model_->config.vocab_size);
+  ASSERT_TRUE(b->Step(big, &logits).ok());
+  ASSERT_TRUE((*cpu)->Step(big, &want).ok());
+  ASSERT_EQ(logits.size(), want.size());
+  EXPECT_LT(testing::RelErr(logits.data(), want.data(), logits.size()), 1e-4);
+}
+
+TEST_F(GpuBackendTest, BackendFactory) {
+  GpuBackendOptions o;
+  o.log_progress = false;
+  std::string note;
+  auto e = CreateBackend("emulated", *model_, kKv, o, &note);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->name(), "emulated");
+  EXPECT_TRUE(note.empty());
+  e->reset();
+  auto c = CreateBackend("cpu", *model_, kKv, o, &note);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->name(), "cpu");
+  auto bad = CreateBackend("tpu", *model_, kKv, o, &note);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  auto a = CreateBackend("auto", *model_, kKv, o, &note);
+  ASSERT_TRUE(a.ok()) << a.status();
+  if (!LoadCudaDriver().ok()) {
+    EXPECT_EQ((*a)->name(), "cpu");
+    EXPECT_THAT(note, HasSubstr("libcuda.so.1 not found"));
+    EXPECT_THAT(note, HasSubstr("serving from the CPU backend"));
+  }
+}
+
+// The engine on the emulated device generates what it generates on the CPU backend.
+TEST_F(GpuBackendTest, EngineRunsOnTheEmulatedDevice) {
+  auto tokenizer = Tokenizer::FromDir(model_->dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto run = [&](std::unique_ptr<Backend> backend) {
+    EngineConfig cfg;
+    cfg.prefill_chunk = 8;
+    Engine engine(std::move(backend), **tokenizer, cfg);
+    EXPECT_TRUE(engine.Start().ok());
+    std::vector<EngineRequest> reqs(3);
+    for (int i = 0; i < 3; ++i) {
+      reqs[i].request_id = "r" + std::to_string(i);
+      reqs[i].index = i;
+      reqs[i].prompt = Prompt(5 + 6 * i, model_->config.vocab_size, 20 + i);
+      reqs[i].sampling.temperature = 0;
+      reqs[i].stopping.max_new_tokens = 5;
+    }
+    auto stream = std::make_shared<ResultStream>();
+    EXPECT_TRUE(engine.Enqueue(std::move(reqs), stream).ok());
+    std::vector<std::vector<int32_t>> tokens(3);
+    int done = 0;
+    std::vector<EngineOutput> outs;
+    while (done < 3 && stream->WaitPopAll(&outs)) {
+      for (EngineOutput& o : outs) {
+        tokens[o.index].insert(tokens[o.index].end(), o.token_ids.begin(), o.token_ids.end());
+        if (o.final()) {
+          ++done;
+          EXPECT_TRUE(o.error.ok()) << o.error;
+        }
+      }
+    }
+    return tokens;
+  };
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto cpu = CpuBackend::Create(*model_, kKv);
+  ASSERT_TRUE(cpu.ok());
+  const auto got = run(*std::move(gpu));
+  const auto want = run(*std::move(cpu));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[0].size(), 5u);
+}
+
+// A failing step fails its requests with INTERNAL; the engine keeps serving.
+TEST_F(GpuBackendTest, EngineFailsTheStepsRequestsAndLivesOn) {
+  auto tokenizer = Tokenizer::FromDir(model_->dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Engine engine(*std::move(gpu), **tokenizer, EngineConfig{});
+  ASSERT_TRUE(engine.Start().ok());
+  auto one = [&](int seed) {
+    EngineRequest r;
+    r.request_id = "f" + std::to_string(seed);
+    r.prompt = Prompt(6, model_->config.vocab_size, seed);
+    r.sampling.temperature = 0;
+    r.stopping.max_new_tokens = 3;
+    auto stream = std::make_shared<ResultStream>();
+    EXPECT_TRUE(engine.Enqueue({r}, stream).ok());
+    std::vector<EngineOutput> outs;
+    while (stream->WaitPopAll(&outs)) {
+      for (EngineOutput& o : outs) {
+        if (o.final()) return o;
+      }
+    }
+    return EngineOutput{};
+  };
+  EmulatedFault f;
+  f.fail_launch = 1;
+  SetEmulatedFault(f);
+  const EngineOutput failed = one(1);
+  EXPECT_EQ(failed.finish, FinishReason::kError);
+  EXPECT_EQ(failed.error.code(), absl::StatusCode::kInternal) << failed.error;
+  EXPECT_THAT(std::string(failed.error.message()), HasSubstr("cuLaunchKernel"));
+  SetEmulatedFault({});
+  const EngineOutput ok = one(2);
+  EXPECT_NE(ok.finish, FinishReason::kError) << ok.error;
+  EXPECT_EQ(ok.generated_tokens, 3);
+  EXPECT_FALSE(engine.Stats().failed);
+}
+
+}  // namespace
+}  // namespace ptxserve::cuda
