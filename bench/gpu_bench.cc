@@ -1,0 +1,309 @@
+// GPU backend benchmarks against the memory-bandwidth roofline, on a real GPU
+// (--device=cuda, the default) or, as a smoke run, on the emulated device
+// (--device=emulated: tiny shapes; its figures mean nothing).
+//
+// BM_CopyBandwidth: device-to-device cuMemcpyDtoDAsync of 1 GiB, timed with events; its
+//   bandwidth (read + write bytes / s) is the roofline every other figure is set against.
+// BM_Decode/B: decode steps of the Llama-3.2-1B-shaped synthetic preset in f16 (f16 KV
+//   cache), B sequences of kContext tokens each, device-side greedy sampling (only the ids
+//   come back). tokens_per_s = B / step time; roofline_pct = (weight bytes + KV bytes read
+//   per step) / copy bandwidth / step time.
+// BM_Attention: batched decode attention alone (+ merge when split), batch 64, context
+//   4096, 32 query / 8 KV heads, head_dim 128, f16 KV: K+V bytes / time as a fraction of
+//   the copy bandwidth (target >= 85%).
+// Start-up: the first GpuBackend::Create compiles every kernel (PTX generation + JIT);
+//   a second one in the same process finds the driver's JIT cache (CUDA_CACHE_PATH)
+//   warm. Both compile times are printed.
+//
+//   build/bench/gpu_bench                           # needs libcuda.so.1 and a GPU
+//   build/bench/gpu_bench --device=emulated         # smoke run anywhere
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
+#include "engine/cuda/emulated_driver.h"
+#include "engine/cuda/gpu_backend.h"
+#include "engine/cuda/kernel_cache.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic.h"
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+bool g_emulated = false;
+double g_copy_bytes_per_s = 0;  // measured by BM_CopyBandwidth (runs first)
+
+std::unique_ptr<Device> OpenDevice() {
+  auto t = g_emulated ? LoadEmulatedDriver() : LoadCudaDriver();
+  if (!t.ok()) return nullptr;
+  auto d = Device::Open(*std::move(t));
+  return d.ok() ? *std::move(d) : nullptr;
+}
+
+const char* Preset() { return g_emulated ? "tiny" : "llama-3.2-1b"; }
+int Context() { return g_emulated ? 32 : 512; }
+
+const Model* BenchModel() {
+  static std::unique_ptr<Model> model = [] {
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / (std::string("ptxserve-gpubench-") + Preset()))
+            .string();
+    if (!std::filesystem::exists(dir + "/config.json")) {
+      auto spec = SyntheticPreset(Preset());
+      if (!spec.ok() || !WriteSyntheticModel(dir, *spec, 1, DType::kF16).ok()) {
+        return std::unique_ptr<Model>();
+      }
+    }
+    auto m = LoadModel(dir);
+    return m.ok() ? std::make_unique<Model>(*std::move(m)) : std::unique_ptr<Model>();
+  }();
+  return model.get();
+}
+
+void BM_CopyBandwidth(benchmark::State& state) {
+  std::unique_ptr<Device> d = OpenDevice();
+  if (d == nullptr) return state.SkipWithError("no device");
+  const size_t bytes = g_emulated ? (size_t{16} << 20) : (size_t{1} << 30);
+  auto a = d->Alloc(bytes, "copy source");
+  auto b = d->Alloc(bytes, "copy destination");
+  if (!a.ok() || !b.ok()) return state.SkipWithError("allocation failed");
+  (void)d->Memset(a->ptr(), 1, bytes, "source");
+  double best = 0;
+  for (auto _ : state) {
+    auto ms = d->TimeMs([&] { return d->CopyOnDevice(b->ptr(), a->ptr(), bytes, "bench"); });
+    if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
+    state.SetIterationTime(*ms / 1e3);
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / (*ms / 1e3));
+  }
+  g_copy_bytes_per_s = best;
+  state.counters["GB_per_s"] = best / 1e9;
+}
+
+// B sequences of Context() tokens, prefilled, then timed decode steps.
+void BM_Decode(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  const Model* model = BenchModel();
+  if (model == nullptr) return state.SkipWithError("model not written");
+  const ModelConfig& c = model->config;
+  const int ctx = Context(), steps = 64, bs = 16;
+  const int blocks_per_seq = (ctx + steps + 1 + bs - 1) / bs;
+  KvCacheConfig kv{batch * blocks_per_seq, bs, DType::kF16};
+  GpuBackendOptions o;
+  o.max_tokens = std::max(batch, 2048);
+  o.max_seqs = batch;
+  o.log_progress = false;
+  auto device = OpenDevice();
+  if (device == nullptr) return state.SkipWithError("no device");
+  auto backend = GpuBackend::Create(*model, kv, std::move(device), o);
+  if (!backend.ok()) return state.SkipWithError(std::string(backend.status().message()).c_str());
+  GpuBackend& b = **backend;
+
+  auto table = [&](int s, StepBatch* sb) {
+    for (int j = 0; j < blocks_per_seq; ++j) sb->block_tables.push_back(s * blocks_per_seq + j);
+  };
+  std::vector<int32_t> ids;
+  // Prefill in chunks of whole sequences.
+  const int per_chunk = std::max(1, 2048 / ctx);
+  for (int s0 = 0; s0 < batch; s0 += per_chunk) {
+    StepBatch sb;
+    sb.query_start.push_back(0);
+    sb.max_blocks_per_seq = blocks_per_seq;
+    for (int s = s0; s < std::min(batch, s0 + per_chunk); ++s) {
+      for (int p = 0; p < ctx; ++p) {
+        sb.token_ids.push_back(static_cast<int32_t>(3 + (s * 131 + p * 7) % (c.vocab_size - 3)));
+        sb.positions.push_back(p);
+        sb.slot_mapping.push_back(int64_t{s * blocks_per_seq + p / bs} * bs + p % bs);
+      }
+      sb.query_start.push_back(sb.num_tokens());
+      sb.seq_lens.push_back(ctx);
+      table(s, &sb);
+      sb.logits_rows.push_back(sb.num_tokens() - 1);
+    }
+    if (auto st = b.StepSampled(sb, std::vector<RowSampling>(sb.logits_rows.size()), &ids);
+        !st.ok()) {
+      return state.SkipWithError(std::string(st.message()).c_str());
+    }
+  }
+  int pos = ctx;
+  std::vector<int32_t> last(batch, 5);
+  const auto step = [&]() -> absl::Status {
+    StepBatch sb;
+    sb.query_start.push_back(0);
+    sb.max_blocks_per_seq = blocks_per_seq;
+    for (int s = 0; s < batch; ++s) {
+      sb.token_ids.push_back(last[s]);
+      sb.positions.push_back(pos);
+      sb.slot_mapping.push_back(int64_t{s * blocks_per_seq + pos / bs} * bs + pos % bs);
+      sb.query_start.push_back(s + 1);
+      sb.seq_lens.push_back(pos + 1);
+      table(s, &sb);
+      sb.logits_rows.push_back(s);
+    }
+    absl::Status st = b.StepSampled(sb, std::vector<RowSampling>(batch), &ids);
+    if (st.ok()) last = ids;
+    if (++pos >= ctx + steps) pos = ctx;  // rewrite the same slots: contexts stay ~ctx
+    return st;
+  };
+  if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(dt);
+    seconds += dt;
+  }
+  const double step_s = seconds / static_cast<double>(state.iterations());
+  const double kv_bytes =
+      2.0 * batch * (ctx + steps / 2) * c.num_layers * c.num_kv_heads * b.padded_head_dim() * 2;
+  const double bytes = static_cast<double>(b.step_weight_bytes()) + kv_bytes;
+  state.counters["tokens_per_s"] = batch / step_s;
+  state.counters["MB_per_step"] = bytes / 1e6;
+  if (g_copy_bytes_per_s > 0) {
+    state.counters["roofline_pct"] = 100.0 * (bytes / g_copy_bytes_per_s) / step_s;
+  }
+}
+
+void BM_Attention(benchmark::State& state) {
+  std::unique_ptr<Device> d = OpenDevice();
+  if (d == nullptr) return state.SkipWithError("no device");
+  const int rows = g_emulated ? 4 : 64, ctx = g_emulated ? 256 : 4096, bs = 16;
+  kernels::DecodeAttentionConfig cfg;
+  cfg.num_heads = 32;
+  cfg.num_kv_heads = 8;
+  cfg.head_dim = 128;
+  cfg.block_size = bs;
+  cfg.kv_dtype = kernels::ElemType::kF16;
+  const kernels::AttentionPlan plan =
+      kernels::PlanDecodeAttention(cfg, rows, ctx, d->info().num_sms);
+  cfg.split = plan.split;
+  auto shape = kernels::ShapeOf(cfg);
+  if (!shape.ok()) return state.SkipWithError("shape");
+  KernelCache cache(d.get());
+  KernelSpec spec{cfg.Key(), kernels::kDecodeAttentionEntry,
+                  [cfg] { return kernels::GenerateDecodeAttention(cfg); }};
+  auto k = cache.Get(spec);
+  kernels::AttentionMergeConfig mc;
+  mc.num_heads = 32;
+  mc.head_dim = 128;
+  auto merge = cache.Get({mc.Key(), kernels::kAttentionMergeEntry,
+                          [mc] { return kernels::GenerateAttentionMerge(mc); }});
+  if (!k.ok() || !merge.ok()) return state.SkipWithError("compile failed");
+  const int blocks = rows * ctx / bs;
+  const size_t pool = size_t{1} * blocks * 8 * bs * 128 * 2;
+  auto kp = d->Alloc(pool, "K"), vp = d->Alloc(pool, "V");
+  const int splits = plan.num_splits;
+  auto q = d->Alloc(size_t{1} * rows * 32 * 128 * 4, "q");
+  auto out = d->Alloc(size_t{1} * rows * 32 * 128 * 4 * splits, "out");
+  auto lse = d->Alloc(size_t{1} * rows * 32 * splits * 4, "lse");
+  auto fin = d->Alloc(size_t{1} * rows * 32 * 128 * 4, "final");
+  std::vector<int32_t> tables(blocks), lens(rows, ctx);
+  for (int i = 0; i < blocks; ++i) tables[i] = i;
+  auto tb = d->Alloc(tables.size() * 4, "tables"), ln = d->Alloc(lens.size() * 4, "lens");
+  if (!kp.ok() || !vp.ok() || !q.ok() || !out.ok() || !lse.ok() || !fin.ok() || !tb.ok() ||
+      !ln.ok()) {
+    return state.SkipWithError("allocation failed");
+  }
+  (void)d->Memset(kp->ptr(), 0, pool, "K");
+  (void)d->Memset(vp->ptr(), 0, pool, "V");
+  (void)d->Memset(q->ptr(), 0, size_t{1} * rows * 32 * 128 * 4, "q");
+  (void)d->CopyToDevice(tb->ptr(), tables.data(), tables.size() * 4, "tables");
+  (void)d->CopyToDevice(ln->ptr(), lens.data(), lens.size() * 4, "lens");
+  (void)d->Synchronize("setup");
+  CUdeviceptr pq = q->ptr(), pk = kp->ptr(), pv = vp->ptr(), pt = tb->ptr(), pl = ln->ptr();
+  CUdeviceptr zero = 0, po = plan.split ? out->ptr() : fin->ptr(), plse = lse->ptr();
+  CUdeviceptr pf = fin->ptr();
+  uint32_t mb = ctx / bs, nseq = rows, nrows = rows, part = plan.partition_tokens;
+  uint32_t nsplit = splits;
+  float scale = 1.0f / std::sqrt(128.0f);
+  void* params[] = {&pq, &pk,   &pv, &pt,   &pl,    &zero,  &zero,
+                    &po, &plse, &mb, &nseq, &nrows, &scale, &part};
+  void* mparams[] = {&po, &plse, &pf, &nsplit, &nrows};
+  const kernels::LaunchDims dims = kernels::DecodeAttentionLaunch(*shape, 8, rows, splits);
+  const kernels::LaunchDims mdims = kernels::AttentionMergeLaunch(mc, rows);
+  double seconds = 0;
+  for (auto _ : state) {
+    auto ms = d->TimeMs([&]() -> absl::Status {
+      absl::Status s = cache.Launch(**k, dims, params);
+      if (s.ok() && plan.split) s = cache.Launch(**merge, mdims, mparams);
+      return s;
+    });
+    if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
+    state.SetIterationTime(*ms / 1e3);
+    seconds += *ms / 1e3;
+  }
+  const double launch_s = seconds / static_cast<double>(state.iterations());
+  const double bytes = 2.0 * static_cast<double>(pool);
+  state.counters["splits"] = splits;
+  state.counters["GB_per_s"] = bytes / launch_s / 1e9;
+  if (g_copy_bytes_per_s > 0) {
+    state.counters["copy_bw_pct"] = 100.0 * bytes / launch_s / g_copy_bytes_per_s;
+  }
+}
+
+// Cold and warm start: two backends in a row; the second finds the driver's JIT cache.
+void PrintStartup() {
+  const Model* model = BenchModel();
+  if (model == nullptr) return;
+  for (int i = 0; i < 2; ++i) {
+    GpuBackendOptions o;
+    o.log_progress = false;
+    auto device = OpenDevice();
+    if (device == nullptr) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto b = GpuBackend::Create(*model, KvCacheConfig{64, 16, DType::kF16}, std::move(device), o);
+    if (!b.ok()) {
+      std::printf("start-up: %s\n", std::string(b.status().message()).c_str());
+      return;
+    }
+    const KernelCacheStats s = (*b)->cache_stats();
+    std::printf("start-up %d (%s): Create %.2f s, %lld kernels compiled in %.2f s\n", i + 1,
+                i == 0 ? "JIT cache as found" : "JIT cache warm",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                static_cast<long long>(s.modules), s.compile_seconds);
+  }
+}
+
+BENCHMARK(BM_CopyBandwidth)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Attention)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decode)->UseManualTime()->Arg(1)->Arg(16)->Arg(64)->Arg(256)->Unit(
+    benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace ptxserve::cuda
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device=emulated") == 0) {
+      ptxserve::cuda::g_emulated = true;
+    } else if (std::strcmp(argv[i], "--device=cuda") != 0) {
+      args.push_back(argv[i]);
+    }
+  }
+  if (!ptxserve::cuda::g_emulated) {
+    auto t = ptxserve::cuda::LoadCudaDriver();
+    if (!t.ok()) {
+      std::printf("gpu_bench: skipped: %s (try --device=emulated)\n",
+                  std::string(t.status().message()).c_str());
+      return 0;
+    }
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  ptxserve::cuda::PrintStartup();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
