@@ -86,6 +86,17 @@ CUresult Flush();
 bool ValidRange(CUdeviceptr ptr, size_t n);
 bool ValidStream(CUstream s);  // null (legacy default stream) or a live stream
 
+// Memory entry points (emulated_memory.cc).
+CUresult MemGetInfo(size_t* free_bytes, size_t* total_bytes);
+CUresult MemAlloc(CUdeviceptr* dptr, size_t bytes);
+CUresult MemFree(CUdeviceptr dptr);
+CUresult MemAllocHost(void** ptr, size_t bytes);
+CUresult MemFreeHost(void* ptr);
+CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream stream);
+CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream);
+CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream);
+CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream);
+
 // Module and launch entry points (emulated_module.cc).
 CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int num_options,
                           CUjit_option* options, void** option_values);

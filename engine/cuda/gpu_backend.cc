@@ -92,7 +92,7 @@ absl::Status GpuBackend::Init(const Model& model) {
   const int64_t seqs = std::max<int32_t>(options_.max_seqs, 1);
   const int64_t blocks_per_seq = (c.max_position_embeddings + kv_.block_size - 1) / kv_.block_size;
   const size_t meta = LayoutMeta(tokens, seqs, blocks_per_seq, seqs).total;
-  if (absl::Status s = Reserve(tokens, std::min(tokens, seqs), seqs, meta); !s.ok()) return s;
+  if (absl::Status s = Reserve(tokens, std::min(tokens, seqs), meta); !s.ok()) return s;
   if (absl::Status s = AllocateKv(); !s.ok()) return s;
   if (absl::Status s = InitKernels(); !s.ok()) return s;
   return device_->Synchronize("backend initialisation");
@@ -134,8 +134,7 @@ absl::Status GpuBackend::AllocateKv() {
   return absl::OkStatus();
 }
 
-absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, int64_t seqs, size_t meta_bytes) {
-  (void)seqs;  // sequences only size the metadata, passed as bytes
+absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, size_t meta_bytes) {
   const ModelConfig& c = config_;
   Buffers& b = *buf_;
   auto alloc = [&](DeviceBuffer* out, int64_t bytes, const char* what) -> absl::Status {

@@ -118,12 +118,13 @@ class GpuBackend final : public Backend {
   absl::Status Init(const Model& model);
   absl::Status UploadWeights(const Model& model);
   absl::Status AllocateKv();
-  absl::Status Reserve(int64_t tokens, int64_t rows, int64_t seqs, size_t meta_bytes);
+  // Grows the activation (tokens), logits (rows) and metadata buffers to hold a step.
+  absl::Status Reserve(int64_t tokens, int64_t rows, size_t meta_bytes);
   absl::Status ReserveSplits(int64_t rows, int64_t splits);
   absl::Status InitKernels();
   // Packs the metadata (and sampling rows when given) and enqueues its one copy.
   absl::Status Upload(const StepBatch& batch, const std::vector<RowSampling>* rows, StepPlan* plan);
-  absl::Status Forward(const StepBatch& batch, const StepPlan& plan);
+  absl::Status Forward(const StepPlan& plan);
   absl::Status RunLayer(int layer, const StepPlan& plan);
 
   ModelConfig config_;

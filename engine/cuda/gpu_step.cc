@@ -51,7 +51,7 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.rows = static_cast<int64_t>(batch.logits_rows.size());
   p.max_blocks = batch.max_blocks_per_seq;
   const MetaLayout m = LayoutMeta(p.tokens, p.seqs, p.max_blocks, p.rows);
-  if (absl::Status s = Reserve(p.tokens, p.rows, p.seqs, m.total); !s.ok()) return s;
+  if (absl::Status s = Reserve(p.tokens, p.rows, m.total); !s.ok()) return s;
 
   // Decode mode needs exactly one row per sequence; anything else runs ragged (causal
   // limits per row), which is also right for decode rows mixed into a prefill batch.
@@ -200,8 +200,7 @@ absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
   return s;
 }
 
-absl::Status GpuBackend::Forward(const StepBatch& batch, const StepPlan& p) {
-  (void)batch;
+absl::Status GpuBackend::Forward(const StepPlan& p) {
   const ModelConfig& c = config_;
   Kernels& k = *k_;
   Buffers& b = *buf_;
@@ -247,7 +246,7 @@ absl::Status GpuBackend::Step(const StepBatch& batch, std::vector<float>* logits
   if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
   StepPlan p;
   absl::Status s = Upload(batch, nullptr, &p);
-  if (s.ok()) s = Forward(batch, p);
+  if (s.ok()) s = Forward(p);
   const size_t bytes = static_cast<size_t>(p.rows * config_.vocab_size) * sizeof(float);
   if (s.ok() && bytes > 0) {
     s = device_->CopyToHost(buf_->out_host.data(), buf_->logits.ptr(), bytes, "logits");
@@ -274,7 +273,7 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
   }
   StepPlan p;
   absl::Status s = Upload(batch, &rows, &p);
-  if (s.ok()) s = Forward(batch, p);
+  if (s.ok()) s = Forward(p);
   if (s.ok() && p.rows > 0) {
     CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
     uint32_t vocab = static_cast<uint32_t>(config_.vocab_size), R = static_cast<uint32_t>(p.rows);
