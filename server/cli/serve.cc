@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "engine/util/log.h"
 #include "server/cli/cli_util.h"
@@ -106,6 +107,9 @@ int RunServe(int argc, char** argv) {
       "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
       "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection; "
       "without --model, the synthetic default model.");
+  // Debian's Abseil is built with Mutex deadlock detection on, which costs a graph
+  // lookup per lock on every hot path (engine, streams); a server has no use for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Signals go to one waiting thread, not to whichever thread gRPC happens to run:
   // block them before any thread starts.
   sigset_t signals;
