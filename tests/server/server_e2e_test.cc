@@ -128,11 +128,26 @@ TEST_F(ServerTest, StreamsTextWithUsageAndTiming) {
   req.set_text("Once upon a time");
   req.mutable_stopping()->set_max_new_tokens(24);
   req.mutable_stopping()->set_ignore_eos(true);
-  req.set_logprobs(2);
-  Result r = Stream(*client_, req);
+  // The engine stalls a few steps in: the first tokens must reach the client while the
+  // sequence is still generating (streamed, not sent at the end).
+  t_->backend->stall_at_step(t_->backend->steps() + 4);
+  Result r;
+  bool first_was_partial = false;
+  r.status = client_->Generate(req, [&](const v1::GenerateResponse& m) {
+    if (r.messages++ == 0) {
+      first_was_partial = m.finish_reason() == v1::FINISH_REASON_UNSPECIFIED &&
+                          m.token_ids_size() > 0 && m.token_ids_size() < 24;
+      t_->backend->set_stalled(false);
+    }
+    r.tokens.insert(r.tokens.end(), m.token_ids().begin(), m.token_ids().end());
+    r.text += m.text();
+    if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) r.last = m;
+    return true;
+  });
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(first_was_partial);
   EXPECT_EQ(r.tokens.size(), 24u);
-  EXPECT_GT(r.messages, 1) << "tokens are streamed, not sent at the end";
+  EXPECT_GT(r.messages, 1);
   EXPECT_FALSE(r.text.empty());
   EXPECT_EQ(r.last.finish_reason(), v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(r.last.usage().generated_tokens(), 24);
@@ -311,12 +326,20 @@ TEST_F(ServerTest, EveryValidationErrorNamesItsFieldWhileAHealthyStreamRuns) {
   const Result reference = Stream(*client_, TokenRequest(6, 120, 42));
   ASSERT_TRUE(reference.status.ok());
 
-  t_->backend->set_delay_us(1500);
+  // The healthy stream streams its first tokens, then the engine stalls (mid-stream)
+  // until every invalid request has been answered: they run beside it for sure.
   Result healthy;
+  absl::Notification started;
+  t_->backend->stall_at_step(t_->backend->steps() + 3);
   std::thread beside([&] {
     server::DecodeClient c(Options(*t_));
-    healthy = Stream(c, TokenRequest(6, 120, 42));
+    healthy.status = c.Generate(TokenRequest(6, 120, 42), [&](const v1::GenerateResponse& m) {
+      healthy.tokens.insert(healthy.tokens.end(), m.token_ids().begin(), m.token_ids().end());
+      if (!started.HasBeenNotified()) started.Notify();
+      return true;
+    });
   });
+  started.WaitForNotification();
   const std::vector<BadCase> cases = {
       {"empty text", [](v1::GenerateRequest* r) { r->set_text(""); }, "text is empty"},
       {"no input", [](v1::GenerateRequest* r) { r->clear_input(); }, "input"},
@@ -387,6 +410,8 @@ TEST_F(ServerTest, EveryValidationErrorNamesItsFieldWhileAHealthyStreamRuns) {
   EXPECT_NE(st.error_message().find("requests[1].sampling.top_p"), std::string::npos)
       << st.error_message();
 
+  EXPECT_EQ(t_->engine().num_live(), 1) << "only the healthy stream reached the engine";
+  t_->backend->set_stalled(false);
   beside.join();
   ASSERT_TRUE(healthy.status.ok()) << healthy.status.error_message();
   EXPECT_EQ(healthy.tokens, reference.tokens) << "the healthy stream was not affected";
@@ -508,9 +533,10 @@ TEST_F(ServerTest, MetricsHaveEveryDesignedName) {
 }
 
 TEST_F(ServerTest, ShutdownDrainsARunningStream) {
-  t_->backend->set_delay_us(2000);
   Result r;
   absl::Notification first;
+  // The engine stalls two steps in, keeping the stream running while we look.
+  t_->backend->stall_at_step(t_->backend->steps() + 3);
   std::thread stream([&] {
     server::DecodeClient c(Options(*t_));
     r.status = c.Generate(TokenRequest(4, 60, 11), [&](const v1::GenerateResponse& m) {
@@ -521,22 +547,25 @@ TEST_F(ServerTest, ShutdownDrainsARunningStream) {
     });
   });
   first.WaitForNotification();
-  std::thread stopper([&] { t_->server->Shutdown(absl::Seconds(30)); });
+  std::thread stopper([&] { t_->server->Shutdown(absl::Seconds(60)); });
   // Draining: health goes NOT_SERVING and new calls are refused while the stream runs.
   HealthCheckResponse::ServingStatus status = HealthCheckResponse::SERVING;
-  for (int i = 0; i < 200 && status == HealthCheckResponse::SERVING; ++i) {
+  for (int i = 0; i < 1000 && status == HealthCheckResponse::SERVING; ++i) {
     if (!client_->Check("", &status).ok()) break;
-    if (status == HealthCheckResponse::SERVING)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (status == HealthCheckResponse::SERVING) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
-  EXPECT_NE(status, HealthCheckResponse::SERVING);
+  EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING);
+  Result refused = Stream(*client_, TokenRequest(4, 4, 1));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(t_->engine().num_live(), 1);
+  t_->backend->set_stalled(false);
   stream.join();
   stopper.join();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.tokens.size(), 60u) << "the running stream finished";
   EXPECT_EQ(r.last.finish_reason(), v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(Stream(*client_, TokenRequest(4, 4, 1)).status.error_code(),
-            grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(ServerTest, DrainTimeoutCancelsWhatIsLeft) {

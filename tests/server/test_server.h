@@ -45,6 +45,10 @@ class ControlledBackend : public Backend {
     {
       absl::MutexLock lock(&mu_);
       ++steps_;
+      if (stall_at_ > 0 && steps_ >= stall_at_) {
+        stall_at_ = 0;
+        stalled_ = true;
+      }
       while (stalled_) cv_.Wait(&mu_);
       if (fail_always_) return absl::InternalError("injected backend failure");
     }
@@ -66,6 +70,11 @@ class ControlledBackend : public Backend {
     stalled_ = s;
     cv_.SignalAll();
   }
+  // Stalls from the n-th step on (counted since construction), until set_stalled(false).
+  void stall_at_step(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    stall_at_ = n;
+  }
   int64_t steps() {
     absl::MutexLock lock(&mu_);
     return steps_;
@@ -79,6 +88,7 @@ class ControlledBackend : public Backend {
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
   bool fail_always_ ABSL_GUARDED_BY(mu_) = false;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stall_at_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // An in-process server on free ports with a loaded model behind a ControlledBackend.

@@ -51,22 +51,22 @@ def main():
 
         # Streaming, greedy: several messages, text deltas, final usage.
         req = pb.GenerateRequest(text="Once upon a time",
-                                 stopping=pb.StoppingCriteria(max_new_tokens=200, ignore_eos=True))
+                                 stopping=pb.StoppingCriteria(max_new_tokens=400, ignore_eos=True))
         msgs = list(stub.Generate(req, timeout=60))
         assert len(msgs) > 1, f"expected a stream, got {len(msgs)} message(s)"
         tokens = [t for m in msgs for t in m.token_ids]
         text = "".join(m.text for m in msgs)
         last = msgs[-1]
-        assert len(tokens) == 200, len(tokens)
+        assert len(tokens) == 400, len(tokens)
         assert last.finish_reason == pb.FINISH_REASON_LENGTH, last
-        assert last.usage.generated_tokens == 200 and last.usage.prompt_tokens > 0, last.usage
+        assert last.usage.generated_tokens == 400 and last.usage.prompt_tokens > 0, last.usage
         assert all(m.finish_reason == pb.FINISH_REASON_UNSPECIFIED for m in msgs[:-1])
         assert text, "no text streamed"
 
         # The C++ client prints prompt + the same continuation.
         out = subprocess.run([args.ptxserve, "client", "generate", "--target", srv.target,
                               "--prompt", "Once upon a time", "--temperature", "0",
-                              "--max-tokens", "200", "--ignore-eos"],
+                              "--max-tokens", "400", "--ignore-eos"],
                              capture_output=True, text=True, check=True).stdout
         assert out == "Once upon a time" + text + "\n", (out, text)
 
