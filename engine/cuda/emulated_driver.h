@@ -38,7 +38,7 @@ struct EmulatedDeviceOptions {
   int compute_major = 8;  // reported compute capability (the kernels' target sm)
   int compute_minor = 0;
   int num_sms = 8;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-  uint64_t memory_bytes = uint64_t{4} << 30;  // device memory (host RAM, used on demand)
+  uint64_t memory_bytes = uint64_t{1} << 30;  // device memory (host RAM, used on demand)
   int host_threads = 2;                       // emulator threads running one launch's blocks
   bool poison_allocations = true;             // new device memory reads as 0xff bytes
 };
