@@ -154,7 +154,8 @@ absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, size_t meta_bytes
     if (s.ok()) s = alloc(&b.k, t * kd * 4, "activations k");
     if (s.ok()) s = alloc(&b.v, t * kd * 4, "activations v");
     if (s.ok()) s = alloc(&b.attn, t * qd * 4, "activations attn");
-    if (s.ok()) s = alloc(&b.gate_up, t * 2 * I * 4, "activations gate_up");
+    // + 256: unfused, the up half is aligned up to the next 256 bytes (gpu_step.cc).
+    if (s.ok()) s = alloc(&b.gate_up, t * 2 * I * 4 + 256, "activations gate_up");
     if (s.ok()) s = alloc(&b.act, t * I * 4, "activations act");
     if (!s.ok()) return s;
     b.tokens = t;

@@ -187,7 +187,8 @@ absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
   } else {
     const size_t up_offset =
         static_cast<size_t>(I * c.hidden_size) * kernels::ElemSize(k.gate.cfg[0].weight_dtype);
-    CUdeviceptr up = gu + static_cast<CUdeviceptr>(p.tokens * I * 4);
+    // The up half starts on a 256-byte boundary: silu_mul reads 128-bit vectors.
+    CUdeviceptr up = gu + static_cast<CUdeviceptr>((p.tokens * I * 4 + 255) / 256 * 256);
     if (s.ok()) s = gemm(k.gate, h, w.w_gate_up.ptr(), none, gu);
     if (s.ok()) s = gemm(k.up, h, w.w_gate_up.ptr() + up_offset, none, up);
     if (s.ok()) {

@@ -17,6 +17,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
 namespace ptxserve::cuda {
@@ -157,6 +158,49 @@ TEST_P(GpuParity, TinyBf16KvCache) {
   c.chunk = 6;
   c.print_tokens = true;
   RunParity(*m, c, GetParam());
+}
+
+// In-memory random models for what the synthetic presets lack: q/k/v biases, interleaved
+// (GPT-J) RoPE and llama3 frequency scaling, each with a padded head_dim (16, 48) and an
+// unpadded one, untied and tied embeddings, and an intermediate size that is not a multiple
+// of 4 (separate gate and up GEMMs instead of the fused pair).
+TEST_P(GpuParity, BiasesRopeStylesAndScaling) {
+  struct Variant {
+    int64_t head_dim;
+    bool bias;
+    RopeStyle style;
+    bool tied;
+    DType dtype;
+    int64_t intermediate = 96;
+  };
+  const Variant variants[] = {
+      {16, true, RopeStyle::kInterleaved, false, DType::kF32},
+      {48, true, RopeStyle::kRotateHalf, true, DType::kF16},
+      {32, true, RopeStyle::kInterleaved, true, DType::kF32},
+      {16, false, RopeStyle::kRotateHalf, false, DType::kBF16},
+      {32, false, RopeStyle::kRotateHalf, false, DType::kF32, 90},
+  };
+  for (const Variant& v : variants) {
+    ::ptxserve::testing::RandomModelSpec spec;
+    spec.head_dim = v.head_dim;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.attention_bias = v.bias;
+    spec.rope_style = v.style;
+    spec.tied = v.tied;
+    spec.dtype = v.dtype;
+    spec.intermediate = v.intermediate;
+    spec.rope_scaling.type = RopeScaling::Type::kLlama3;
+    spec.rope_scaling.factor = 8;
+    spec.rope_scaling.original_max_position_embeddings = 16;
+    const Model m = ::ptxserve::testing::MakeRandomModel(spec);
+    Case c;
+    c.preset = spec.Name();
+    c.requests = Staggered(m.config.vocab_size, 3);
+    c.chunk = 6;
+    SCOPED_TRACE(c.preset);
+    RunParity(m, c, GetParam());
+  }
 }
 
 // The larger presets (hidden 512, 2 layers): a short batch each, f32 and f16 weights.
