@@ -137,6 +137,7 @@ TEST_F(ServerTest, StreamsTextWithUsageAndTiming) {
     if (r.messages++ == 0) {
       first_was_partial = m.finish_reason() == v1::FINISH_REASON_UNSPECIFIED &&
                           m.token_ids_size() > 0 && m.token_ids_size() < 24;
+      t_->backend->AwaitStalled();  // it may arrive before the stall: release it either way
       t_->backend->set_stalled(false);
     }
     r.tokens.insert(r.tokens.end(), m.token_ids().begin(), m.token_ids().end());
@@ -411,6 +412,7 @@ TEST_F(ServerTest, EveryValidationErrorNamesItsFieldWhileAHealthyStreamRuns) {
       << st.error_message();
 
   EXPECT_EQ(t_->engine().num_live(), 1) << "only the healthy stream reached the engine";
+  t_->backend->AwaitStalled();
   t_->backend->set_stalled(false);
   beside.join();
   ASSERT_TRUE(healthy.status.ok()) << healthy.status.error_message();
@@ -560,6 +562,7 @@ TEST_F(ServerTest, ShutdownDrainsARunningStream) {
   Result refused = Stream(*client_, TokenRequest(4, 4, 1));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(t_->engine().num_live(), 1);
+  t_->backend->AwaitStalled();
   t_->backend->set_stalled(false);
   stream.join();
   stopper.join();

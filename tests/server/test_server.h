@@ -49,7 +49,12 @@ class ControlledBackend : public Backend {
         stall_at_ = 0;
         stalled_ = true;
       }
-      while (stalled_) cv_.Wait(&mu_);
+      if (stalled_) {
+        in_stall_ = true;
+        cv_.SignalAll();
+        while (stalled_) cv_.Wait(&mu_);
+        in_stall_ = false;
+      }
       if (fail_always_) return absl::InternalError("injected backend failure");
     }
     const int delay = delay_us_.load();
@@ -70,6 +75,11 @@ class ControlledBackend : public Backend {
     stalled_ = s;
     cv_.SignalAll();
   }
+  // Waits until a step is held by the stall (set by set_stalled or stall_at_step).
+  void AwaitStalled() {
+    absl::MutexLock lock(&mu_);
+    while (!in_stall_) cv_.Wait(&mu_);
+  }
   // Stalls from the n-th step on (counted since construction), until set_stalled(false).
   void stall_at_step(int64_t n) {
     absl::MutexLock lock(&mu_);
@@ -89,6 +99,7 @@ class ControlledBackend : public Backend {
   bool fail_always_ ABSL_GUARDED_BY(mu_) = false;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stall_at_ ABSL_GUARDED_BY(mu_) = 0;
+  bool in_stall_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // An in-process server on free ports with a loaded model behind a ControlledBackend.
