@@ -6,11 +6,13 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
+#include "engine/engine_stats.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "ptxserve/v1/decode.grpc.pb.h"
 #include "server/convert.h"
@@ -25,6 +27,8 @@ struct ServedModel {
   std::unique_ptr<Engine> engine;        // started
   RequestLimits limits;
   v1::ModelInfo info;
+  // GPU backends: their kernel and transfer counters (any thread); empty on the CPU.
+  std::function<KernelStats()> kernel_stats;
 };
 
 class DecodeServiceImpl final : public v1::DecodeService::CallbackService {

@@ -190,14 +190,14 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
       h2d_bytes_(transfer_bytes_.Add({{"direction", "h2d"}})),
       d2h_bytes_(transfer_bytes_.Add({{"direction", "d2h"}})),
       h2d_transfers_(transfers_.Add({{"direction", "h2d"}})),
-      d2h_transfers_(transfers_.Add({{"direction", "d2h"}})) {
+      d2h_transfers_(transfers_.Add({{"direction", "d2h"}})),
+      build_info_(BuildGauge()
+                      .Name("ptxserve_build_info")
+                      .Help("Build information: version and backend")
+                      .Register(*registry_)),
+      version_(version) {
   collectable_ = std::make_shared<Refreshing>(this);
-  BuildGauge()
-      .Name("ptxserve_build_info")
-      .Help("Build information: version and backend")
-      .Register(*registry_)
-      .Add({{"version", version}, {"backend", backend}})
-      .Set(1);
+  SetBackend(backend);
   // Every outcome exists from the start, so rate() and absent() behave.
   for (FinishReason r : kOutcomes) Outcome(std::string(FinishReasonName(r)));
   for (const char* o : {kOutcomeInvalid, kOutcomeRejected, kOutcomeUnauthenticated}) Outcome(o);
@@ -205,6 +205,13 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
 
 prometheus::Counter& ServerMetrics::Outcome(const std::string& outcome) {
   return requests_total_.Add({{"outcome", outcome}});
+}
+
+void ServerMetrics::SetBackend(const std::string& backend) {
+  absl::MutexLock lock(&mu_);
+  if (build_info_series_ != nullptr) build_info_.Remove(build_info_series_);
+  build_info_series_ = &build_info_.Add({{"version", version_}, {"backend", backend}});
+  build_info_series_->Set(1);
 }
 
 void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> source) {

@@ -32,6 +32,10 @@ class ServerMetrics : public EngineObserver {
   // Where counters and gauges come from at scrape time; returns nullopt while no engine
   // runs (the values then stay as they are).
   void SetStatsSource(std::function<std::optional<EngineStats>()> source);
+  // Relabels build_info with the backend actually serving (e.g. after --backend=auto).
+  void SetBackend(const std::string& backend);
+  // One kernel compilation (PTX generation + JIT load) of a GPU backend.
+  void ObserveKernelCompile(double seconds) { kernel_compile_seconds_.Observe(seconds); }
   // Counts `n` requests that ended before reaching the engine.
   void CountServerOutcome(const char* outcome, int n = 1);
 
@@ -85,10 +89,13 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter& d2h_bytes_;
   prometheus::Counter& h2d_transfers_;
   prometheus::Counter& d2h_transfers_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  const std::string version_;
 
   absl::Mutex mu_;
   std::function<std::optional<EngineStats>()> source_ ABSL_GUARDED_BY(mu_);
   EngineStats last_ ABSL_GUARDED_BY(mu_);  // counters already exported
+  prometheus::Gauge* build_info_series_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace ptxserve::server

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/gpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/util/log.h"
 #include "prometheus/exposer.h"
@@ -19,9 +19,9 @@ namespace ptxserve::server {
 
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
                                                              EngineObserver* observer) {
-  if (o.backend != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--backend=", o.backend, " is not available in this build; use --backend=cpu"));
+  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "emulated" && o.backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", o.backend, ": want cpu, cuda, emulated or auto"));
   }
   if (o.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--block_size must be > 0, got ", o.block_size));
@@ -55,13 +55,25 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   if (blocks > (int64_t{1} << 30)) return absl::InvalidArgumentError("too many KV blocks");
   kv.num_blocks = static_cast<int32_t>(blocks);
 
-  auto backend = CpuBackend::Create(*model, kv);
+  cuda::GpuBackendOptions gpu;
+  gpu.max_seqs = o.engine.max_batch_size;
+  gpu.max_tokens = o.engine.max_batch_tokens;
+  if (o.on_kernel_compile) {
+    gpu.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
+  }
+  std::string note;
+  auto backend = cuda::CreateBackend(o.backend, *model, kv, std::move(gpu), &note);
   if (!backend.ok()) return backend.status();
 
   std::unique_ptr<Backend> b = *std::move(backend);
+  std::function<KernelStats()> kernel_stats;
+  if (auto* g = dynamic_cast<cuda::GpuBackend*>(b.get())) {
+    kernel_stats = [g] { return g->kernel_stats(); };  // the engine owns g from here on
+  }
   if (o.wrap_backend) b = o.wrap_backend(std::move(b));
   auto served = std::make_shared<ServedModel>();
   served->tokenizer = *std::move(tokenizer);
+  served->kernel_stats = std::move(kernel_stats);
   served->engine = std::make_unique<Engine>(std::move(b), *served->tokenizer, o.engine, observer);
   if (auto st = served->engine->Start(); !st.ok()) return st;
 
@@ -104,7 +116,9 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
   metrics_->SetStatsSource([this]() -> std::optional<EngineStats> {
     std::shared_ptr<ServedModel> m = service_->model();
     if (!m) return std::nullopt;
-    return m->engine->Stats();
+    EngineStats s = m->engine->Stats();
+    if (m->kernel_stats) s.kernels = m->kernel_stats();
+    return s;
   });
 }
 
@@ -159,6 +173,7 @@ absl::Status Server::Start() {
 }
 
 void Server::SetModel(std::shared_ptr<ServedModel> model) {
+  metrics_->SetBackend(model->info.backend());
   service_->SetModel(std::move(model));
   // The watchdog decides SERVING from the engine's state; do it now rather than at its
   // next tick so that callers can rely on it when SetModel returns.

@@ -56,6 +56,8 @@ struct ServerConfig {
 struct ModelOptions {
   std::string model_dir;
   std::string model_name;  // ModelInfo.name; empty = the directory's last component
+  // "cpu", "cuda" (libcuda.so.1, device 0), "emulated" (the PTX emulator) or "auto" (cuda
+  // when it comes up, else cpu).
   std::string backend = "cpu";
   int32_t kv_blocks = 0;  // 0 = from kv_memory_bytes, else enough for max_batch_size
   int64_t kv_memory_bytes = 0;
@@ -64,6 +66,9 @@ struct ModelOptions {
   int32_t default_max_new_tokens = 256;
   int32_t max_batch_prompts = 256;
   int64_t max_request_bytes = 4 << 20;
+  // GPU backends: called after each kernel compilation with its seconds (the
+  // kernel_compile_seconds histogram).
+  std::function<void(double seconds)> on_kernel_compile;
   // When set, wraps the backend before the engine gets it (fault injection, tracing).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };

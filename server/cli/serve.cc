@@ -27,7 +27,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and
 ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
-ABSL_FLAG(std::string, backend, "cpu", "serve: the backend running the model (cpu)");
+ABSL_FLAG(std::string, backend, "cpu",
+          "serve: the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated "
+          "(the PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
 ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048,
           "serve: most token rows per step (decodes plus prefill chunks)");
@@ -102,7 +104,8 @@ int RunServe(int argc, char** argv) {
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9464] "
-      "[--backend cpu] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks N | "
+      "[--backend cpu|cuda|emulated|auto] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks "
+      "N | "
       "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--max-queued N] "
       "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
       "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection; "
@@ -185,9 +188,10 @@ int RunServe(int argc, char** argv) {
         absl::StrCat("--prefill_chunk (", mo.engine.prefill_chunk,
                      ") must not exceed --max_batch_tokens (", mo.engine.max_batch_tokens, ")")));
   }
-  if (mo.backend != "cpu") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--backend=", mo.backend, " is not available in this build; use --backend=cpu")));
+  if (mo.backend != "cpu" && mo.backend != "cuda" && mo.backend != "emulated" &&
+      mo.backend != "auto") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--backend=", mo.backend, ": want cpu, cuda, emulated or auto")));
   }
 
   server::Server srv(sc);
@@ -202,6 +206,7 @@ int RunServe(int argc, char** argv) {
   if (!dir.ok()) return Fail(dir.status());
   mo.model_dir = *dir;
   PTX_LOG(INFO) << "loading " << mo.model_dir;
+  mo.on_kernel_compile = [&srv](double s) { srv.metrics().ObserveKernelCompile(s); };
   auto model = server::LoadServedModel(mo, &srv.metrics());
   if (!model.ok()) {
     srv.Shutdown(absl::ZeroDuration());

@@ -30,6 +30,12 @@ TEST(MetricsTest, CountersFollowTheStatsSource) {
   EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",version=\"1.2.3\"} 1"),
             std::string::npos);
 
+  m.SetBackend("cuda");
+  text = m.Serialize();
+  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cuda\",version=\"1.2.3\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(text.find("backend=\"cpu\""), std::string::npos) << "one build_info series";
+
   s.generated_tokens_total = 25;
   s.kv_blocks_used = 0;
   m.CountServerOutcome(kOutcomeInvalid, 3);

@@ -262,6 +262,42 @@ TEST(HealthWatchTest, StreamsStatusChanges) {
   EXPECT_TRUE(reader->Finish().ok()) << "the server ends Watch streams when it stops";
 }
 
+TEST(EmulatedBackendTest, ServesAndFeedsTheKernelMetrics) {
+  auto t = TestServer::Start();
+  ASSERT_NE(t, nullptr);
+  server::ModelOptions mo = TestServer::DefaultModelOptions();
+  mo.backend = "emulated";  // the GPU backend on the PTX emulator
+  mo.engine.max_batch_size = 4;
+  mo.kv_blocks = 64;
+  mo.on_kernel_compile = [&](double s) { t->server->metrics().ObserveKernelCompile(s); };
+  ASSERT_TRUE(t->Load(mo).ok());
+  server::DecodeClient c(Options(*t));
+  v1::ModelInfo info;
+  ASSERT_TRUE(c.GetModelInfo(&info).ok());
+  EXPECT_EQ(info.backend(), "emulated");
+  Result r = Stream(c, TokenRequest(5, 6, 1, 0.0f));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 6u);
+  const std::string m = HttpGet(t->server->metrics_port(), "/metrics");
+  EXPECT_NE(m.find("ptxserve_build_info{backend=\"emulated\""), std::string::npos);
+  EXPECT_GT(MetricValue(m, "ptxserve_kernel_launches_total{kernel=\"gemm\"}"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_kernel_launches_total{kernel=\"decode_attention\"}"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_kernel_cache_misses_total"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_kernel_cache_hits_total"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_kernel_compile_seconds_count"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_transfer_bytes_total{direction=\"h2d\"}"), 0);
+  EXPECT_GT(MetricValue(m, "ptxserve_transfers_total{direction=\"d2h\"}"), 0);
+}
+
+TEST(ServerLifecycleTest, UnknownBackendIsAClearError) {
+  server::ModelOptions mo = TestServer::DefaultModelOptions();
+  mo.model_dir = testing::TestModelDir();
+  mo.backend = "tpu";
+  auto m = server::LoadServedModel(mo, nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("--backend=tpu"), absl::string_view::npos);
+}
+
 TEST_F(ServerTest, BatchCallStreamsEveryPromptByIndex) {
   v1::GenerateBatchRequest batch;
   for (int i = 0; i < 5; ++i) *batch.add_requests() = TokenRequest(4 + i, 8 + i, 7 + i);
