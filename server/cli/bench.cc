@@ -81,7 +81,8 @@ nlohmann::json ToJson(const Percentiles& p) {
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  ShowFlagsInHelp({"server/cli/bench.cc", "server/cli/client_flags.cc"});
+  ShowFlagsInHelp(
+      {"server/cli/bench.cc", "server/cli/client_flags.cc", "server/cli/sampling_flags.cc"});
   ParseSubcommandFlags(argc, argv,
                        "ptxserve bench --target HOST:PORT --concurrency N --requests M "
                        "--prompt-len P --max-tokens T [--temperature T] [--json FILE]");

@@ -178,7 +178,7 @@ int Info(server::DecodeClient& client) {
 
 int RunClient(int argc, char** argv) {
   ShowFlagsInHelp({"server/cli/client.cc", "server/cli/client_flags.cc",
-                   "server/cli/common_flags.cc", "server/cli/generate.cc"});
+                   "server/cli/common_flags.cc", "server/cli/sampling_flags.cc"});
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;

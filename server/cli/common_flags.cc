@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, out, "",
           "output: the model directory (make-model), a PTX file (ptx --kernel) or directory "
           "(ptx --all)");
 
+ABSL_FLAG(int32_t, kv_blocks, 0,
+          "KV cache blocks; 0 = sized automatically (generate: one full context; serve: "
+          "--kv-memory)");
+ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
+
 namespace ptxserve::cli {
 namespace {
 

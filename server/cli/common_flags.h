@@ -12,6 +12,8 @@ ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, model_cache_dir);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, out);
+ABSL_DECLARE_FLAG(int32_t, kv_blocks);
+ABSL_DECLARE_FLAG(int32_t, block_size);
 
 namespace ptxserve::cli {
 

@@ -9,22 +9,16 @@
 #include "engine/generator.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
+#include "server/cli/sampling_flags.h"
 #include "server/cli/subcommands.h"
-
-ABSL_FLAG(std::string, prompt, "", "generate: the prompt text (required)");
-ABSL_FLAG(int32_t, max_tokens, 128, "generate: the most new tokens to generate");
-ABSL_FLAG(double, temperature, 1.0, "generate: sampling temperature; 0 = greedy");
-ABSL_FLAG(int32_t, top_k, 0, "generate: keep the K most likely tokens; 0 = off");
-ABSL_FLAG(double, top_p, 1.0, "generate: nucleus sampling mass in (0, 1]");
-ABSL_FLAG(double, min_p, 0.0, "generate: drop tokens below min_p x the top probability");
-ABSL_FLAG(bool, ignore_eos, false, "generate: keep going past the end-of-sequence token");
-ABSL_FLAG(int32_t, kv_blocks, 0, "KV cache blocks; 0 = enough for one full context");
-ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
 
 namespace ptxserve::cli {
 
 int RunGenerate(int argc, char** argv) {
+  ShowFlagsInHelp(
+      {"server/cli/generate.cc", "server/cli/common_flags.cc", "server/cli/sampling_flags.cc"});
   ParseSubcommandFlags(argc, argv,
                        "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S]");

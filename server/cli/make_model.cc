@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/model/dtype.h"
 #include "engine/model/synthetic.h"
+#include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
 
@@ -18,6 +19,7 @@ int RunMakeModel(int argc, char** argv) {
   const std::string usage =
       "ptxserve make-model --out DIR --preset NAME [--seed N] [--dtype f32|f16|bf16]\npresets: " +
       absl::StrJoin(SyntheticPresetNames(), ", ");
+  ShowFlagsInHelp({"server/cli/make_model.cc", "server/cli/common_flags.cc"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "kernels/registry.h"
+#include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
 
@@ -55,6 +56,7 @@ int RunPtx(int argc, char** argv) {
     if (eq == std::string::npos || eq == 0) return Fail("--set wants key=value, got " + value);
     settings[value.substr(0, eq)] = value.substr(eq + 1);
   }
+  ShowFlagsInHelp({"server/cli/ptx.cc"});
   ParseSubcommandFlags(static_cast<int>(rest.size()), rest.data(), kUsage);
   const std::string out = absl::GetFlag(FLAGS_out);
 

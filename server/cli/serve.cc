@@ -27,7 +27,7 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and
 ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
-ABSL_FLAG(std::string, backend, "cpu",
+ABSL_FLAG(std::string, backend, "auto",
           "serve: the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated "
           "(the PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
 ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
