@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "engine/model/config.h"
+#include "engine/request.h"
 #include "engine/step_batch.h"
 
 namespace ptxserve {
@@ -16,6 +17,14 @@ struct KvCacheConfig {
   DType dtype = DType::kF32;  // element type of the K/V pools
 };
 
+// How a device draws one logits row (the sampling kernel's contract, kernels/sampling.h).
+struct RowSampling {
+  float temperature = 0;  // 0 = greedy
+  int32_t top_k = 0;      // 0 = off
+  float top_p = 1;        // 1 = off
+  float uniform = 0;      // the row's random draw in [0, 1)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -24,6 +33,19 @@ class Backend {
   // cache at its slot, attends over each sequence's blocks, and fills `logits` with
   // [batch.logits_rows.size() x vocab] floats (row-major, in logits_rows order).
   virtual absl::Status Step(const StepBatch& batch, std::vector<float>* logits) = 0;
+
+  // Optional device-side sampling. True when StepSampled picks, for a row with `params`,
+  // exactly the token SequenceSampler::Sample would pick from Step's logits with the same
+  // uniform (so the engine may use either path for a sequence without changing its tokens).
+  virtual bool CanSampleOnDevice(const SamplingParams& /*params*/) const { return false; }
+  // The forward pass of Step, then sampling on the device: `ids` receives one token per
+  // logits row (rows.size() == batch.logits_rows.size()). Only called when
+  // CanSampleOnDevice held for every row's parameters.
+  virtual absl::Status StepSampled(const StepBatch& /*batch*/,
+                                   const std::vector<RowSampling>& /*rows*/,
+                                   std::vector<int32_t>* /*ids*/) {
+    return absl::UnimplementedError("this backend does not sample on the device");
+  }
 
   virtual const ModelConfig& config() const = 0;
   virtual const KvCacheConfig& kv_config() const = 0;

@@ -410,14 +410,50 @@ void Engine::RunStep() {
     new_prompt_tokens += s->prompt_len;
     if (observer_) observer_->OnScheduled(Seconds(s->arrival, t0), s->prompt_len);
   }
-  const Clock::time_point t1 = Clock::now();
-  absl::Status st = backend_->Step(plan_.batch, &logits_);
-  const Clock::time_point t2 = Clock::now();
+  // Sample on the device when it can take every row: then only the ids come back. The
+  // uniforms are drawn here from each sequence's own RNG, one per row as Sample would,
+  // so a sequence's tokens do not depend on which path a step takes.
   const int64_t vocab = backend_->config().vocab_size;
-  if (st.ok() && static_cast<int64_t>(logits_.size()) !=
-                     static_cast<int64_t>(plan_.batch.logits_rows.size()) * vocab) {
-    st = absl::InternalError(absl::StrCat("backend returned ", logits_.size(), " logits for ",
-                                          plan_.batch.logits_rows.size(), " rows of ", vocab));
+  // A step without sampling rows (prompt chunks only) takes Step, which every backend has.
+  bool on_device = !plan_.batch.logits_rows.empty();
+  for (const auto& e : plan_.entries) {
+    if (on_device && e.samples &&
+        !backend_->CanSampleOnDevice(seqs_.at(e.seq->id)->sampler->params())) {
+      on_device = false;
+    }
+  }
+  if (on_device) {
+    sample_rows_.clear();
+    for (const auto& e : plan_.entries) {
+      if (!e.samples) continue;
+      SequenceSampler& sampler = *seqs_.at(e.seq->id)->sampler;
+      RowSampling& r = sample_rows_.emplace_back();
+      r.temperature = sampler.params().temperature;
+      r.top_k = sampler.params().top_k;
+      r.top_p = sampler.params().top_p;
+      r.uniform = static_cast<float>(sampler.TakeUniform());
+    }
+  }
+  const Clock::time_point t1 = Clock::now();
+  absl::Status st = on_device ? backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_)
+                              : backend_->Step(plan_.batch, &logits_);
+  const Clock::time_point t2 = Clock::now();
+  const size_t rows = plan_.batch.logits_rows.size();
+  if (st.ok() && on_device) {
+    if (sampled_ids_.size() != rows) {
+      st = absl::InternalError(absl::StrCat("backend returned ", sampled_ids_.size(),
+                                            " sampled ids for ", rows, " rows"));
+    }
+    for (size_t i = 0; st.ok() && i < sampled_ids_.size(); ++i) {
+      if (sampled_ids_[i] < 0 || sampled_ids_[i] >= vocab) {
+        st = absl::InternalError(absl::StrCat("backend sampled id ", sampled_ids_[i], " for row ",
+                                              i, ", outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+  } else if (st.ok() &&
+             static_cast<int64_t>(logits_.size()) != static_cast<int64_t>(rows) * vocab) {
+    st = absl::InternalError(absl::StrCat("backend returned ", logits_.size(), " logits for ", rows,
+                                          " rows of ", vocab));
   }
   if (!st.ok()) {
     ++consecutive_failures_;
@@ -449,8 +485,14 @@ void Engine::RunStep() {
   for (const auto& e : plan_.entries) {
     if (!e.samples) continue;
     Sequence* s = seqs_.at(e.seq->id).get();
-    SampleResult r = s->sampler->Sample(
-        std::span<const float>(logits_.data() + static_cast<int64_t>(row++) * vocab, vocab));
+    SampleResult r;
+    if (on_device) {
+      r.token = sampled_ids_[row++];
+      s->sampler->Accept(r.token);
+    } else {
+      r = s->sampler->Sample(
+          std::span<const float>(logits_.data() + static_cast<int64_t>(row++) * vocab, vocab));
+    }
     const Clock::time_point now = Clock::now();
     s->sched.tokens.push_back(r.token);
     ++s->generated;

@@ -38,8 +38,10 @@ struct EngineConfig {
   int32_t max_batch_tokens = 2048;  // token rows per step (decodes + prefill chunks)
   int32_t prefill_chunk = 512;      // prompt tokens of one sequence per step
   int32_t max_queued = 1024;        // waiting requests beyond which Enqueue refuses
-  // Consecutive failed backend steps after which the engine gives up (fails for good).
-  int32_t max_step_failures = 3;
+  // Consecutive failed backend steps after which the engine gives up (fails for good and
+  // health turns NOT_SERVING). 1: the first failed step (a device error leaves the device
+  // in an unknown state, so serving on would risk wrong tokens).
+  int32_t max_step_failures = 1;
 };
 
 // One decode request, as the server hands it over (already tokenized).
@@ -190,6 +192,9 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   StepPlan plan_;
   std::vector<float> logits_;
+  // Device sampling (Backend::StepSampled): one row per sampling sequence, and the ids.
+  std::vector<RowSampling> sample_rows_;
+  std::vector<int32_t> sampled_ids_;
   struct StepOutput {
     Sequence* seq;
     EngineOutput out;

@@ -76,6 +76,12 @@ class SequenceSampler {
   // Ids outside the row (prompt ids past the vocab) are ignored by the penalties.
   SampleResult Sample(std::span<const float> logits);
 
+  // Device sampling: TakeUniform consumes the one uniform a Sample call would (the draw
+  // for the device), and Accept records the token chosen with it as generated. Together
+  // they keep the RNG stream and penalty state exactly as Sample would.
+  double TakeUniform() { return rng_.Uniform(); }
+  void Accept(int32_t token) { Record(token); }
+
   // Applies the repetition / presence / frequency penalties for the tokens recorded so far
   // to one row of logits, in place (what Sample does before anything else).
   void ApplyPenalties(std::span<float> logits) const;

@@ -201,6 +201,13 @@ absl::Status GpuBackend::ReserveSplits(int64_t rows, int64_t splits) {
   return absl::OkStatus();
 }
 
+bool GpuBackend::CanSampleOnDevice(const SamplingParams& p) const {
+  const bool greedy = p.temperature == 0.0f || p.top_k == 1;
+  const bool penalties =
+      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  return greedy && !penalties && p.logprobs == 0;
+}
+
 KernelStats GpuBackend::kernel_stats() const {
   KernelStats k;
   const KernelCacheStats c = cache_->stats();

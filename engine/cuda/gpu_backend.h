@@ -60,14 +60,6 @@ struct GpuBackendOptions {
   bool log_progress = true;  // weight upload and warm-up progress at INFO
 };
 
-// How StepSampled draws one logits row (the kernels' sampling contract, sampling.h).
-struct RowSampling {
-  float temperature = 0;  // 0 = greedy
-  int32_t top_k = 0;      // 0 = off
-  float top_p = 1;        // 1 = off
-  float uniform = 0;      // the row's random draw in [0, 1)
-};
-
 class GpuBackend final : public Backend {
  public:
   // Uploads `model` to `device` and prepares everything (see above). Errors name the
@@ -87,7 +79,12 @@ class GpuBackend final : public Backend {
   // the device: only `ids` (one per logits row, 4 bytes each) come back. rows.size() must
   // equal batch.logits_rows.size().
   absl::Status StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
-                           std::vector<int32_t>* ids);
+                           std::vector<int32_t>* ids) override;
+  // Greedy rows without penalties or log-probs: the argmax kernel picks what the host
+  // sampler's argmax picks (lowest id among ties, NaN never). Stochastic rows stay on the
+  // host: the sampling kernel draws from the same distribution but walks the kept ids in
+  // another order, so a seed would give other tokens depending on the path.
+  bool CanSampleOnDevice(const SamplingParams& params) const override;
 
   const ModelConfig& config() const override { return config_; }
   const KvCacheConfig& kv_config() const override { return kv_; }

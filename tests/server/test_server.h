@@ -42,24 +42,17 @@ class ControlledBackend : public Backend {
  public:
   explicit ControlledBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   absl::Status Step(const StepBatch& b, std::vector<float>* logits) override {
-    {
-      absl::MutexLock lock(&mu_);
-      ++steps_;
-      if (stall_at_ > 0 && steps_ >= stall_at_) {
-        stall_at_ = 0;
-        stalled_ = true;
-      }
-      if (stalled_) {
-        in_stall_ = true;
-        cv_.SignalAll();
-        while (stalled_) cv_.Wait(&mu_);
-        in_stall_ = false;
-      }
-      if (fail_always_) return absl::InternalError("injected backend failure");
-    }
-    const int delay = delay_us_.load();
-    if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    if (absl::Status st = Control(); !st.ok()) return st;
     return inner_->Step(b, logits);
+  }
+  // Device sampling goes through the same controls (the emulated GPU backend).
+  bool CanSampleOnDevice(const SamplingParams& p) const override {
+    return inner_->CanSampleOnDevice(p);
+  }
+  absl::Status StepSampled(const StepBatch& b, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>* ids) override {
+    if (absl::Status st = Control(); !st.ok()) return st;
+    return inner_->StepSampled(b, rows, ids);
   }
   const ModelConfig& config() const override { return inner_->config(); }
   const KvCacheConfig& kv_config() const override { return inner_->kv_config(); }
@@ -91,6 +84,28 @@ class ControlledBackend : public Backend {
   }
 
  private:
+  // Counts the step, holds it while stalled, fails it when asked, delays it.
+  absl::Status Control() {
+    {
+      absl::MutexLock lock(&mu_);
+      ++steps_;
+      if (stall_at_ > 0 && steps_ >= stall_at_) {
+        stall_at_ = 0;
+        stalled_ = true;
+      }
+      if (stalled_) {
+        in_stall_ = true;
+        cv_.SignalAll();
+        while (stalled_) cv_.Wait(&mu_);
+        in_stall_ = false;
+      }
+      if (fail_always_) return absl::InternalError("injected backend failure");
+    }
+    const int delay = delay_us_.load();
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<Backend> inner_;
   std::atomic<int> delay_us_{0};
   absl::Mutex mu_;

@@ -1,0 +1,152 @@
+// The server on the GPU backend over the emulated device (--backend emulated), proved
+// from its Prometheus metrics: greedy decode steps sample on the device, so each step of
+// batch B moves one host->device copy and 4*B bytes device->host; after warm-up the
+// kernel cache only hits, once per launch; an injected launch failure fails the request
+// with INTERNAL and turns health NOT_SERVING while the process keeps answering.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/emulated_driver.h"
+#include "server/client.h"
+#include "tests/server/test_server.h"
+
+namespace ptxserve {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+using testing::HttpGet;
+using testing::MetricValue;
+using testing::TestServer;
+
+// A greedy request of `prompt_len` tokens generating exactly `max_new`.
+v1::GenerateRequest Greedy(int prompt_len, int max_new, int seed) {
+  v1::GenerateRequest req;
+  req.set_request_id(absl::StrCat("emu-", seed));
+  for (int i = 0; i < prompt_len; ++i) {
+    req.mutable_token_ids()->add_ids(static_cast<int32_t>(3 + (seed * 131 + i * 17) % 1500));
+  }
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.mutable_stopping()->set_max_new_tokens(max_new);
+  req.mutable_stopping()->set_ignore_eos(true);
+  return req;
+}
+
+// Sum of every sample of a labelled family (e.g. all ptxserve_kernel_launches_total{...}).
+double FamilySum(const std::string& text, const std::string& family) {
+  double sum = 0;
+  const std::string prefix = family + "{";
+  size_t pos = 0;
+  while ((pos = text.find(prefix, pos)) != std::string::npos) {
+    const bool line_start = pos == 0 || text[pos - 1] == '\n';
+    const size_t space = text.find(' ', pos);
+    if (line_start && space != std::string::npos) {
+      sum += std::stod(text.substr(space + 1, text.find('\n', space) - space - 1));
+    }
+    pos += prefix.size();
+  }
+  return sum;
+}
+
+struct Counters {
+  double h2d_transfers, d2h_transfers, h2d_bytes, d2h_bytes, hits, misses, launches;
+};
+
+class EmulatedServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cuda::SetEmulatedFault({});
+    t_ = TestServer::Start();
+    ASSERT_NE(t_, nullptr);
+    server::ModelOptions mo = TestServer::DefaultModelOptions();
+    mo.backend = "emulated";
+    mo.engine.max_batch_size = 4;
+    mo.kv_blocks = 64;
+    ASSERT_TRUE(t_->Load(mo).ok());
+    server::ClientOptions o;
+    o.target = t_->target;
+    client_ = std::make_unique<server::DecodeClient>(o);
+  }
+  void TearDown() override { cuda::SetEmulatedFault({}); }
+
+  Counters Read() {
+    const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
+    Counters c;
+    c.h2d_transfers = MetricValue(m, "ptxserve_transfers_total{direction=\"h2d\"}");
+    c.d2h_transfers = MetricValue(m, "ptxserve_transfers_total{direction=\"d2h\"}");
+    c.h2d_bytes = MetricValue(m, "ptxserve_transfer_bytes_total{direction=\"h2d\"}");
+    c.d2h_bytes = MetricValue(m, "ptxserve_transfer_bytes_total{direction=\"d2h\"}");
+    c.hits = MetricValue(m, "ptxserve_kernel_cache_hits_total");
+    c.misses = MetricValue(m, "ptxserve_kernel_cache_misses_total");
+    c.launches = FamilySum(m, "ptxserve_kernel_launches_total");
+    return c;
+  }
+
+  std::unique_ptr<TestServer> t_;
+  std::unique_ptr<server::DecodeClient> client_;
+};
+
+// B prompts of one length in one batch call: a prefill step and max_new - 1 decode
+// steps, each of batch B (every sequence samples in each).
+TEST_F(EmulatedServerTest, EachGreedyStepMovesOneCopyUpAndFourBytesPerSequenceBack) {
+  constexpr int kNew = 3;
+  for (int B : {1, 3}) {
+    const Counters c0 = Read();
+    ASSERT_GE(c0.misses, 1) << "warm-up compiled the kernels";
+    v1::GenerateBatchRequest batch;
+    for (int i = 0; i < B; ++i) *batch.add_requests() = Greedy(5, kNew, 10 * B + i);
+    std::vector<int> tokens(B, 0);
+    grpc::Status st = client_->GenerateBatch(batch, [&](const v1::GenerateBatchResponse& m) {
+      tokens.at(m.index()) += m.response().token_ids_size();
+      return true;
+    });
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(tokens, std::vector<int>(B, kNew));
+    const Counters c1 = Read();
+    EXPECT_EQ(c1.h2d_transfers - c0.h2d_transfers, kNew) << "one metadata copy per step, B=" << B;
+    EXPECT_GT(c1.h2d_bytes, c0.h2d_bytes);
+    EXPECT_EQ(c1.d2h_transfers - c0.d2h_transfers, kNew) << "B=" << B;
+    EXPECT_EQ(c1.d2h_bytes - c0.d2h_bytes, 4.0 * B * kNew) << "the sampled ids only, B=" << B;
+    EXPECT_EQ(c1.misses, c0.misses) << "no compilation after warm-up, B=" << B;
+    EXPECT_GT(c1.launches, c0.launches);
+    EXPECT_EQ(c1.hits - c0.hits, c1.launches - c0.launches) << "every launch a hit, B=" << B;
+  }
+}
+
+TEST_F(EmulatedServerTest, InjectedLaunchFailureFailsTheRequestAndTurnsHealthNotServing) {
+  HealthCheckResponse::ServingStatus status;
+  ASSERT_TRUE(client_->Check("", &status).ok());
+  EXPECT_EQ(status, HealthCheckResponse::SERVING);
+  cuda::EmulatedFault f;
+  f.fail_launch = 3;  // inside the request's first step
+  cuda::SetEmulatedFault(f);
+  v1::GenerateResponse last;
+  grpc::Status st = client_->Generate(Greedy(5, 3, 1), [&](const v1::GenerateResponse& m) {
+    if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = m;
+    return true;
+  });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INTERNAL) << st.error_message();
+  EXPECT_NE(st.error_message().find("cuLaunchKernel"), std::string::npos) << st.error_message();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_ERROR);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(client_->Check("", &status).ok()) << "the process still answers";
+    if (status == HealthCheckResponse::NOT_SERVING) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING);
+  cuda::SetEmulatedFault({});
+  v1::ModelInfo info;
+  EXPECT_TRUE(client_->GetModelInfo(&info).ok());
+  grpc::Status again = client_->Generate(Greedy(5, 3, 2), [](const auto&) { return true; });
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::UNAVAILABLE) << again.error_message();
+  const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
+  EXPECT_EQ(MetricValue(m, "ptxserve_engine_failed"), 1);
+}
+
+}  // namespace
+}  // namespace ptxserve
