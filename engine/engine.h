@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
+#include "engine/engine_io.h"
 #include "engine/engine_stats.h"
 #include "engine/kv_block_manager.h"
 #include "engine/request.h"
@@ -43,78 +44,6 @@ struct EngineConfig {
   // in an unknown state, so serving on would risk wrong tokens).
   int32_t max_step_failures = 1;
 };
-
-// One decode request, as the server hands it over (already tokenized).
-struct EngineRequest {
-  std::string request_id;  // for logs; seeds the sampler when sampling.seed is empty
-  int32_t index = 0;       // echoed in every output (the prompt's index in a batch call)
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  StoppingCriteria stopping;
-  int32_t priority = 0;  // higher first
-};
-
-// A piece of a request's result. Consecutive outputs of one request that the consumer
-// has not taken yet are merged into one.
-struct EngineOutput {
-  int32_t index = 0;
-  std::vector<int32_t> token_ids;      // new tokens
-  std::string text;                    // the text they complete (whole UTF-8 characters)
-  std::vector<SampleResult> logprobs;  // one per token when sampling.logprobs > 0
-  FinishReason finish = FinishReason::kNone;
-  // The rest is set on the final output (finish != kNone) only.
-  std::string request_id;
-  absl::Status error;  // why, for kError and for cancellations the engine decided
-  int32_t prompt_tokens = 0;
-  int32_t generated_tokens = 0;
-  double queue_seconds = 0;
-  double ttft_seconds = 0;  // 0 when no token was generated
-  double total_seconds = 0;
-
-  bool final() const { return finish != FinishReason::kNone; }
-};
-
-// The channel from the engine thread to one consumer (one RPC), for one or several
-// requests. Thread-safe. The consumer takes everything pending with PopAll; when that
-// finds nothing, the next Push calls `on_ready` once (on the engine thread: it must not
-// block, and must not call back into this stream under its own locks' expectations —
-// PopAll is allowed).
-class ResultStream {
- public:
-  explicit ResultStream(std::function<void()> on_ready = nullptr);
-
-  // Consumer: moves the pending outputs (merged per index, in the order each index
-  // first appeared) into *out (cleared first). Returns false and arms the notification
-  // when none is pending.
-  bool PopAll(std::vector<EngineOutput>* out);
-  // Consumer: stops notifications and drops future outputs. After it returns,
-  // on_ready is not running and will never run again.
-  void Close();
-  // Blocks until an output is pending (or the stream is closed); then PopAll. For
-  // callers without a callback (tests, offline tools).
-  bool WaitPopAll(std::vector<EngineOutput>* out);
-
-  // Producer (engine thread).
-  void Push(EngineOutput output);
-
- private:
-  absl::Mutex mu_;
-  std::vector<EngineOutput> pending_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int32_t, size_t> open_ ABSL_GUARDED_BY(mu_);  // index -> pending_ slot
-  bool armed_ ABSL_GUARDED_BY(mu_) = true;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  int notifying_ ABSL_GUARDED_BY(mu_) = 0;
-  std::function<void()> on_ready_;
-};
-
-// Checks a request against the model: prompt non-empty, ids in the vocabulary, prompt
-// plus max_new_tokens within the context and the KV cache, sampling and stopping
-// parameters valid. InvalidArgument naming the field.
-absl::Status ValidateEngineRequest(const EngineRequest& r, int64_t vocab_size,
-                                   int64_t context_length, int64_t kv_capacity_tokens);
-
-// The sampler's seed when a request gives none: a stable hash (FNV-1a) of its id.
-uint64_t SeedFromRequestId(std::string_view request_id);
 
 class Engine {
  public:
