@@ -1,12 +1,13 @@
 // `ptxserve generate`: load a model, stream one completion to stdout, report speed.
-#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/cli/cli_util.h"
@@ -49,9 +50,9 @@ int RunGenerate(int argc, char** argv) {
   }
   auto backend = CreateCpuBackend(*model, kv);
   if (!backend.ok()) return fail(backend.status());
-  KvBlockManager blocks(kv.num_blocks, kv.block_size);
 
-  GenerationRequest req;
+  EngineRequest req;
+  req.request_id = "generate";
   auto ids = (*tokenizer)->Encode(prompt);
   if (!ids.ok()) return fail(ids.status());
   req.prompt = *std::move(ids);
@@ -63,28 +64,39 @@ int RunGenerate(int argc, char** argv) {
   req.stopping.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
   req.stopping.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
 
+  // The same engine the server runs (scheduler, chunked prefill, sampling, stops), with
+  // one request and this thread as its only consumer.
+  Engine engine(*std::move(backend), **tokenizer, EngineConfig{});
+  if (auto st = engine.Start(); !st.ok()) return fail(st);
+  auto stream = std::make_shared<ResultStream>();
+  if (auto queued = engine.Enqueue({std::move(req)}, stream); !queued.ok()) {
+    return fail(queued.status());
+  }
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
-  Generator gen(**backend, **tokenizer, blocks);
-  GenerationStats stats;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto results = gen.Run(
-      {req},
-      [](size_t, std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      },
-      &stats);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<EngineOutput> outs;
+  EngineOutput last;
+  while (!last.final() && stream->WaitPopAll(&outs)) {
+    for (auto& out : outs) {
+      std::fwrite(out.text.data(), 1, out.text.size(), stdout);
+      if (out.final()) last = std::move(out);
+    }
+    std::fflush(stdout);
+  }
   std::fputc('\n', stdout);
-  if (!results.ok()) return fail(results.status());
-  const auto& r = (*results)[0];
+  std::fflush(stdout);
+  engine.Stop();
+  if (last.finish == FinishReason::kError || last.finish == FinishReason::kCancelled) {
+    return fail(last.error.ok() ? absl::InternalError("generation did not finish") : last.error);
+  }
+  const double decode_secs = last.total_seconds - last.ttft_seconds;
   std::fprintf(stderr,
-               "prompt tokens: %lld, generated tokens: %zu, finish: %s, %.1f tokens/s "
+               "prompt tokens: %d, generated tokens: %d, finish: %s, %.1f tokens/s "
                "(decode %.1f tokens/s)\n",
-               static_cast<long long>(stats.prompt_tokens), r.tokens.size(),
-               std::string(FinishReasonName(r.finish)).c_str(), r.tokens.size() / secs,
-               stats.decode_seconds > 0 ? (stats.steps - 1) / stats.decode_seconds : 0.0);
+               last.prompt_tokens, last.generated_tokens,
+               std::string(FinishReasonName(last.finish)).c_str(),
+               last.total_seconds > 0 ? last.generated_tokens / last.total_seconds : 0.0,
+               decode_secs > 0 ? (last.generated_tokens - 1) / decode_secs : 0.0);
   return 0;
 }
 
