@@ -34,7 +34,6 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
 
   KvCacheConfig kv;
   kv.block_size = o.block_size;
-  const int64_t blocks_per_seq = (mc.max_position_embeddings + o.block_size - 1) / o.block_size;
   const int64_t block_bytes = 2 * mc.num_layers * mc.num_kv_heads * o.block_size * mc.head_dim *
                               static_cast<int64_t>(DTypeSize(kv.dtype));
   int64_t blocks = o.kv_blocks;
@@ -45,19 +44,15 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
                                                      " holds no block of ", block_bytes, " bytes"));
     }
   }
-  if (blocks <= 0) {
-    // Enough for a full batch of full-context sequences, within 1 GiB, and at least one
-    // full context.
-    blocks = std::min<int64_t>(blocks_per_seq * o.engine.max_batch_size,
-                               std::max<int64_t>((int64_t{1} << 30) / block_bytes, 1));
-    blocks = std::max(blocks, blocks_per_seq);
-  }
+  // blocks <= 0: the backend sizes its pools (host memory: room for max_batch_size full
+  // contexts within 1 GiB; a GPU: kv_memory_fraction of its free memory).
   if (blocks > (int64_t{1} << 30)) return absl::InvalidArgumentError("too many KV blocks");
-  kv.num_blocks = static_cast<int32_t>(blocks);
+  kv.num_blocks = static_cast<int32_t>(std::max<int64_t>(blocks, 0));
 
   cuda::GpuBackendOptions gpu;
   gpu.max_seqs = o.engine.max_batch_size;
   gpu.max_tokens = o.engine.max_batch_tokens;
+  gpu.kv_memory_fraction = o.kv_memory_fraction;
   if (o.on_kernel_compile) {
     gpu.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
   }

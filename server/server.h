@@ -61,6 +61,9 @@ struct ModelOptions {
   std::string backend = "cpu";
   int32_t kv_blocks = 0;  // 0 = from kv_memory_bytes, else enough for max_batch_size
   int64_t kv_memory_bytes = 0;
+  // Neither set, on a GPU: this fraction of the device memory free after weights and
+  // activations goes to the KV pools (vLLM's --gpu-memory-utilization, counted after load).
+  double kv_memory_fraction = 0.9;
   int32_t block_size = 16;
   EngineConfig engine;
   int32_t default_max_new_tokens = 256;

@@ -207,8 +207,23 @@ absl::Status CpuBackend::Step(const StepBatch& batch, std::vector<float>* logits
   return absl::OkStatus();
 }
 
+int32_t DefaultHostKvBlocks(const ModelConfig& c, const KvCacheConfig& kv, int32_t max_seqs) {
+  const int64_t bs = std::max<int32_t>(kv.block_size, 1);
+  const int64_t per_seq = std::max<int64_t>((c.max_position_embeddings + bs - 1) / bs, 1);
+  const int64_t block_bytes =
+      std::max<int64_t>(2 * c.num_layers * c.num_kv_heads * bs * c.head_dim *
+                            static_cast<int64_t>(DTypeSize(kv.dtype)),
+                        1);
+  int64_t blocks = std::min<int64_t>(per_seq * std::max(max_seqs, 1),
+                                     std::max<int64_t>((int64_t{1} << 30) / block_bytes, 1));
+  blocks = std::max(blocks, per_seq);
+  return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
-                                                          const KvCacheConfig& kv) {
+                                                          const KvCacheConfig& kv_in) {
+  KvCacheConfig kv = kv_in;
+  if (kv.num_blocks <= 0) kv.num_blocks = DefaultHostKvBlocks(model.config, kv, 1);
   auto b = CpuBackend::Create(model, kv);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(std::move(*b));

@@ -252,9 +252,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, c
                                                        GpuBackendOptions options,
                                                        std::string* note) {
   if (note != nullptr) note->clear();
-  if (kind == "cpu") return CreateCpuBackend(model, kv);
+  // Unsized pools: host memory (cpu, and the emulated device, whose "device memory" is
+  // host memory) gets DefaultHostKvBlocks; a real GPU sizes its pools from the memory
+  // free after weights and activations (options.kv_memory_fraction).
+  KvCacheConfig host_kv = kv;
+  if (host_kv.num_blocks <= 0) {
+    host_kv.num_blocks = DefaultHostKvBlocks(model.config, kv, options.max_seqs);
+  }
+  if (kind == "cpu") return CreateCpuBackend(model, host_kv);
   if (kind == "cuda" || kind == "emulated") {
-    auto b = CreateGpuBackend(model, kv, kind, std::move(options));
+    auto b = CreateGpuBackend(model, kind == "cuda" ? kv : host_kv, kind, std::move(options));
     if (!b.ok()) return b.status();
     return std::unique_ptr<Backend>(*std::move(b));
   }
@@ -268,7 +275,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, c
                                        "); serving from the CPU backend");
   PTX_LOG(WARNING) << why;
   if (note != nullptr) *note = why;
-  return CreateCpuBackend(model, kv);
+  return CreateCpuBackend(model, host_kv);
 }
 
 }  // namespace ptxserve::cuda

@@ -53,7 +53,7 @@ struct GpuBackendOptions {
   int32_t attention_partition = 0;
   int ptx_version = 78;  // PTX ISA of the generated kernels (x10)
   // When KvCacheConfig::num_blocks <= 0: size the K/V pools to this fraction of the device
-  // memory free after weights and activations.
+  // memory free after weights and activations (serve --kv_memory_fraction).
   double kv_memory_fraction = 0.9;
   // Called after each kernel compilation (key, seconds): the compile-seconds histogram.
   std::function<void(absl::string_view key, double seconds)> on_compile;
@@ -147,7 +147,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
 
 // The server's --backend: "cpu", "cuda", "emulated" or "auto" (cuda when the driver
 // loads and the backend comes up on device 0, else cpu). `*note` (may be null) receives,
-// for auto, why the CUDA backend was not used (empty when it was).
+// for auto, why the CUDA backend was not used (empty when it was). kv.num_blocks <= 0:
+// a real GPU sizes the pools from options.kv_memory_fraction of its free memory; cpu and
+// emulated (host memory) take DefaultHostKvBlocks(config, kv, options.max_seqs).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
                                                        const KvCacheConfig& kv,
                                                        GpuBackendOptions options = {},

@@ -29,9 +29,12 @@ ABSL_FLAG(std::string, out, "",
           "(ptx --all)");
 
 ABSL_FLAG(int32_t, kv_blocks, 0,
-          "KV cache blocks; 0 = sized automatically (generate: one full context; serve: "
-          "--kv-memory)");
+          "KV cache blocks; 0 = sized by the backend (GPU: a fraction of free memory; "
+          "CPU: one full context for generate, see --kv_memory for serve)");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
+ABSL_FLAG(std::string, backend, "auto",
+          "the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated (the "
+          "PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
 
 namespace ptxserve::cli {
 namespace {

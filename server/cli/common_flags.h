@@ -14,6 +14,7 @@ ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(int32_t, kv_blocks);
 ABSL_DECLARE_FLAG(int32_t, block_size);
+ABSL_DECLARE_FLAG(std::string, backend);
 
 namespace ptxserve::cli {
 

@@ -19,23 +19,20 @@
 #include "server/cli/subcommands.h"
 #include "server/server.h"
 
-// Shared with `generate` (defined in generate.cc).
-ABSL_DECLARE_FLAG(int32_t, kv_blocks);
-ABSL_DECLARE_FLAG(int32_t, block_size);
-
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and metrics)");
 ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
-ABSL_FLAG(std::string, backend, "auto",
-          "serve: the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated "
-          "(the PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
 ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048,
           "serve: most token rows per step (decodes plus prefill chunks)");
 ABSL_FLAG(std::string, kv_memory, "",
           "serve: KV cache size in bytes (suffix K, M or G) instead of --kv_blocks; both "
-          "unset: room for --max_batch_size full contexts, within 1 GiB");
+          "unset: --kv_memory_fraction of the GPU's free memory, or on the CPU room for "
+          "--max_batch_size full contexts within 1 GiB");
+ABSL_FLAG(double, kv_memory_fraction, 0.9,
+          "serve: on a GPU without --kv_blocks or --kv_memory, the fraction of the memory free "
+          "after weights and activations that the KV cache takes, in (0, 1]");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "serve: prompt tokens of one sequence per step");
 ABSL_FLAG(int32_t, max_queued, 1024,
           "serve: waiting requests beyond which new calls get RESOURCE_EXHAUSTED");
@@ -168,6 +165,11 @@ int RunServe(int argc, char** argv) {
     auto bytes = ParseBytes(absl::GetFlag(FLAGS_kv_memory));
     if (!bytes.ok()) return Fail(bytes.status());
     mo.kv_memory_bytes = *bytes;
+  }
+  mo.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
+  if (!(mo.kv_memory_fraction > 0 && mo.kv_memory_fraction <= 1)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--kv_memory_fraction=", mo.kv_memory_fraction, ": want a fraction in (0, 1]")));
   }
   mo.engine.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   mo.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

@@ -2,7 +2,9 @@
 // from its Prometheus metrics: greedy decode steps sample on the device, so each step of
 // batch B moves one host->device copy and 4*B bytes device->host; after warm-up the
 // kernel cache only hits, once per launch; an injected launch failure fails the request
-// with INTERNAL and turns health NOT_SERVING while the process keeps answering.
+// with INTERNAL and turns health NOT_SERVING while the process keeps answering; a
+// cancelled or expired stream returns its device KV blocks and leaves the device's state
+// right for the requests after it.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -146,6 +148,69 @@ TEST_F(EmulatedServerTest, InjectedLaunchFailureFailsTheRequestAndTurnsHealthNot
   EXPECT_EQ(again.error_code(), grpc::StatusCode::UNAVAILABLE) << again.error_message();
   const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
   EXPECT_EQ(MetricValue(m, "ptxserve_engine_failed"), 1);
+}
+
+// Polls (bounded) until the engine holds no live request and no KV block.
+bool WaitIdle(Engine& e) {
+  for (int i = 0; i < 2000; ++i) {
+    if (e.num_live() == 0 && e.Stats().kv_blocks_used == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+std::vector<int32_t> Tokens(server::DecodeClient& c, const v1::GenerateRequest& req) {
+  std::vector<int32_t> out;
+  grpc::Status st = c.Generate(req, [&](const v1::GenerateResponse& m) {
+    out.insert(out.end(), m.token_ids().begin(), m.token_ids().end());
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return out;
+}
+
+// Client cancellation and an expired deadline, each while another stream decodes beside
+// it on the device: the ended sequence's blocks go back (kv_cache_blocks_used returns to
+// 0), it is counted as cancelled, the stream beside it keeps its tokens, and a later
+// request still gets exactly the tokens it got before.
+TEST_F(EmulatedServerTest, CancelledAndExpiredStreamsReturnTheirDeviceKvBlocks) {
+  const v1::GenerateRequest probe = Greedy(7, 12, 77);
+  const std::vector<int32_t> reference = Tokens(*client_, probe);
+  ASSERT_EQ(reference.size(), 12u);
+  const v1::GenerateRequest beside_req = Greedy(6, 40, 78);
+  const std::vector<int32_t> beside_reference = Tokens(*client_, beside_req);
+  const std::string m0 = HttpGet(t_->server->metrics_port(), "/metrics");
+  const double cancelled0 = MetricValue(m0, "ptxserve_requests_total{outcome=\"cancelled\"}");
+
+  for (const bool by_deadline : {false, true}) {
+    SCOPED_TRACE(by_deadline ? "deadline" : "client cancel");
+    std::vector<int32_t> beside;
+    std::thread other([&] {
+      server::ClientOptions o;
+      o.target = t_->target;
+      server::DecodeClient c(o);
+      beside = Tokens(c, beside_req);
+    });
+    int received = 0;
+    grpc::Status st = client_->Generate(
+        Greedy(9, 480, 79),
+        [&](const v1::GenerateResponse& m) {
+          received += m.token_ids_size();
+          return by_deadline || received < 3;  // false: the client cancels the call
+        },
+        by_deadline ? absl::Milliseconds(300) : absl::InfiniteDuration());
+    other.join();
+    EXPECT_EQ(st.error_code(),
+              by_deadline ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED)
+        << st.error_message();
+    EXPECT_EQ(beside, beside_reference) << "the stream beside it is unaffected";
+    ASSERT_TRUE(WaitIdle(t_->engine()));
+    const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
+    EXPECT_EQ(MetricValue(m, "ptxserve_kv_cache_blocks_used"), 0);
+    EXPECT_EQ(MetricValue(m, "ptxserve_requests_total{outcome=\"cancelled\"}"),
+              cancelled0 + (by_deadline ? 2 : 1));
+  }
+  EXPECT_EQ(Tokens(*client_, probe), reference) << "the device state is still right";
 }
 
 }  // namespace
