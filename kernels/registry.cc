@@ -16,6 +16,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
+#include "kernels/logprobs.h"
 #include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -178,6 +179,15 @@ const std::vector<Entry>& Entries() {
          c.tiled = r.Bool("tiled");
          c.target = r.Target();
          return Run(r, c, &GenerateGemm);
+       }},
+      {"logprobs",
+       {{"threads", "256"}, {"max_top", "20"}},
+       [](Reader& r) {
+         LogprobsConfig c;
+         c.threads = r.Int("threads");
+         c.max_top = r.Int("max_top");
+         c.target = r.Target();
+         return Run(r, c, &GenerateLogprobs);
        }},
       {"residual_add",
        {},
