@@ -160,6 +160,12 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
                          .Help("1 when the engine gave up and serves nothing")
                          .Register(*registry_)
                          .Add({})),
+      health_serving_(BuildGauge()
+                          .Name("ptxserve_health_serving")
+                          .Help("1 while grpc.health.v1 reports SERVING for the server, else 0 "
+                                "(loading, failed, stalled or draining)")
+                          .Register(*registry_)
+                          .Add({})),
       kernel_launches_(BuildCounter()
                            .Name("ptxserve_kernel_launches_total")
                            .Help("GPU kernel launches by kernel")

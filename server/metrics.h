@@ -36,6 +36,8 @@ class ServerMetrics : public EngineObserver {
   void SetBackend(const std::string& backend);
   // One kernel compilation (PTX generation + JIT load) of a GPU backend.
   void ObserveKernelCompile(double seconds) { kernel_compile_seconds_.Observe(seconds); }
+  // The health service's status for the whole server (ptxserve_health_serving 1 / 0).
+  void SetServing(bool serving) { health_serving_.Set(serving ? 1 : 0); }
   // Counts `n` requests that ended before reaching the engine.
   void CountServerOutcome(const char* outcome, int n = 1);
 
@@ -78,6 +80,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter& preemptions_total_;
   prometheus::Counter& step_failures_total_;
   prometheus::Gauge& engine_failed_;
+  prometheus::Gauge& health_serving_;
   // Kernels (fed by GPU backends through EngineStats::kernels).
   prometheus::Family<prometheus::Counter>& kernel_launches_;
   prometheus::Counter& kernel_cache_hits_;

@@ -174,7 +174,12 @@ void Server::SetModel(std::shared_ptr<ServedModel> model) {
   // next tick so that callers can rely on it when SetModel returns.
   std::shared_ptr<ServedModel> m = service_->model();
   const EngineStats s = m->engine->Stats();
-  health_->SetServing(s.started && !s.failed);
+  SetServing(s.started && !s.failed);
+}
+
+void Server::SetServing(bool serving) {
+  health_->SetServing(serving);
+  metrics_->SetServing(serving);
 }
 
 void Server::Watchdog() {
@@ -189,7 +194,7 @@ void Server::Watchdog() {
                      << " s with work queued: health NOT_SERVING";
     }
     stalled_logged = stalled;
-    health_->SetServing(s.started && !s.failed && !stalled);
+    SetServing(s.started && !s.failed && !stalled);
   }
 }
 
@@ -199,7 +204,7 @@ void Server::Shutdown(absl::Duration drain_timeout) {
   // Stop the watchdog first: it must not turn health back to SERVING.
   stop_watchdog_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
-  health_->SetServing(false);
+  SetServing(false);
   service_->StartDraining();
   std::shared_ptr<ServedModel> m = service_->model();
   if (m) {

@@ -99,6 +99,8 @@ class Server {
 
  private:
   void Watchdog();
+  // The health service's status and its gauge together.
+  void SetServing(bool serving);
 
   ServerConfig config_;
   std::unique_ptr<ServerMetrics> metrics_;

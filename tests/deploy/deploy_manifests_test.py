@@ -514,7 +514,7 @@ def check_rules_and_dashboard(root, metrics):
                          ("KV cache near full", "ptxserve_kv_cache_blocks_used"),
                          ("kernel cache misses after warm-up",
                           "ptxserve_kernel_cache_misses_total"),
-                         ("health NOT_SERVING", "ptxserve_engine_failed")):
+                         ("health NOT_SERVING", "ptxserve_health_serving")):
         F.check(metric in by_metric, f"no alert for {what} (on {metric})")
     print(f"{len(names)} alerts: {sorted(names)}")
 

@@ -104,6 +104,8 @@ TEST(ServerLifecycleTest, NotServingUntilTheModelIsLoaded) {
   HealthCheckResponse::ServingStatus status;
   ASSERT_TRUE(c.Check("", &status).ok());
   EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(MetricValue(HttpGet(t->server->metrics_port(), "/metrics"), "ptxserve_health_serving"),
+            0);
   Result r = Stream(c, TokenRequest(4, 4, 1));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   v1::ModelInfo info;
@@ -112,6 +114,8 @@ TEST(ServerLifecycleTest, NotServingUntilTheModelIsLoaded) {
   ASSERT_TRUE(t->Load().ok());
   ASSERT_TRUE(c.Check("", &status).ok());
   EXPECT_EQ(status, HealthCheckResponse::SERVING);
+  EXPECT_EQ(MetricValue(HttpGet(t->server->metrics_port(), "/metrics"), "ptxserve_health_serving"),
+            1);
   ASSERT_TRUE(c.Check("ptxserve.v1.DecodeService", &status).ok());
   EXPECT_EQ(status, HealthCheckResponse::SERVING);
   EXPECT_EQ(c.Check("no.such.Service", &status).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -495,6 +499,7 @@ TEST_F(StallTest, ReportsNotServingWhileStuckWithWorkQueued) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(MetricValue(Metrics(), "ptxserve_health_serving"), 0);
   t_->backend->set_stalled(false);
   stuck.join();
   for (int i = 0; i < 300; ++i) {

@@ -124,6 +124,8 @@ TEST_F(EmulatedServerTest, InjectedLaunchFailureFailsTheRequestAndTurnsHealthNot
   HealthCheckResponse::ServingStatus status;
   ASSERT_TRUE(client_->Check("", &status).ok());
   EXPECT_EQ(status, HealthCheckResponse::SERVING);
+  EXPECT_EQ(MetricValue(HttpGet(t_->server->metrics_port(), "/metrics"), "ptxserve_health_serving"),
+            1);
   cuda::EmulatedFault f;
   f.fail_launch = 3;  // inside the request's first step
   cuda::SetEmulatedFault(f);
@@ -148,6 +150,7 @@ TEST_F(EmulatedServerTest, InjectedLaunchFailureFailsTheRequestAndTurnsHealthNot
   EXPECT_EQ(again.error_code(), grpc::StatusCode::UNAVAILABLE) << again.error_message();
   const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
   EXPECT_EQ(MetricValue(m, "ptxserve_engine_failed"), 1);
+  EXPECT_EQ(MetricValue(m, "ptxserve_health_serving"), 0);
 }
 
 // Polls (bounded) until the engine holds no live request and no KV block.
