@@ -217,6 +217,25 @@ absl::Status ParseRopeScaling(const FieldReader& r, const json& rs, const std::s
   return absl::OkStatus();
 }
 
+// Sliding-window attention (Mistral v0.1; Qwen2 when use_sliding_window, which its
+// config class defaults to false): a token attends to the last `sliding_window` positions
+// only. The kernels attend to the whole context, which is the same thing while the context
+// fits in the window, so the served context is capped at the window: answers stay exact
+// and longer contexts are refused as too long rather than computed wrongly.
+absl::Status ParseSlidingWindow(const FieldReader& r, ModelConfig* c) {
+  const json* sw = r.Get("sliding_window");
+  if (sw == nullptr || sw->is_null()) return absl::OkStatus();
+  bool use = c->architecture != "Qwen2ForCausalLM";
+  PTX_MODEL_RETURN_IF_ERROR(r.OptionalBool("use_sliding_window", &use));
+  int64_t window = 0;
+  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveInt("sliding_window", &window));
+  if (use && window < c->max_position_embeddings) {
+    c->sliding_window = window;
+    c->max_position_embeddings = window;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   PTX_MODEL_RETURN_IF_ERROR(ParseArchitecture(r, c));
   PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("vocab_size", &c->vocab_size));
@@ -247,6 +266,7 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   }
   PTX_MODEL_RETURN_IF_ERROR(
       r.OptionalPositiveInt("max_position_embeddings", &c->max_position_embeddings));
+  PTX_MODEL_RETURN_IF_ERROR(ParseSlidingWindow(r, c));
   PTX_MODEL_RETURN_IF_ERROR(
       r.OptionalPositiveNumber(r.root(), "rms_norm_eps", "rms_norm_eps", &c->rms_norm_eps));
   PTX_MODEL_RETURN_IF_ERROR(

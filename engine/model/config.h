@@ -33,7 +33,9 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;  // hidden_size / num_heads unless config.json says otherwise
-  int64_t max_position_embeddings = 2048;
+  int64_t max_position_embeddings = 2048;  // capped at sliding_window when that is smaller
+  // > 0: the model's attention window, which capped max_position_embeddings (config.cc).
+  int64_t sliding_window = 0;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeStyle rope_style = RopeStyle::kRotateHalf;

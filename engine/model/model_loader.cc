@@ -198,6 +198,10 @@ absl::StatusOr<Model> LoadModel(const std::string& dir) {
                 << " layers, hidden " << c.hidden_size << ", " << c.num_heads << " heads / "
                 << c.num_kv_heads << " kv heads, vocab " << c.vocab_size << ", "
                 << (model.WeightBytes() >> 20) << " MiB of weights";
+  if (c.sliding_window > 0) {
+    PTX_LOG(WARNING) << "sliding-window attention (" << c.sliding_window
+                     << " tokens): the context is capped at the window";
+  }
   return model;
 }
 

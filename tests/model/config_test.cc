@@ -97,6 +97,42 @@ TEST(ModelConfigTest, DefaultsAndVariants) {
   EXPECT_EQ(c->architecture, "Qwen2ForCausalLM");
 }
 
+// A sliding window smaller than the context caps the served context at the window (the
+// kernels attend to everything, which equals the window only while the context fits).
+TEST(ModelConfigTest, SlidingWindowCapsTheContext) {
+  json j = BaseConfig();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+
+  j["sliding_window"] = nullptr;  // Mistral v0.2+: no window
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+
+  j["sliding_window"] = 65536;  // wider than the context: nothing to cap
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  j["sliding_window"] = 4096;  // Qwen2 writes it but uses it only with use_sliding_window
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+  j["use_sliding_window"] = true;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+}
+
 TEST(ModelConfigTest, RopeScaling) {
   json j = BaseConfig();
   j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -155,6 +191,16 @@ std::vector<BadConfig> BadConfigs() {
        },
        "architectures", "model_type 'gpt2'"},
       {"missing_hidden_size", [](json& j) { j.erase("hidden_size"); }, "hidden_size", "missing"},
+      {"sliding_window_string", [](json& j) { j["sliding_window"] = "4096"; }, "sliding_window",
+       "expected an integer"},
+      {"sliding_window_zero", [](json& j) { j["sliding_window"] = 0; }, "sliding_window",
+       "must be positive, got 0"},
+      {"use_sliding_window_not_bool",
+       [](json& j) {
+         j["sliding_window"] = 16;
+         j["use_sliding_window"] = "yes";
+       },
+       "use_sliding_window", "expected a boolean"},
       {"null_vocab_size", [](json& j) { j["vocab_size"] = nullptr; }, "vocab_size", "missing"},
       {"zero_intermediate", [](json& j) { j["intermediate_size"] = 0; }, "intermediate_size",
        "must be positive, got 0"},
