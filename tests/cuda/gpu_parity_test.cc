@@ -240,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, GpuPresetParity,
 // The trained TinyStories model (head_dim 16, tied embeddings): a story prompt and a
 // batch, greedy tokens identical to the CPU backend's.
 TEST_P(GpuParity, TinyStories) {
-  const std::string dir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
+  const std::string dir = testing::SharedModelsDir() + "/tinystories-656k";
   if (!std::filesystem::exists(dir + "/model.safetensors")) {
     GTEST_SKIP() << "test model absent: " << dir;
   }

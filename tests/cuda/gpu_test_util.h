@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,16 @@ absl::StatusOr<GenResult> Generate(Backend& backend, const std::vector<GenReques
 
 // The step function of GpuBackend::StepSampled with greedy rows (ids only, no logits).
 StepFn DeviceGreedy(GpuBackend& backend);
+
+// ../shared/models as configured at build time, or $PTXSERVE_SHARED_MODELS when set (a
+// bundle run elsewhere: scripts/gpu-bundle copies the test model next to the binaries).
+// (Inline, for test sources only: they get PTXSERVE_SHARED_MODELS.)
+#ifdef PTXSERVE_SHARED_MODELS
+inline std::string SharedModelsDir() {
+  const char* env = std::getenv("PTXSERVE_SHARED_MODELS");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(PTXSERVE_SHARED_MODELS);
+}
+#endif
 
 // Deterministic prompt of n ids in [3, vocab).
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed);
