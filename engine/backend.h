@@ -17,12 +17,14 @@ struct KvCacheConfig {
   DType dtype = DType::kF32;  // element type of the K/V pools
 };
 
-// How a device draws one logits row (the sampling kernel's contract, kernels/sampling.h).
+// How a device draws one logits row: the canonical sampling algorithm of
+// kernels/sampling.h, which SequenceSampler implements too.
 struct RowSampling {
   float temperature = 0;  // 0 = greedy
   int32_t top_k = 0;      // 0 = off
   float top_p = 1;        // 1 = off
-  float uniform = 0;      // the row's random draw in [0, 1)
+  double uniform = 0;     // the row's random draw in [0, 1) (SequenceSampler::TakeUniform)
+  float min_p = 0;        // 0 = off
 };
 
 class Backend {

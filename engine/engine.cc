@@ -307,7 +307,8 @@ void Engine::RunStep() {
       r.temperature = sampler.params().temperature;
       r.top_k = sampler.params().top_k;
       r.top_p = sampler.params().top_p;
-      r.uniform = static_cast<float>(sampler.TakeUniform());
+      r.min_p = sampler.params().min_p;
+      r.uniform = sampler.TakeUniform();
     }
   }
   const Clock::time_point t1 = Clock::now();

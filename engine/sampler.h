@@ -2,20 +2,21 @@
 // a per-sequence RNG, and log-probs.
 //
 // Pipeline (one Sample call):
-//   logits -> repetition / presence / frequency penalties -> greedy argmax (temperature 0
-//   or top_k == 1; lowest id wins ties) or: temperature -> top-k -> top-p -> min-p ->
-//   inverse-CDF draw with one uniform from the sequence's own RNG.
-// The filters keep: top-k the k best (logit descending, lower id first among ties); top-p
-// the smallest such best-first set whose probability (renormalised after top-k) reaches
-// top_p; min-p the tokens whose probability is >= min_p times the best one's.
+//   logits -> repetition / presence / frequency penalties -> the canonical sampling
+//   algorithm of kernels/sampling.h with one uniform from the sequence's own RNG.
+// That algorithm (greedy argmax for temperature 0 or top_k 1, lowest id among ties;
+// otherwise f32 weights exp((l - max) / T) by a fixed polynomial, integer weights
+// floor(w * 2^40), top-k -> top-p (over the top-k survivors) -> min-p, and an inverse-CDF
+// draw over the kept ids in ascending id order) is written down once, in
+// kernels/sampling.h; the sampling kernel implements it too, bit for bit, so a token never
+// depends on whether the host or the device drew it (Backend::CanSampleOnDevice).
 // Log-probs are log_softmax of the RAW logits (before penalties and temperature), as vLLM
 // reports by default, and are computed only when params.logprobs > 0.
 //
 // RNG: xoshiro256** (Blackman & Vigna) whose state is filled by splitmix64 from the seed;
 // a uniform is (next() >> 11) * 2^-53 in [0, 1). Every Sample call consumes exactly one
 // uniform (greedy ones too), so a seed fixes the token sequence whatever else runs in the
-// batch. The weights use a fixed polynomial exp and fixed summation orders, so the same
-// build gives the same tokens for the same seed and logits.
+// batch.
 #pragma once
 
 #include <array>
@@ -62,6 +63,40 @@ class Xoshiro256 {
   std::array<uint64_t, 4> s_;
 };
 
+// The canonical draw (kernels/sampling.h) of one token from one row of logits with the
+// uniform `u` in [0, 1): what Sample does after the penalties. Reuses scratch buffers
+// across calls; not thread-safe. The row must be shorter than 2^24 ids.
+class RowDrawer {
+ public:
+  // Uses params' temperature, top_k, top_p and min_p (validated); ignores the rest.
+  int32_t Draw(std::span<const float> logits, const SamplingParams& params, double u);
+
+ private:
+  // The kept set {key >= key(cut)} of kernels/sampling.h step 4, as its last member.
+  struct Cut {
+    float logit;
+    int32_t id;
+  };
+  // Leaves the k best ids (logit descending, lower id first among ties) in idx_[0, k),
+  // best first.
+  void TopK(std::span<const float> l, size_t k);
+  // Small top-k: everything on the k candidates.
+  int32_t DrawFromTopK(std::span<const float> l, float m, float inv_t, const SamplingParams& p,
+                       double u);
+  // The top-p cut over the whole row (weights_ filled): the shortest best-first prefix
+  // whose mass reaches `need`.
+  Cut TopPCut(std::span<const float> l, float m, float temperature, double need);
+  // The draw over ids at or above `cut` whose weight is >= min_p, in id order.
+  int32_t DrawMasked(std::span<const float> l, Cut cut, float min_p, double u);
+
+  std::vector<float> row_;      // the row with NaN as -inf (when it has NaN)
+  std::vector<float> weights_;  // w per id
+  std::vector<uint64_t> block_q_;
+  std::vector<int32_t> idx_;
+  std::vector<std::pair<float, int32_t>> heap_;
+  std::vector<std::pair<int32_t, uint64_t>> kept_;  // (id, q)
+};
+
 // The sampling state of one sequence. Not thread-safe; one per sequence. Params must
 // have passed ValidateSamplingParams.
 class SequenceSampler {
@@ -72,7 +107,7 @@ class SequenceSampler {
   // Records prompt tokens: they count for the repetition penalty only.
   void AddPromptTokens(std::span<const int32_t> tokens);
   // Picks the next token from one non-empty row of logits (size = vocab) and records it as
-  // generated. NaN logits are treated as -inf.
+  // generated. NaN logits are never picked unless every logit is NaN (then id 0).
   // Ids outside the row (prompt ids past the vocab) are ignored by the penalties.
   SampleResult Sample(std::span<const float> logits);
 
@@ -91,19 +126,9 @@ class SequenceSampler {
   int32_t num_generated() const { return num_generated_; }
 
  private:
-  bool greedy() const { return params_.temperature == 0.0f || params_.top_k == 1; }
   bool has_penalties() const;
-  // Copies logits into logits_ (NaN -> -inf) and applies the penalties.
+  // Copies logits into logits_ and applies the penalties.
   std::span<const float> PenalizedCopy(std::span<const float> logits);
-  // Temperature, filters and the draw, on NaN-free logits.
-  int32_t SampleFiltered(std::span<const float> l, double u);
-  // Draw over all ids in id order with weights_ (no ordering filter active).
-  int32_t DrawAll(std::span<const float> l, double u);
-  // Leaves the k best ids (logit descending, lower id first among ties) in idx_[0, k).
-  void TopK(std::span<const float> l, size_t k);
-  // Leaves in idx_[0, n) the smallest set of best ids holding top_p of the mass `total`
-  // (weights_ filled, m = max logit); returns n.
-  size_t TopPOverAll(std::span<const float> l, float m, double total);
   void ComputeLogprobs(std::span<const float> raw, SampleResult* out);
   void Record(int32_t token);
 
@@ -114,12 +139,10 @@ class SequenceSampler {
   absl::flat_hash_set<int32_t> seen_;
   // Presence / frequency penalties: occurrence count per generated id.
   absl::flat_hash_map<int32_t, int32_t> counts_;
+  RowDrawer drawer_;
   // Scratch reused across calls (sized to the vocab on first use).
   std::vector<float> logits_;
   std::vector<float> weights_;
-  std::vector<double> block_sums_;
-  std::vector<int32_t> idx_;
-  std::vector<std::pair<float, int32_t>> heap_;
 };
 
 }  // namespace ptxserve

@@ -202,10 +202,12 @@ absl::Status GpuBackend::ReserveSplits(int64_t rows, int64_t splits) {
 }
 
 bool GpuBackend::CanSampleOnDevice(const SamplingParams& p) const {
-  const bool greedy = p.temperature == 0.0f || p.top_k == 1;
+  // The sampling kernel and SequenceSampler implement the same canonical algorithm
+  // (kernels/sampling.h), greedy or not. Penalties and log-probs are host-only; the
+  // kernel's integer weights need a vocabulary below 2^24.
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  return greedy && !penalties && p.logprobs == 0;
+  return !penalties && p.logprobs == 0 && config_.vocab_size < (int64_t{1} << 24);
 }
 
 KernelStats GpuBackend::kernel_stats() const {

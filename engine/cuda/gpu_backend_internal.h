@@ -133,16 +133,16 @@ struct GpuBackend::StepPlan {
   bool greedy = true;   // every sampled row greedy (argmax kernel)
   CUdeviceptr token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0,
               block_tables = 0, logits_rows = 0;
-  CUdeviceptr temperature = 0, top_k = 0, top_p = 0, uniform = 0;
+  CUdeviceptr temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
 };
 
 // Byte offsets of the packed StepBatch in the metadata buffer (16-byte aligned sections):
 // token_ids, positions s32 [T]; slot_mapping s64 [T]; query_start s32 [S + 1];
 // seq_lens s32 [S]; block_tables s32 [S * MB]; logits_rows s32 [R]; then the sampling
-// rows: temperature f32, top_k s32, top_p f32, uniform f32, each [R].
+// rows: temperature f32, top_k s32, top_p f32, min_p f32, uniform f64, each [R].
 struct MetaLayout {
   size_t token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0, block_tables = 0,
-         logits_rows = 0, temperature = 0, top_k = 0, top_p = 0, uniform = 0;
+         logits_rows = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
   size_t total = 0;
 };
 MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows);

@@ -38,7 +38,8 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
   take(&m.temperature, rows * 4);
   take(&m.top_k, rows * 4);
   take(&m.top_p, rows * 4);
-  take(&m.uniform, rows * 4);
+  take(&m.min_p, rows * 4);
+  take(&m.uniform, rows * 8);
   m.total = off;
   return m;
 }
@@ -95,7 +96,8 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
       std::memcpy(h + m.temperature + 4 * r, &rs.temperature, 4);
       std::memcpy(h + m.top_k + 4 * r, &rs.top_k, 4);
       std::memcpy(h + m.top_p + 4 * r, &rs.top_p, 4);
-      std::memcpy(h + m.uniform + 4 * r, &rs.uniform, 4);
+      std::memcpy(h + m.min_p + 4 * r, &rs.min_p, 4);
+      std::memcpy(h + m.uniform + 8 * r, &rs.uniform, 8);
       if (rs.temperature > 0 && rs.top_k != 1) p.greedy = false;
     }
   }
@@ -110,6 +112,7 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.temperature = d + m.temperature;
   p.top_k = d + m.top_k;
   p.top_p = d + m.top_p;
+  p.min_p = d + m.min_p;
   p.uniform = d + m.uniform;
   // Only the sampling sections a greedy or logits step does not read are left out.
   const size_t bytes = p.sample && !p.greedy ? m.total : m.temperature;
@@ -282,8 +285,9 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
       void* params[] = {&logits, &out, &vocab, &R};
       s = LaunchSlot(*cache_, k_->argmax, kernels::ArgmaxLaunch(k_->argmax_cfg, p.rows), params);
     } else {
-      CUdeviceptr temp = p.temperature, topk = p.top_k, topp = p.top_p, unif = p.uniform;
-      void* params[] = {&logits, &temp, &topk, &topp, &unif, &out, &vocab, &R};
+      CUdeviceptr temp = p.temperature, topk = p.top_k, topp = p.top_p, minp = p.min_p;
+      CUdeviceptr unif = p.uniform;
+      void* params[] = {&logits, &temp, &topk, &topp, &minp, &unif, &out, &vocab, &R};
       s = LaunchSlot(*cache_, k_->sampling, kernels::SamplingLaunch(k_->sampling_cfg, p.rows),
                      params);
     }

@@ -1,0 +1,257 @@
+// Stochastic sampling on the device (emulated): the sampling kernel and the host sampler
+// implement the same canonical algorithm (kernels/sampling.h), so seeded temperature /
+// top-k / top-p / min-p requests give the CPU backend's tokens while every decode step
+// stays on the device and sends back 4 bytes per sequence. Also StepSampled row by row
+// against RowDrawer on the step's own logits.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/emulated_driver.h"
+#include "engine/cuda/gpu_backend.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/cuda/gpu_test_util.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+using testing::Prompt;
+
+constexpr KvCacheConfig kKv{64, 16, DType::kF32};
+
+struct Snapshot {
+  StepObservation step;
+  TransferStats transfers;
+  KernelCacheStats cache;
+};
+
+// Snapshots the GPU backend's counters after every engine step (on the engine thread).
+class StepRecorder : public EngineObserver {
+ public:
+  explicit StepRecorder(const GpuBackend* gpu) : gpu_(gpu) {}
+  void OnStep(const StepObservation& s) override {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back({s, gpu_->transfer_stats(), gpu_->cache_stats()});
+  }
+  std::vector<Snapshot> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  const GpuBackend* gpu_;
+  absl::Mutex mu_;
+  std::vector<Snapshot> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+std::vector<std::vector<int32_t>> RunEngine(Engine& engine, std::vector<EngineRequest> reqs) {
+  const size_t n = reqs.size();
+  std::vector<std::vector<int32_t>> tokens(n);
+  auto stream = std::make_shared<ResultStream>();
+  EXPECT_TRUE(engine.Enqueue(std::move(reqs), stream).ok());
+  size_t done = 0;
+  std::vector<EngineOutput> outs;
+  while (done < n && stream->WaitPopAll(&outs)) {
+    for (EngineOutput& o : outs) {
+      tokens[o.index].insert(tokens[o.index].end(), o.token_ids.begin(), o.token_ids.end());
+      if (o.final()) {
+        ++done;
+        EXPECT_TRUE(o.error.ok()) << o.error;
+      }
+    }
+  }
+  return tokens;
+}
+
+int64_t Launches(const KernelCacheStats& s, const std::string& kernel) {
+  auto it = s.launches.find(kernel);
+  return it == s.launches.end() ? 0 : it->second;
+}
+
+class GpuSamplingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetEmulatedFault({});
+    auto m = testing::SyntheticModel("tiny", DType::kF32);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::make_unique<Model>(*std::move(m));
+    auto t = Tokenizer::FromDir(model_->dir);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = *std::move(t);
+  }
+
+  // Four seeded stochastic sequences, one filter mix each, arriving together.
+  std::vector<EngineRequest> Requests(float temperature_scale = 1.0f) const {
+    struct Mix {
+      float temperature;
+      int32_t top_k;
+      float top_p, min_p;
+    };
+    const Mix mixes[] = {{0.8f, 0, 0.9f, 0.0f},
+                         {1.0f, 20, 1.0f, 0.0f},
+                         {1.3f, 0, 1.0f, 0.05f},
+                         {0.7f, 50, 0.95f, 0.02f}};
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+      EngineRequest& r = reqs.emplace_back();
+      r.request_id = "s" + std::to_string(i);
+      r.index = i;
+      r.prompt = Prompt(3 + 4 * i, model_->config.vocab_size, 70 + i);
+      r.sampling.temperature = mixes[i].temperature * temperature_scale;
+      r.sampling.top_k = mixes[i].top_k;
+      r.sampling.top_p = mixes[i].top_p;
+      r.sampling.min_p = mixes[i].min_p;
+      r.sampling.seed = 500 + i;
+      r.stopping.max_new_tokens = 6;
+      r.stopping.ignore_eos = true;
+    }
+    return reqs;
+  }
+  std::vector<std::vector<int32_t>> RunOnCpu(std::vector<EngineRequest> reqs) {
+    auto cpu = CpuBackend::Create(*model_, kKv);
+    EXPECT_TRUE(cpu.ok()) << cpu.status();
+    Engine engine(*std::move(cpu), *tokenizer_, Config());
+    EXPECT_TRUE(engine.Start().ok());
+    return RunEngine(engine, std::move(reqs));
+  }
+  static EngineConfig Config() {
+    EngineConfig cfg;
+    cfg.prefill_chunk = 64;
+    return cfg;
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_F(GpuSamplingTest, SeededStochasticRequestsMatchTheCpuWithIdsOnlyComingBack) {
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  GpuBackend* g = gpu->get();
+  for (const EngineRequest& r : Requests()) EXPECT_TRUE(g->CanSampleOnDevice(r.sampling));
+  StepRecorder rec(g);
+  Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
+  ASSERT_TRUE(engine.Start().ok());
+  Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
+
+  const auto got = RunEngine(engine, Requests());
+  const auto want = RunOnCpu(Requests());
+  EXPECT_EQ(got, want) << "the same seed gives the same tokens on either path";
+  for (const auto& t : got) EXPECT_EQ(t.size(), 6u);
+  // The draws are really stochastic: near-greedy requests (T / 1000) differ somewhere.
+  EXPECT_NE(got, RunOnCpu(Requests(1e-3f)));
+
+  const std::vector<Snapshot> steps = rec.steps();
+  ASSERT_EQ(steps.size(), 6u) << "one prefill step, five decode steps";
+  int decode_steps = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Snapshot& s = steps[i];
+    const int64_t b = s.step.num_seqs;
+    EXPECT_EQ(b, 4) << "step " << i;
+    // The step stayed on the device: one copy back, 4 bytes per sequence.
+    EXPECT_EQ(s.transfers.d2h_count - prev.transfers.d2h_count, 1) << "step " << i;
+    EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 4 * b) << "step " << i;
+    EXPECT_EQ(Launches(s.cache, "sampling") - Launches(prev.cache, "sampling"), 1) << "step " << i;
+    EXPECT_EQ(Launches(s.cache, "argmax"), Launches(prev.cache, "argmax")) << "step " << i;
+    decode_steps += s.step.num_tokens == s.step.num_seqs;
+    prev = s;
+  }
+  EXPECT_EQ(decode_steps, 5);
+}
+
+// A penalised row keeps the whole step on the host; the stochastic rows beside it still
+// get the tokens the device path would give (both paths draw by the same rules).
+TEST_F(GpuSamplingTest, APenalisedRowSendsTheStepToTheHostWithTheSameTokens) {
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  GpuBackend* g = gpu->get();
+  std::vector<EngineRequest> reqs = Requests();
+  reqs[2].sampling.presence_penalty = 0.5f;
+  EXPECT_FALSE(g->CanSampleOnDevice(reqs[2].sampling));
+  StepRecorder rec(g);
+  Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
+  ASSERT_TRUE(engine.Start().ok());
+  Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
+  const auto got = RunEngine(engine, reqs);
+  EXPECT_EQ(got, RunOnCpu(reqs));
+  const auto alone = RunOnCpu(Requests());
+  for (int i : {0, 1, 3}) EXPECT_EQ(got[i], alone[i]) << "request " << i;
+  const int64_t vocab = model_->config.vocab_size;
+  for (const Snapshot& s : rec.steps()) {
+    EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 4 * vocab * s.step.num_seqs);
+    EXPECT_EQ(Launches(s.cache, "sampling"), Launches(prev.cache, "sampling"));
+    prev = s;
+  }
+}
+
+// StepSampled on a real step's logits: every row's id is RowDrawer's for its params and
+// uniform, edge uniforms included.
+TEST_F(GpuSamplingTest, StepSampledEqualsRowDrawerOnTheStepsLogits) {
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  GpuBackend& b = **gpu;
+  const int64_t vocab = model_->config.vocab_size;
+  // A prefill batch of 6 sequences, one logits row each.
+  const int rows_n = 6;
+  StepBatch batch;
+  for (int s = 0; s < rows_n; ++s) {
+    const std::vector<int32_t> prompt = Prompt(2 + s, vocab, 90 + s);
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.token_ids.push_back(prompt[i]);
+      batch.positions.push_back(static_cast<int32_t>(i));
+      batch.slot_mapping.push_back(s * kKv.block_size + static_cast<int64_t>(i));
+    }
+    batch.seq_lens.push_back(static_cast<int32_t>(prompt.size()));
+    batch.block_tables.push_back(s);
+    batch.logits_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+  }
+  batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+  batch.max_blocks_per_seq = 1;
+  std::vector<float> logits;
+  ASSERT_TRUE(b.Step(batch, &logits).ok());
+  ASSERT_EQ(logits.size(), static_cast<size_t>(rows_n * vocab));
+
+  const double last = std::nextafter(1.0, 0.0);
+  const std::vector<std::vector<RowSampling>> launches = {
+      {{0.8f, 0, 0.9f, 0.0, 0.0f},
+       {1.0f, 20, 1.0f, 0.5, 0.0f},
+       {1.3f, 0, 1.0f, last, 0.05f},
+       {0.7f, 50, 0.95f, 0.25, 0.02f},
+       {2.0f, 2, 1.0f, last, 0.0f},
+       {0.0f, 0, 1.0f, 0.9, 0.0f}},
+      {{5.0f, 0, 0.5f, 0.99, 0.0f},
+       {0.05f, 0, 1.0f, 0.3, 0.0f},
+       {1.0f, static_cast<int32_t>(vocab) - 1, 0.3f, 0.6, 0.1f},
+       {1.0f, 1, 1.0f, 0.6, 0.0f},
+       {1e30f, 0, 1.0f, 0.123, 0.0f},
+       {1.0f, 0, 0.99f, 0.0, 1.0f}},
+  };
+  RowDrawer host;
+  for (size_t l = 0; l < launches.size(); ++l) {
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(b.StepSampled(batch, launches[l], &ids).ok());
+    ASSERT_EQ(ids.size(), static_cast<size_t>(rows_n));
+    for (int r = 0; r < rows_n; ++r) {
+      const RowSampling& rs = launches[l][r];
+      SamplingParams p;
+      p.temperature = rs.temperature;
+      p.top_k = rs.top_k;
+      p.top_p = rs.top_p;
+      p.min_p = rs.min_p;
+      const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+      EXPECT_EQ(ids[r], host.Draw(row, p, rs.uniform)) << "launch " << l << " row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ptxserve::cuda
