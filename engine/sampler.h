@@ -80,14 +80,15 @@ class RowDrawer {
   // Leaves the k best ids (logit descending, lower id first among ties) in idx_[0, k),
   // best first.
   void TopK(std::span<const float> l, size_t k);
-  // Small top-k: everything on the k candidates.
+  // Small top-k (any k < vocab works): everything on the k candidates.
   int32_t DrawFromTopK(std::span<const float> l, float m, float inv_t, const SamplingParams& p,
                        double u);
   // The top-p cut over the whole row (weights_ filled): the shortest best-first prefix
   // whose mass reaches `need`.
   Cut TopPCut(std::span<const float> l, float m, float temperature, double need);
-  // The draw over ids at or above `cut` whose weight is >= min_p, in id order.
-  int32_t DrawMasked(std::span<const float> l, Cut cut, float min_p, double u);
+  // The draw over ids at or above `cut` whose weight is >= min_p, in id order (weights_
+  // filled; block_q_ too when `sums_ready`).
+  int32_t DrawMasked(std::span<const float> l, Cut cut, float min_p, double u, bool sums_ready);
 
   std::vector<float> row_;      // the row with NaN as -inf (when it has NaN)
   std::vector<float> weights_;  // w per id

@@ -20,20 +20,22 @@ namespace ptxserve {
 namespace {
 
 using sampler_internal::ArgMax;
-using sampler_internal::HorizontalSum;
 using sampler_internal::kNegInf;
 using sampler_internal::MaxOf;
+using sampler_internal::QSum;
 using sampler_internal::Quantize;
-using sampler_internal::QuantizeSum8;
 using sampler_internal::VisitAbove;
 using sampler_internal::Weight1;
 using sampler_internal::Weight8;
 
 // Ids per block of the blocked inverse-CDF walk.
 constexpr size_t kBlock = 256;
-// Up to this k, top-k keeps a heap of the k best while scanning and works on the k
-// candidates alone; beyond, nth_element over the row's weights.
+static_assert(kBlock / 8 <= sampler_internal::kMaxQuantizeAdds, "a block sums without flushing");
+// Up to this k, top-k keeps a heap of the k best while scanning; beyond, nth_element.
 constexpr size_t kHeapTopK = 512;
+// Up to this k, the draw works on the k candidates alone (sorted by id); beyond, on the
+// whole row's weights with the cut as a mask.
+constexpr size_t kCandidateTopK = 4096;
 
 // Strict weak order "a ranks before b": larger logit, then lower id (no NaN in `l`).
 struct Better {
@@ -51,21 +53,30 @@ uint64_t Target(double u, uint64_t total) {
   return std::min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
 }
 
-// w[i] = Weight(l[i]); returns the sum of their integer weights.
-uint64_t Weights(std::span<const float> l, float m, float inv_t, float* w) {
+// w[i] = Weight(l[i]); block_q[b] = the sum of the integer weights of the ids in block b
+// (kBlock ids) whose weight is >= floor; returns the sum of the block sums.
+uint64_t Weights(std::span<const float> l, float m, float inv_t, float floor, float* w,
+                 uint64_t* block_q) {
   const __m256 mv = _mm256_set1_ps(m);
   const __m256 tv = _mm256_set1_ps(inv_t);
-  __m256i acc = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= l.size(); i += 8) {
-    const __m256 e = Weight8(_mm256_loadu_ps(&l[i]), mv, tv);
-    _mm256_storeu_ps(w + i, e);
-    acc = _mm256_add_epi64(acc, QuantizeSum8(e));
-  }
-  uint64_t total = HorizontalSum(acc);
-  for (; i < l.size(); ++i) {
-    w[i] = Weight1(l[i], m, inv_t);
-    total += Quantize(w[i]);
+  const __m256 fv = _mm256_set1_ps(floor);
+  uint64_t total = 0;
+  for (size_t b = 0; b * kBlock < l.size(); ++b) {
+    const size_t end = std::min(l.size(), (b + 1) * kBlock);
+    QSum acc;
+    size_t i = b * kBlock;
+    for (; i + 8 <= end; i += 8) {
+      const __m256 e = Weight8(_mm256_loadu_ps(&l[i]), mv, tv);
+      _mm256_storeu_ps(w + i, e);
+      acc.Add8(_mm256_and_ps(e, _mm256_cmp_ps(e, fv, _CMP_GE_OQ)));
+    }
+    uint64_t s = acc.Flush();
+    for (; i < end; ++i) {
+      w[i] = Weight1(l[i], m, inv_t);
+      s += w[i] >= floor ? Quantize(w[i]) : 0;
+    }
+    block_q[b] = s;
+    total += s;
   }
   return total;
 }
@@ -73,13 +84,18 @@ uint64_t Weights(std::span<const float> l, float m, float inv_t, float* w) {
 // Sum of the integer weights of the ids in [begin, end) with l[i] >= thr.
 uint64_t QSumAtLeast(const float* l, const float* w, size_t begin, size_t end, float thr) {
   const __m256 tv = _mm256_set1_ps(thr);
-  __m256i acc = _mm256_setzero_si256();
+  QSum acc;
+  uint64_t s = 0;
   size_t i = begin;
-  for (; i + 8 <= end; i += 8) {
+  for (size_t adds = 0; i + 8 <= end; i += 8) {
     const __m256 mask = _mm256_cmp_ps(_mm256_loadu_ps(l + i), tv, _CMP_GE_OQ);
-    acc = _mm256_add_epi64(acc, QuantizeSum8(_mm256_and_ps(_mm256_loadu_ps(w + i), mask)));
+    acc.Add8(_mm256_and_ps(_mm256_loadu_ps(w + i), mask));
+    if (++adds == sampler_internal::kMaxQuantizeAdds) {
+      s += acc.Flush();
+      adds = 0;
+    }
   }
-  uint64_t s = HorizontalSum(acc);
+  s += acc.Flush();
   for (; i < end; ++i) s += l[i] >= thr ? Quantize(w[i]) : 0;
   return s;
 }
@@ -114,7 +130,7 @@ uint64_t KeptQSum(const float* l, const float* w, size_t begin, size_t end, floa
   const __m256 mpv = _mm256_set1_ps(min_p);
   const __m256i cidv = _mm256_set1_epi32(cid);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  __m256i acc = _mm256_setzero_si256();
+  QSum acc;  // end - begin <= kBlock: no flush needed on the way
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
     const __m256 lv = _mm256_loadu_ps(l + i);
@@ -125,9 +141,9 @@ uint64_t KeptQSum(const float* l, const float* w, size_t begin, size_t end, floa
         _mm256_or_ps(_mm256_cmp_ps(lv, clv, _CMP_GT_OQ),
                      _mm256_andnot_ps(after_cut, _mm256_cmp_ps(lv, clv, _CMP_EQ_OQ)));
     const __m256 keep = _mm256_and_ps(at_or_above, _mm256_cmp_ps(wv, mpv, _CMP_GE_OQ));
-    acc = _mm256_add_epi64(acc, QuantizeSum8(_mm256_and_ps(wv, keep)));
+    acc.Add8(_mm256_and_ps(wv, keep));
   }
-  uint64_t s = HorizontalSum(acc);
+  uint64_t s = acc.Flush();
   for (; i < end; ++i) {
     if (Kept(l[i], w[i], static_cast<int32_t>(i), cl, cid, min_p)) s += Quantize(w[i]);
   }
@@ -154,11 +170,20 @@ int32_t RowDrawer::Draw(std::span<const float> logits, const SamplingParams& p, 
   }
   const bool use_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < v;
   const bool use_p = p.top_p < 1.0f;
-  if (use_k && static_cast<size_t>(p.top_k) <= kHeapTopK) return DrawFromTopK(l, m, inv_t, p, u);
+  if (use_k && static_cast<size_t>(p.top_k) <= kCandidateTopK) {
+    return DrawFromTopK(l, m, inv_t, p, u);
+  }
 
   weights_.resize(v);
-  const uint64_t total = Weights(l, m, inv_t, weights_.data());
-  Cut cut{kNegInf, std::numeric_limits<int32_t>::max()};  // every id
+  block_q_.resize((v + kBlock - 1) / kBlock);
+  const Cut all{kNegInf, std::numeric_limits<int32_t>::max()};
+  if (!use_k && !use_p) {
+    // min-p alone: the weights pass already sums the kept ids per block.
+    Weights(l, m, inv_t, p.min_p, weights_.data(), block_q_.data());
+    return DrawMasked(l, all, p.min_p, u, /*sums_ready=*/true);
+  }
+  const uint64_t total = Weights(l, m, inv_t, 0.0f, weights_.data(), block_q_.data());
+  Cut cut = all;
   if (use_k) {
     const size_t k = static_cast<size_t>(p.top_k);
     TopK(l, k);
@@ -177,7 +202,7 @@ int32_t RowDrawer::Draw(std::span<const float> logits, const SamplingParams& p, 
   } else if (use_p) {
     cut = TopPCut(l, m, p.temperature, Need(p.top_p, total));
   }
-  return DrawMasked(l, cut, p.min_p, u);
+  return DrawMasked(l, cut, p.min_p, u, /*sums_ready=*/false);
 }
 
 void RowDrawer::TopK(std::span<const float> l, size_t k) {
@@ -299,17 +324,19 @@ RowDrawer::Cut RowDrawer::TopPCut(std::span<const float> l, float m, float tempe
   return {kNegInf, std::numeric_limits<int32_t>::max()};
 }
 
-int32_t RowDrawer::DrawMasked(std::span<const float> l, Cut cut, float min_p, double u) {
+int32_t RowDrawer::DrawMasked(std::span<const float> l, Cut cut, float min_p, double u,
+                              bool sums_ready) {
   const size_t v = l.size();
   const float* w = weights_.data();
   // Blocked inverse CDF: block sums first, then a walk inside the one block the target
   // falls in.
   const size_t num_blocks = (v + kBlock - 1) / kBlock;
-  block_q_.resize(num_blocks);
   uint64_t total = 0;
   for (size_t b = 0; b < num_blocks; ++b) {
-    block_q_[b] =
-        KeptQSum(l.data(), w, b * kBlock, std::min(v, (b + 1) * kBlock), cut.logit, cut.id, min_p);
+    if (!sums_ready) {
+      block_q_[b] = KeptQSum(l.data(), w, b * kBlock, std::min(v, (b + 1) * kBlock), cut.logit,
+                             cut.id, min_p);
+    }
     total += block_q_[b];
   }
   const uint64_t target = Target(u, total);  // total >= 2^40: the best token is kept

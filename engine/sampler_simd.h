@@ -74,24 +74,29 @@ inline __m256 Weight8(__m256 l, __m256 m, __m256 inv_t) {
 // floor(w * 2^40) for a weight w in [0, 1] (the product is exact in f32).
 inline uint64_t Quantize(float w) { return static_cast<uint64_t>(w * kQScale); }
 
-// The sum of Quantize over 8 weights, as 4 u64 lanes: through doubles, where adding 2^52
-// to an integer below 2^52 leaves the integer in the low mantissa bits.
-inline __m256i QuantizeSum8(__m256 w) {
-  const __m256 f = _mm256_floor_ps(_mm256_mul_ps(w, _mm256_set1_ps(kQScale)));
-  const __m256d magic = _mm256_set1_pd(0x1p52);
-  const __m256i lo =
-      _mm256_castpd_si256(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), magic));
-  const __m256i hi =
-      _mm256_castpd_si256(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), magic));
-  const __m256i bits = _mm256_castpd_si256(magic);
-  return _mm256_add_epi64(_mm256_sub_epi64(lo, bits), _mm256_sub_epi64(hi, bits));
-}
+// Sums of Quantize in two double accumulators of 4 lanes: q is an integer below 2^41, so
+// every partial sum is exact while a lane's stays below 2^53, i.e. for up to
+// kMaxQuantizeAdds calls between flushes.
+inline constexpr size_t kMaxQuantizeAdds = 4096;
+struct QSum {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
 
-inline uint64_t HorizontalSum(__m256i v) {
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
+  void Add8(__m256 w) {
+    const __m256 f = _mm256_floor_ps(_mm256_mul_ps(w, _mm256_set1_ps(kQScale)));
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+  }
+  // The exact sum so far; resets the accumulators.
+  uint64_t Flush() {
+    alignas(32) double lanes[8];
+    _mm256_store_pd(lanes, a0);
+    _mm256_store_pd(lanes + 4, a1);
+    a0 = a1 = _mm256_setzero_pd();
+    uint64_t s = 0;
+    for (double x : lanes) s += static_cast<uint64_t>(x);
+    return s;
+  }
+};
 
 // Largest value; NaN never wins (max_ps returns its second operand when one is NaN).
 // *has_nan tells whether any value was NaN.

@@ -8,10 +8,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/cuda/gpu_backend.h"
 #include "engine/engine.h"
@@ -19,6 +22,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/sampler/canonical_reference.h"
 
 namespace ptxserve::cuda {
 namespace {
@@ -192,13 +196,43 @@ TEST_F(GpuSamplingTest, APenalisedRowSendsTheStepToTheHostWithTheSameTokens) {
   }
 }
 
-// StepSampled on a real step's logits: every row's id is RowDrawer's for its params and
-// uniform, edge uniforms included.
-TEST_F(GpuSamplingTest, StepSampledEqualsRowDrawerOnTheStepsLogits) {
-  auto gpu = testing::EmulatedBackend(*model_, kKv);
+// Empty when `kind` can run here, else why not.
+std::string Unavailable(const std::string& kind) {
+  if (kind != "cuda") return "";
+  static const std::string why = [] {
+    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
+    if (!d.ok()) return std::string(d.status().message());
+    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
+    return dev.ok() ? std::string() : std::string(dev.status().message());
+  }();
+  return why;
+}
+
+// StepSampled on a real step's logits, on the emulator and (where there is one) a real
+// GPU: every row's id is RowDrawer's for its params and uniform, for hand-picked rows
+// (edge uniforms, every filter) and random ones, at the tiny preset's vocab (512) and at
+// 32000.
+class GpuSamplingDevices : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  void SetUp() override {
+    SetEmulatedFault({});
+    if (std::string why = Unavailable(std::get<0>(GetParam())); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(GpuSamplingDevices, StepSampledEqualsRowDrawerOnTheStepsLogits) {
+  const auto [kind, vocab_size] = GetParam();
+  auto model = testing::SyntheticModel(
+      "tiny", DType::kF32, [v = vocab_size](ModelConfig& c) { c.vocab_size = v; },
+      "v" + std::to_string(vocab_size));
+  ASSERT_TRUE(model.ok()) << model.status();
+  GpuBackendOptions options;
+  options.log_progress = false;
+  auto gpu = CreateGpuBackend(*model, kKv, kind, options);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   GpuBackend& b = **gpu;
-  const int64_t vocab = model_->config.vocab_size;
+  const int64_t vocab = model->config.vocab_size;
+  ASSERT_EQ(vocab, vocab_size);
   // A prefill batch of 6 sequences, one logits row each.
   const int rows_n = 6;
   StepBatch batch;
@@ -221,7 +255,7 @@ TEST_F(GpuSamplingTest, StepSampledEqualsRowDrawerOnTheStepsLogits) {
   ASSERT_EQ(logits.size(), static_cast<size_t>(rows_n * vocab));
 
   const double last = std::nextafter(1.0, 0.0);
-  const std::vector<std::vector<RowSampling>> launches = {
+  std::vector<std::vector<RowSampling>> launches = {
       {{0.8f, 0, 0.9f, 0.0, 0.0f},
        {1.0f, 20, 1.0f, 0.5, 0.0f},
        {1.3f, 0, 1.0f, last, 0.05f},
@@ -235,6 +269,16 @@ TEST_F(GpuSamplingTest, StepSampledEqualsRowDrawerOnTheStepsLogits) {
        {1e30f, 0, 1.0f, 0.123, 0.0f},
        {1.0f, 0, 0.99f, 0.0, 1.0f}},
   };
+  // Random rows; the real GPU gets many more (the emulator is slow at 32000).
+  const int random_launches = kind == "cuda" ? 40 : (vocab > 4096 ? 1 : 6);
+  ptxserve::testing::CaseMaker maker(vocab);
+  for (int l = 0; l < random_launches; ++l) {
+    std::vector<RowSampling>& rows = launches.emplace_back();
+    for (int r = 0; r < rows_n; ++r) {
+      const SamplingParams p = maker.Params(static_cast<int>(vocab));
+      rows.push_back({p.temperature, p.top_k, p.top_p, maker.Uniform(), p.min_p});
+    }
+  }
   RowDrawer host;
   for (size_t l = 0; l < launches.size(); ++l) {
     std::vector<int32_t> ids;
@@ -248,10 +292,21 @@ TEST_F(GpuSamplingTest, StepSampledEqualsRowDrawerOnTheStepsLogits) {
       p.top_p = rs.top_p;
       p.min_p = rs.min_p;
       const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
-      EXPECT_EQ(ids[r], host.Draw(row, p, rs.uniform)) << "launch " << l << " row " << r;
+      EXPECT_EQ(ids[r], host.Draw(row, p, rs.uniform))
+          << kind << " launch " << l << " row " << r << ": T=" << rs.temperature
+          << " top_k=" << rs.top_k << " top_p=" << rs.top_p << " min_p=" << rs.min_p
+          << " u=" << rs.uniform;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuSamplingDevices,
+                         ::testing::Combine(::testing::Values("emulated", "cuda"),
+                                            ::testing::Values(512, 32000)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_vocab" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ptxserve::cuda
