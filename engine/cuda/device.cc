@@ -90,6 +90,50 @@ void ModuleHandle::Reset() {
   module_ = nullptr;
 }
 
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    device_ = std::exchange(o.device_, nullptr);
+    graph_ = std::exchange(o.graph_, nullptr);
+  }
+  return *this;
+}
+
+void Graph::Reset() {
+  if (device_ != nullptr && graph_ != nullptr) {
+    absl::Status st = device_->MakeCurrent();
+    const CUresult r = device_->driver().cuGraphDestroy(graph_);
+    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphDestroy");
+    if (!st.ok()) {
+      PTX_LOG(ERROR) << "destroying a CUDA graph: " << st.message();
+    }
+  }
+  device_ = nullptr;
+  graph_ = nullptr;
+}
+
+GraphExec& GraphExec::operator=(GraphExec&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    device_ = std::exchange(o.device_, nullptr);
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+
+void GraphExec::Reset() {
+  if (device_ != nullptr && exec_ != nullptr) {
+    absl::Status st = device_->MakeCurrent();
+    const CUresult r = device_->driver().cuGraphExecDestroy(exec_);
+    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphExecDestroy");
+    if (!st.ok()) {
+      PTX_LOG(ERROR) << "destroying a CUDA graph exec: " << st.message();
+    }
+  }
+  device_ = nullptr;
+  exec_ = nullptr;
+}
+
 // ---- Device ----
 
 absl::Status Device::Error(CUresult r, absl::string_view call, absl::string_view kernel) const {
@@ -305,6 +349,45 @@ absl::Status Device::Launch(CUfunction fn, absl::string_view kernel,
                                              dims.block[0], dims.block[1], dims.block[2],
                                              dims.shared_bytes, stream_, params, nullptr);
   if (r != CUDA_SUCCESS) return Error(r, "cuLaunchKernel", kernel);
+  return absl::OkStatus();
+}
+
+absl::Status Device::BeginCapture(absl::string_view what) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  // THREAD_LOCAL, not GLOBAL: a capture on this stream must not make other threads' driver
+  // calls (another backend's allocations, say) fail.
+  if (CUresult r = driver_->cuStreamBeginCapture_v2(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuStreamBeginCapture_v2 (", what, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Graph> Device::EndCapture(absl::string_view what) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  CUgraph g = nullptr;
+  if (CUresult r = driver_->cuStreamEndCapture(stream_, &g); r != CUDA_SUCCESS) {
+    // An invalidated capture may still hand back a graph: it is of no use.
+    if (g != nullptr) (void)driver_->cuGraphDestroy(g);
+    return Error(r, absl::StrCat("cuStreamEndCapture (", what, ")"));
+  }
+  return Graph(this, g);
+}
+
+absl::StatusOr<GraphExec> Device::Instantiate(const Graph& graph, absl::string_view what) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  CUgraphExec e = nullptr;
+  if (CUresult r = driver_->cuGraphInstantiateWithFlags(&e, graph.get(), 0); r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuGraphInstantiateWithFlags (", what, ")"));
+  }
+  return GraphExec(this, e);
+}
+
+absl::Status Device::LaunchGraph(const GraphExec& exec, absl::string_view what) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  if (CUresult r = driver_->cuGraphLaunch(exec.get(), stream_); r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuGraphLaunch (", what, ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -5,8 +5,10 @@
 // INTERNAL (a failing step fails its sequences with INTERNAL).
 //
 // All work goes to the device's one stream, in order; copies are asynchronous and only
-// Synchronize waits. Thread-safety: any thread may call (the context is made current on
-// the calling thread on demand), but the stream is shared, so one user at a time.
+// Synchronize waits. The stream can be captured into a CUDA graph (BeginCapture ..
+// EndCapture: the launches in between are recorded, not run), instantiated once and
+// launched many times (LaunchGraph). Thread-safety: any thread may call (the context is made
+// current on the calling thread on demand), but the stream is shared, so one user at a time.
 #pragma once
 
 #include <atomic>
@@ -107,6 +109,45 @@ class ModuleHandle {
   CUmodule module_ = nullptr;
 };
 
+// A captured graph (cuGraphDestroy on destruction).
+class Graph {
+ public:
+  Graph() = default;
+  Graph(Device* device, CUgraph graph) : device_(device), graph_(graph) {}
+  ~Graph() { Reset(); }
+  Graph(Graph&& o) noexcept { *this = std::move(o); }
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  CUgraph get() const { return graph_; }
+  void Reset();
+
+ private:
+  Device* device_ = nullptr;
+  CUgraph graph_ = nullptr;
+};
+
+// An instantiated graph (cuGraphExecDestroy on destruction; launches already queued
+// still run).
+class GraphExec {
+ public:
+  GraphExec() = default;
+  GraphExec(Device* device, CUgraphExec exec) : device_(device), exec_(exec) {}
+  ~GraphExec() { Reset(); }
+  GraphExec(GraphExec&& o) noexcept { *this = std::move(o); }
+  GraphExec& operator=(GraphExec&& o) noexcept;
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  CUgraphExec get() const { return exec_; }
+  void Reset();
+
+ private:
+  Device* device_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
 class Device {
  public:
   // cuInit, then device `ordinal`: its attributes, its primary context (made current on
@@ -150,6 +191,19 @@ class Device {
   // cuLaunchKernel on the stream; `params[i]` points at parameter i's value.
   absl::Status Launch(CUfunction fn, absl::string_view kernel, const kernels::LaunchDims& dims,
                       void** params);
+
+  // Stream capture in CU_STREAM_CAPTURE_MODE_THREAD_LOCAL (this thread must not allocate,
+  // free or synchronise until EndCapture; other threads are unaffected). Between the two,
+  // Launch records instead of running and copies fail. EndCapture must follow every
+  // successful BeginCapture, also after a failed launch (it then fails, naming the
+  // invalidation, and the stream is back to normal). `what` names the graph in errors.
+  absl::Status BeginCapture(absl::string_view what);
+  absl::StatusOr<Graph> EndCapture(absl::string_view what);
+  // cuGraphInstantiateWithFlags (flags 0).
+  absl::StatusOr<GraphExec> Instantiate(const Graph& graph, absl::string_view what);
+  // cuGraphLaunch on the stream: the graph's kernels run in capture order after the
+  // stream's earlier work; their faults surface at the next Synchronize, as a launch's do.
+  absl::Status LaunchGraph(const GraphExec& exec, absl::string_view what);
 
   // Milliseconds between two points of the stream, measured with events around `work`
   // (which enqueues; this call synchronises). For benchmarks.

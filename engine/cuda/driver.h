@@ -11,7 +11,10 @@
 // compile time wherever cuda.h is installed.
 //
 // Table members are named after the exported symbols (cuMemAlloc_v2, not cuMemAlloc), which
-// also keeps cuda.h's `#define cuMemAlloc cuMemAlloc_v2` macros away from them.
+// also keeps cuda.h's `#define cuMemAlloc cuMemAlloc_v2` macros away from them. For graphs
+// that means cuStreamBeginCapture_v2 (the unversioned symbol has no mode argument) and
+// cuGraphInstantiateWithFlags (the exported cuGraphInstantiate is CUDA 10's form with an
+// error-node and log buffer; cuda.h maps cuGraphInstantiate to ...WithFlags since 12.0).
 #pragma once
 
 #include <cstddef>
@@ -41,6 +44,7 @@ enum CUresult {
   CUDA_ERROR_INVALID_SOURCE = 300,
   CUDA_ERROR_SHARED_OBJECT_INIT_FAILED = 303,
   CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_ILLEGAL_STATE = 401,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
@@ -50,22 +54,30 @@ enum CUresult {
   CUDA_ERROR_MISALIGNED_ADDRESS = 716,
   CUDA_ERROR_LAUNCH_FAILED = 719,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+  CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
   CUDA_ERROR_UNKNOWN = 999,
 };
 
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): cuda.h's exact type
+using CUflags64 = unsigned long long;    // NOLINT(runtime/int): cuGraphInstantiateWithFlags
 
 struct CUctx_st;
 struct CUmod_st;
 struct CUfunc_st;
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 using CUcontext = CUctx_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
+using CUgraph = CUgraph_st*;          // a captured graph (cuStreamEndCapture)
+using CUgraphExec = CUgraphExec_st*;  // an instantiated graph (cuGraphInstantiateWithFlags)
 
 enum CUdevice_attribute {
   CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
@@ -100,6 +112,19 @@ enum CUjit_option {
   CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
   CU_JIT_OPTIMIZATION_LEVEL = 7,
   CU_JIT_LOG_VERBOSE = 12,
+};
+
+// Stream capture (CUDA graphs). THREAD_LOCAL: only the capturing thread is barred from
+// calls that are unsafe during a capture (allocations, synchronisation).
+enum CUstreamCaptureMode {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
+enum CUstreamCaptureStatus {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,  // an error ended it; cuStreamEndCapture fails
 };
 
 inline constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
@@ -150,7 +175,14 @@ inline constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuLaunchKernel, CUresult,                                                                     \
     (CUfunction fn, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,                \
      unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, \
-     CUstream stream, void** params, void** extra))
+     CUstream stream, void** params, void** extra))                                               \
+  X(cuStreamBeginCapture_v2, CUresult, (CUstream stream, CUstreamCaptureMode mode))               \
+  X(cuStreamEndCapture, CUresult, (CUstream stream, CUgraph * graph))                             \
+  X(cuStreamIsCapturing, CUresult, (CUstream stream, CUstreamCaptureStatus * status))             \
+  X(cuGraphInstantiateWithFlags, CUresult, (CUgraphExec * exec, CUgraph graph, CUflags64 flags))  \
+  X(cuGraphLaunch, CUresult, (CUgraphExec exec, CUstream stream))                                 \
+  X(cuGraphExecDestroy, CUresult, (CUgraphExec exec))                                             \
+  X(cuGraphDestroy, CUresult, (CUgraph graph))
 
 #define PTXSERVE_CUDA_PFN_TYPE(sym, ret, params) using PFN_##sym = ret(*) params;
 PTXSERVE_CUDA_DRIVER_FUNCTIONS(PTXSERVE_CUDA_PFN_TYPE)

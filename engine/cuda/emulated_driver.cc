@@ -43,6 +43,8 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
      "shared object initialization failed"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
+     "the operation cannot be performed in the present state"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -56,6 +58,12 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -69,6 +77,7 @@ const ErrorText* FindError(CUresult r) {
 // Tears the device down as a primary-context reset does: everything it owned goes.
 void DestroyDevice(State& s) {
   s.queue.clear();
+  DestroyGraphs();
   DestroyModules();
   for (CUstream_st* st : s.streams) delete st;
   for (CUevent_st* ev : s.events) delete ev;
@@ -245,6 +254,7 @@ CUresult CtxSynchronize() {
   ClearDetail();
   Lock l(S().mu);
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckCaptureAllows("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
   return Flush();
 }
 
@@ -276,6 +286,7 @@ CUresult StreamSynchronize(CUstream stream) {
   Lock l(S().mu);
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (!ValidStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = RejectIfCapturing(stream, "cuStreamSynchronize"); r != CUDA_SUCCESS) return r;
   return Flush();
 }
 
@@ -308,6 +319,7 @@ CUresult EventRecord(CUevent event, CUstream stream) {
   Lock l(S().mu);
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (S().events.count(event) == 0 || !ValidStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = RejectIfCapturing(stream, "cuEventRecord"); r != CUDA_SUCCESS) return r;
   event->recorded = true;
   event->completed = false;
   S().queue.push_back(Op{[event] {
@@ -440,6 +452,13 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
   t->cuModuleGetFunction = ModuleGetFunction;
   t->cuFuncGetAttribute = FuncGetAttribute;
   t->cuLaunchKernel = LaunchKernel;
+  t->cuStreamBeginCapture_v2 = StreamBeginCapture;
+  t->cuStreamEndCapture = StreamEndCapture;
+  t->cuStreamIsCapturing = StreamIsCapturing;
+  t->cuGraphInstantiateWithFlags = GraphInstantiateWithFlags;
+  t->cuGraphLaunch = GraphLaunch;
+  t->cuGraphExecDestroy = GraphExecDestroy;
+  t->cuGraphDestroy = GraphDestroy;
   t->ErrorDetail = ErrorDetail;
   return t;
 }

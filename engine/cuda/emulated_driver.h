@@ -21,6 +21,16 @@
 //    CUDA_ERROR_LAUNCH_FAILED), with the emulator's message in DriverTable::ErrorDetail.
 //    Unlike a GPU, errors are not sticky: the rest of the failed batch of work is dropped
 //    and the context stays usable.
+//  - Stream capture (CUDA graphs) records kernel launches only: cuLaunchKernel on a
+//    capturing stream copies its parameters into the capture and runs nothing;
+//    cuStreamEndCapture makes a graph of them (in order), cuGraphInstantiateWithFlags
+//    (flags 0) an exec, and cuGraphLaunch queues the exec's launches on a stream like
+//    any other stream work. Copies, memsets and event records on a capturing stream, and
+//    the calls a capture forbids (allocation, free, synchronisation; on the capturing
+//    thread for THREAD_LOCAL, on any thread for GLOBAL) fail with
+//    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture, whose
+//    cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, as a
+//    driver does. A graph launched into a capturing stream is refused the same way.
 // Not supported: cuLaunchKernel's `extra` argument (CUDA_ERROR_NOT_SUPPORTED).
 #pragma once
 
@@ -48,13 +58,16 @@ struct EmulatedDeviceOptions {
 absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
     const EmulatedDeviceOptions& options = {});
 
-// Fault injection for tests. Counts start when SetEmulatedFault is called.
+// Fault injection for tests. Counts start when SetEmulatedFault is called. Launches count
+// as they are submitted to run: each cuLaunchKernel outside a capture, and each kernel of
+// a cuGraphLaunch; launches recorded by a capture run nothing and do not count.
 struct EmulatedFault {
   enum class Site : uint8_t {
-    kLaunch,  // cuLaunchKernel itself returns `code` (as for a bad launch configuration)
+    kLaunch,  // cuLaunchKernel (or the cuGraphLaunch holding the kernel) returns `code`,
+              // as for a bad launch configuration; a failed graph launch queues nothing
     kSync,    // the launch is accepted; the next synchronising call returns `code`
   };
-  int64_t fail_launch = 0;  // fail the n-th cuLaunchKernel from now (1 = the next); 0 = never
+  int64_t fail_launch = 0;  // fail the n-th kernel launch from now (1 = the next); 0 = never
   CUresult launch_code = CUDA_ERROR_LAUNCH_FAILED;
   Site site = Site::kLaunch;
   int64_t fail_alloc = 0;  // fail the n-th cuMemAlloc_v2 with CUDA_ERROR_OUT_OF_MEMORY
@@ -64,7 +77,11 @@ void SetEmulatedFault(const EmulatedFault& fault);
 // What the emulated device holds now, for leak and bookkeeping checks in tests.
 struct EmulatedDeviceCounters {
   bool alive = false;            // a primary context is retained
-  int64_t launches = 0;          // cuLaunchKernel calls accepted since the device started
+  int64_t launches = 0;          // kernel launches accepted to run since the device started
+                                 // (cuLaunchKernel outside captures + kernels of graph launches)
+  int64_t graph_launches = 0;    // cuGraphLaunch calls accepted
+  int64_t live_graphs = 0;       // CUgraphs not yet destroyed
+  int64_t live_graph_execs = 0;  // CUgraphExecs not yet destroyed
   int64_t live_allocations = 0;  // device allocations
   int64_t live_bytes = 0;
   int64_t live_host_allocations = 0;  // cuMemAllocHost buffers

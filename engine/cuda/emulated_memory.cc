@@ -12,10 +12,12 @@ namespace {
 
 using Lock = std::lock_guard<std::mutex>;
 
-// Checks shared by the async copies and memset; the work itself is queued.
-CUresult CheckAsync(CUstream stream) {
+// Checks shared by the async copies and memset; the work itself is queued. A capturing
+// stream refuses them (the emulator records kernel launches only).
+CUresult CheckAsync(CUstream stream, const char* call) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return ValidStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!ValidStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  return RejectIfCapturing(stream, call);
 }
 
 }  // namespace
@@ -38,6 +40,7 @@ CUresult MemAlloc(CUdeviceptr* dptr, size_t bytes) {
   State& s = S();
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckCaptureAllows("cuMemAlloc_v2"); r != CUDA_SUCCESS) return r;
   if (s.fault.fail_alloc > 0 && ++s.allocs_since_fault == s.fault.fail_alloc) {
     SetDetail(absl::StrCat("injected out-of-memory for an allocation of ", bytes, " bytes"));
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -61,6 +64,7 @@ CUresult MemFree(CUdeviceptr dptr) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   auto it = s.allocations.find(dptr);
   if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckCaptureAllows("cuMemFree_v2"); r != CUDA_SUCCESS) return r;
   // cuMemFree synchronises: queued work may still use the memory.
   Flush();
   ClearDetail();
@@ -80,6 +84,7 @@ CUresult MemAllocHost(void** ptr, size_t bytes) {
   State& s = S();
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckCaptureAllows("cuMemAllocHost_v2"); r != CUDA_SUCCESS) return r;
   void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   s.host_allocations[p] = bytes;
@@ -95,6 +100,7 @@ CUresult MemFreeHost(void* ptr) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   auto it = s.host_allocations.find(ptr);
   if (it == s.host_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckCaptureAllows("cuMemFreeHost"); r != CUDA_SUCCESS) return r;
   Flush();  // queued copies may still read or write it
   ClearDetail();
   std::free(ptr);
@@ -106,7 +112,7 @@ CUresult MemFreeHost(void* ptr) {
 CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   ClearDetail();
   Lock l(S().mu);
-  if (CUresult r = CheckAsync(stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckAsync(stream, "cuMemcpyHtoDAsync_v2"); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (src == nullptr || !ValidRange(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   emu::Emulator* e = S().emu.get();
@@ -118,7 +124,7 @@ CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream st
 CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   ClearDetail();
   Lock l(S().mu);
-  if (CUresult r = CheckAsync(stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckAsync(stream, "cuMemcpyDtoHAsync_v2"); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (dst == nullptr || !ValidRange(src, n)) return CUDA_ERROR_INVALID_VALUE;
   emu::Emulator* e = S().emu.get();
@@ -130,7 +136,7 @@ CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) 
 CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream) {
   ClearDetail();
   Lock l(S().mu);
-  if (CUresult r = CheckAsync(stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckAsync(stream, "cuMemcpyDtoDAsync_v2"); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!ValidRange(dst, n) || !ValidRange(src, n)) return CUDA_ERROR_INVALID_VALUE;
   emu::Emulator* e = S().emu.get();
@@ -142,7 +148,7 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st
 CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream) {
   ClearDetail();
   Lock l(S().mu);
-  if (CUresult r = CheckAsync(stream); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckAsync(stream, "cuMemsetD8Async"); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (!ValidRange(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   emu::Emulator* e = S().emu.get();

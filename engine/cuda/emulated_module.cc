@@ -120,6 +120,7 @@ CUresult ModuleUnload(CUmodule module) {
   State& s = S();
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (s.modules.count(module) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = CheckCaptureAllows("cuModuleUnload"); r != CUDA_SUCCESS) return r;
   Flush();  // queued launches of its functions run first
   ClearDetail();
   (void)s.emu->UnloadModule(module->handle);
@@ -186,15 +187,14 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction fn
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+namespace {
+
+CUresult LaunchLocked(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                       CUstream stream, void** params, void** extra) {
-  ClearDetail();
-  Lock l(S().mu);
   State& s = S();
-  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   CUfunc_st* f = LiveFunction(fn);
-  if (f == nullptr || !ValidStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (extra != nullptr) {
     SetDetail("cuLaunchKernel: the emulated driver takes kernelParams only, not extra");
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -214,6 +214,19 @@ CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   }
   if (params == nullptr && !f->params.empty()) return CUDA_ERROR_INVALID_VALUE;
+  // Parameters are copied now: the caller may reuse its argument storage at once.
+  std::vector<emu::KernelArg> args(f->params.size());
+  for (size_t i = 0; i < f->params.size(); ++i) {
+    if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    args[i].bytes.resize(f->params[i].size);
+    std::memcpy(args[i].bytes.data(), params[i], f->params[i].size);
+  }
+  // A capture records the launch; it runs (and meets injected faults) when a graph made
+  // from the capture is launched.
+  if (Capturing(stream)) {
+    return RecordLaunch(stream, GraphNode{f->module, f->handle, f->name, emu::Dim3{gx, gy, gz},
+                                          emu::Dim3{bx, by, bz}, shared, std::move(args)});
+  }
   if (s.fault.fail_launch > 0 && ++s.launches_since_fault == s.fault.fail_launch) {
     const CUresult code = s.fault.launch_code;
     std::string what = absl::StrCat("injected failure of kernel ", f->name);
@@ -225,13 +238,6 @@ CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
     ++s.counters.launches;
     return CUDA_SUCCESS;
   }
-  // Parameters are copied now: the caller may reuse its argument storage at once.
-  std::vector<emu::KernelArg> args(f->params.size());
-  for (size_t i = 0; i < f->params.size(); ++i) {
-    if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    args[i].bytes.resize(f->params[i].size);
-    std::memcpy(args[i].bytes.data(), params[i], f->params[i].size);
-  }
   emu::Emulator* e = s.emu.get();
   const emu::FunctionHandle h = f->handle;
   s.queue.push_back(
@@ -241,6 +247,23 @@ CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
          CUDA_ERROR_LAUNCH_FAILED});
   ++s.counters.launches;
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                      unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                      CUstream stream, void** params, void** extra) {
+  ClearDetail();
+  Lock l(S().mu);
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (!ValidStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  const CUresult r = LaunchLocked(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  // As on a GPU, a launch that fails during a capture invalidates the capture.
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && Capturing(stream)) {
+    InvalidateCapture(stream, absl::StrCat("a launch failed with CUresult ", static_cast<int>(r)));
+  }
+  return r;
 }
 
 }  // namespace ptxserve::cuda::emulated

@@ -1,5 +1,6 @@
-// Internal to the emulated driver (emulated_driver.cc, emulated_module.cc): the
-// process-wide device state and the opaque handle structs behind the CU* handles.
+// Internal to the emulated driver (emulated_driver.cc, emulated_memory.cc,
+// emulated_module.cc, emulated_graph.cc): the process-wide device state and the opaque
+// handle structs behind the CU* handles.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +21,20 @@
 #include "kernels/emu/emulator.h"
 
 namespace ptxserve::cuda {
+namespace emulated {
+
+// One kernel launch recorded by a stream capture: everything cuLaunchKernel was given,
+// parameters copied. `module` is checked for liveness before `handle` is used.
+struct GraphNode {
+  CUmod_st* module = nullptr;
+  emu::FunctionHandle handle;
+  std::string name;  // the kernel's entry name, for fault messages
+  emu::Dim3 grid, block;
+  uint32_t shared = 0;
+  std::vector<emu::KernelArg> args;
+};
+
+}  // namespace emulated
 
 struct CUctx_st {
   int unused = 0;
@@ -35,7 +51,21 @@ struct CUmod_st {
   std::map<std::string, std::unique_ptr<CUfunc_st>, std::less<>> functions;
 };
 struct CUstream_st {
-  int unused = 0;
+  // Stream capture (emulated_graph.cc): while not NONE, launches on the stream are
+  // recorded into `captured` instead of queued.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id capture_thread;
+  std::string invalidated_by;  // why the capture became INVALIDATED
+  std::vector<emulated::GraphNode> captured;
+};
+struct CUgraph_st {
+  std::vector<emulated::GraphNode> nodes;
+};
+// Shared with the queued ops of its launches, so destroying an exec with launches still
+// queued is safe (as on a GPU).
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<emulated::GraphNode>> nodes;
 };
 struct CUevent_st {
   bool timing = true;
@@ -65,6 +95,8 @@ struct State {
   std::set<CUmod_st*> modules;
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
+  std::set<CUgraph_st*> graphs;
+  std::set<CUgraphExec_st*> graph_execs;
   std::deque<Op> queue;  // all streams' work in submission order (stronger than needed)
   EmulatedFault fault;
   int64_t launches_since_fault = 0;
@@ -85,6 +117,24 @@ CUresult Flush();
 // Whether [ptr, ptr + n) lies in one live device allocation (S().mu held).
 bool ValidRange(CUdeviceptr ptr, size_t n);
 bool ValidStream(CUstream s);  // null (legacy default stream) or a live stream
+
+// Stream capture (emulated_graph.cc; S().mu held). Whether `s` is capturing (ACTIVE or
+// INVALIDATED).
+bool Capturing(CUstream s);
+// Ends `s`'s capture as failed: cuStreamEndCapture will return INVALIDATED with `why`.
+void InvalidateCapture(CUstream s, std::string why);
+// For calls that are unsafe during a capture (allocation, free, synchronisation): when a
+// capture forbids them to this thread (GLOBAL: every thread; THREAD_LOCAL: the capturing
+// thread), invalidates that capture and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+// with a detail naming `call`; else CUDA_SUCCESS.
+CUresult CheckCaptureAllows(const char* call);
+// For stream work the emulator does not record (copies, memsets, event records): on a
+// capturing stream, invalidates the capture and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+CUresult RejectIfCapturing(CUstream s, const char* call);
+// Records a launch on capturing stream `s` (parameters already copied into `node`).
+CUresult RecordLaunch(CUstream s, emulated::GraphNode node);
+// Frees every graph and graph exec (device teardown; S().mu held).
+void DestroyGraphs();
 
 // Memory entry points (emulated_memory.cc).
 CUresult MemGetInfo(size_t* free_bytes, size_t* total_bytes);
@@ -108,6 +158,15 @@ CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
                       CUstream stream, void** params, void** extra);
 // Frees every module (device teardown; S().mu held).
 void DestroyModules();
+
+// Graph entry points (emulated_graph.cc).
+CUresult StreamBeginCapture(CUstream stream, CUstreamCaptureMode mode);
+CUresult StreamEndCapture(CUstream stream, CUgraph* graph);
+CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status);
+CUresult GraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, CUflags64 flags);
+CUresult GraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult GraphExecDestroy(CUgraphExec exec);
+CUresult GraphDestroy(CUgraph graph);
 
 }  // namespace emulated
 }  // namespace ptxserve::cuda
