@@ -4,10 +4,13 @@
 //
 // BM_CopyBandwidth: device-to-device cuMemcpyDtoDAsync of 1 GiB, timed with events; its
 //   bandwidth (read + write bytes / s) is the roofline every other figure is set against.
-// BM_Decode/B: decode steps of the Llama-3.2-1B-shaped synthetic preset in f16 (f16 KV
-//   cache), B sequences of kContext tokens each, device-side greedy sampling (only the ids
-//   come back). tokens_per_s = B / step time; roofline_pct = (weight bytes + KV bytes read
-//   per step) / copy bandwidth / step time.
+// BM_Decode/B/graphs:G: decode steps of the Llama-3.2-1B-shaped synthetic preset in f16
+//   (f16 KV cache), B sequences of kContext tokens each, device-side greedy sampling (only
+//   the ids come back), launch by launch (G = 0, --enforce-eager) or as CUDA graph
+//   replays (G = 1, the default). tokens_per_s = B / step time; roofline_pct = (weight
+//   bytes + KV bytes read per step) / copy bandwidth / step time; replays_per_step = graph
+//   launches per timed step (1 with graphs, 0 without). A table at the end sets the two
+//   side by side.
 // BM_Attention: batched decode attention alone (+ merge when split), batch 64, context
 //   4096, 32 query / 8 KV heads, head_dim 128, f16 KV: K+V bytes / time as a fraction of
 //   the copy bandwidth (target >= 85%).
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +47,8 @@ namespace {
 
 bool g_emulated = false;
 double g_copy_bytes_per_s = 0;  // measured by BM_CopyBandwidth (runs first)
+// BM_Decode's tokens/s by batch, [0] launch by launch, [1] with CUDA graphs.
+std::map<int, double> g_decode_tokens_per_s[2];
 
 std::unique_ptr<Device> OpenDevice() {
   auto t = g_emulated ? LoadEmulatedDriver() : LoadCudaDriver();
@@ -93,6 +99,7 @@ void BM_CopyBandwidth(benchmark::State& state) {
 // B sequences of Context() tokens, prefilled, then timed decode steps.
 void BM_Decode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
+  const bool graphs = state.range(1) != 0;
   const Model* model = BenchModel();
   if (model == nullptr) return state.SkipWithError("model not written");
   const ModelConfig& c = model->config;
@@ -103,6 +110,7 @@ void BM_Decode(benchmark::State& state) {
   o.max_tokens = std::max(batch, 2048);
   o.max_seqs = batch;
   o.log_progress = false;
+  o.cuda_graphs = graphs;
   auto device = OpenDevice();
   if (device == nullptr) return state.SkipWithError("no device");
   auto backend = GpuBackend::Create(*model, kv, std::move(device), o);
@@ -155,7 +163,9 @@ void BM_Decode(benchmark::State& state) {
     if (++pos >= ctx + steps) pos = ctx;  // rewrite the same slots: contexts stay ~ctx
     return st;
   };
+  // The untimed step captures the graph (graphs on), as a server's first decode step does.
   if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  const int64_t replays0 = b.graph_stats().replays;
   double seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -169,6 +179,9 @@ void BM_Decode(benchmark::State& state) {
       2.0 * batch * (ctx + steps / 2) * c.num_layers * c.num_kv_heads * b.padded_head_dim() * 2;
   const double bytes = static_cast<double>(b.step_weight_bytes()) + kv_bytes;
   state.counters["tokens_per_s"] = batch / step_s;
+  state.counters["replays_per_step"] = static_cast<double>(b.graph_stats().replays - replays0) /
+                                       static_cast<double>(state.iterations());
+  g_decode_tokens_per_s[graphs ? 1 : 0][batch] = batch / step_s;
   state.counters["MB_per_step"] = bytes / 1e6;
   if (g_copy_bytes_per_s > 0) {
     state.counters["roofline_pct"] = 100.0 * (bytes / g_copy_bytes_per_s) / step_s;
@@ -277,8 +290,23 @@ void PrintStartup() {
 
 BENCHMARK(BM_CopyBandwidth)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Attention)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Decode)->UseManualTime()->Arg(1)->Arg(16)->Arg(64)->Arg(256)->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_Decode)
+    ->UseManualTime()
+    ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
+    ->ArgNames({"", "graphs"})
+    ->Unit(benchmark::kMillisecond);
+
+// Decode with and without CUDA graphs, side by side.
+void PrintGraphComparison() {
+  if (g_decode_tokens_per_s[0].empty() && g_decode_tokens_per_s[1].empty()) return;
+  std::printf("\ndecode tokens/s    %12s %12s %8s\n", "eager", "cuda graphs", "speedup");
+  for (const auto& [batch, eager] : g_decode_tokens_per_s[0]) {
+    auto it = g_decode_tokens_per_s[1].find(batch);
+    if (it == g_decode_tokens_per_s[1].end()) continue;
+    std::printf("  batch %-10d %12.1f %12.1f %7.2fx\n", batch, eager, it->second,
+                it->second / eager);
+  }
+}
 
 }  // namespace
 }  // namespace ptxserve::cuda
@@ -304,6 +332,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   ptxserve::cuda::PrintStartup();
   benchmark::RunSpecifiedBenchmarks();
+  ptxserve::cuda::PrintGraphComparison();
   benchmark::Shutdown();
   return 0;
 }

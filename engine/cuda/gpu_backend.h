@@ -15,6 +15,37 @@
 // step's only synchronisation. Step copies back the logits rows (R x vocab x 4 bytes);
 // StepSampled samples on the device and copies back only the ids (4 x R bytes).
 //
+// CUDA graphs (GpuBackendOptions::cuda_graphs, gpu_graphs.cc). A decode-only step (every
+// sequence exactly one token, one logits row each, in order) runs as a padded batch of
+// CudaGraphBucket(B) sequences whose forward pass (embedding .. LM head: everything
+// between the metadata copy and the sampling kernel) is captured into a graph once and
+// replayed: one cuGraphLaunch instead of ~13 launches per layer. Sampling (argmax or the
+// sampling kernel) stays a plain launch after the graph, on the real rows only; so do the
+// copies. Padding rows are inert: token 0 at position 0, slot -1 (kv_scatter skips it),
+// context 1 over block 0, and their logits rows are computed but never copied back, so
+// transfers stay one metadata copy up and R x vocab x 4 (Step) or 4 x R (StepSampled)
+// bytes down. Every row is computed independently and the bucket uses the GEMM form the
+// real batch would (buckets 1, 2, 4, 8 are the GEMV tiles), so graph steps give the same
+// bits as launch-by-launch steps (on a real GPU the attention plan, chosen by row count,
+// may split differently; see below).
+//   What a graph bakes in, and so what keys it: kernel parameters are copied at capture,
+// so every buffer address is fixed (a buffer that grows makes every graph stale: they are
+// dropped and recaptured) and per-step values (token ids, positions, slots, context
+// lengths, block tables) are read from the metadata buffer, never from parameters. The
+// parameters that vary are the row count (the bucket), the block-table stride (padded to
+// the next power of two of the step's max_blocks_per_seq, so contexts growing by a block
+// rarely change it) and the flash-decoding split: graphs are keyed by (bucket, stride,
+// split count, partition). With the automatic plan the partition is rounded up to a
+// power-of-two number of blocks, trailing partitions staying empty where contexts are
+// shorter (the split kernel writes -inf for them and the merge ignores them), so a
+// growing context changes the key only at powers of two; a fixed
+// GpuBackendOptions::attention_partition is kept as is.
+//   Graphs are captured on first use of a key (after one launch-by-launch run of it when
+// warm-up is off, so no kernel is compiled during a capture), at most cuda_graph_limit
+// are kept (least recently used dropped), and steps larger than cuda_graph_max_batch, or
+// any step once a capture has failed, run launch by launch. Replayed kernels count in
+// the kernel-cache launch and hit counters exactly as launched ones do.
+//
 // head_dim that is not a multiple of 32 (the kernels' granularity; e.g. 16 in the
 // TinyStories test model) runs padded to the next multiple of 32: q/k/v weight rows and
 // o-projection columns are scattered into the padded layout with zeros in between (RoPE's
@@ -22,6 +53,7 @@
 // 1/sqrt(head_dim), so results equal the unpadded model's.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +84,12 @@ struct GpuBackendOptions {
   // split path on short contexts. 0: kernels::PlanDecodeAttention decides.
   int32_t attention_partition = 0;
   int ptx_version = 78;  // PTX ISA of the generated kernels (x10)
+  // CUDA graphs for decode-only steps (see above); false runs every step launch by launch
+  // (vLLM's --enforce-eager). Steps of more than cuda_graph_max_batch sequences run
+  // launch by launch; at most cuda_graph_limit graphs are kept.
+  bool cuda_graphs = true;
+  int32_t cuda_graph_max_batch = 256;
+  int32_t cuda_graph_limit = 64;
   // When KvCacheConfig::num_blocks <= 0: size the K/V pools to this fraction of the device
   // memory free after weights and activations (serve --kv_memory_fraction).
   double kv_memory_fraction = 0.9;
@@ -59,6 +97,20 @@ struct GpuBackendOptions {
   std::function<void(absl::string_view key, double seconds)> on_compile;
   bool log_progress = true;  // weight upload and warm-up progress at INFO
 };
+
+// CUDA graph counters (GpuBackend::graph_stats).
+struct GraphStats {
+  int64_t captures = 0;  // graphs captured and instantiated
+  int64_t replays = 0;   // steps run as a graph launch
+  int64_t live = 0;      // graphs held now
+  int64_t dropped = 0;   // graphs destroyed: stale after a buffer grew, or over the limit
+};
+
+// The batch a decode step of `seqs` sequences runs as under CUDA graphs: 1, 2, 4, 8 (the
+// GEMV tile sizes: padding within a tile costs no extra weight reads), then the next
+// multiple of 8 (vLLM's capture sizes; at most 7 padding rows, each a few kernel threads
+// and one wasted GEMM row); 0 when that exceeds `max_batch` (no graph).
+int64_t CudaGraphBucket(int64_t seqs, int32_t max_batch);
 
 class GpuBackend final : public Backend {
  public:
@@ -94,6 +146,8 @@ class GpuBackend final : public Backend {
   KernelStats kernel_stats() const;
   KernelCacheStats cache_stats() const { return cache_->stats(); }
   TransferStats transfer_stats() const { return device_->transfers(); }
+  // CUDA graph counters. Any thread.
+  GraphStats graph_stats() const;
   const DeviceInfo& device_info() const { return device_->info(); }
   Device& device() { return *device_; }
   // Bytes of weights on the device, and of the K/V pools.
@@ -109,6 +163,10 @@ class GpuBackend final : public Backend {
   struct Buffers;
   struct Kernels;
   struct StepPlan;
+  struct Graphs;
+  struct GraphCounters {
+    std::atomic<int64_t> captures{0}, replays{0}, live{0}, dropped{0};
+  };
 
   GpuBackend(const ModelConfig& config, const KvCacheConfig& kv, std::unique_ptr<Device> device,
              GpuBackendOptions options);
@@ -123,6 +181,19 @@ class GpuBackend final : public Backend {
   absl::Status Upload(const StepBatch& batch, const std::vector<RowSampling>* rows, StepPlan* plan);
   absl::Status Forward(const StepPlan& plan);
   absl::Status RunLayer(int layer, const StepPlan& plan);
+  // CUDA graphs (gpu_graphs.cc). PadForGraph: for a decode-only step graphs cover, the
+  // padded batch to upload instead of `batch` (and plan->graph set); else `batch`.
+  const StepBatch& PadForGraph(const StepBatch& batch, StepPlan* plan);
+  // `rows` padded with greedy rows to the padded batch's rows.
+  const std::vector<RowSampling>& PadRowsForGraph(const std::vector<RowSampling>& rows);
+  // In Upload, for graph steps: the split partition rounded to a power of two of blocks.
+  void RoundGraphPartition(StepPlan* plan) const;
+  // Forward, as a graph launch for graph steps (capturing on first use). Afterwards
+  // plan->rows is the caller's row count (the first rows of the logits buffer).
+  absl::Status RunForward(StepPlan* plan);
+  absl::Status ForwardGraph(const StepPlan& plan);
+  // Captures `plan`'s forward pass into a graph held under its key.
+  absl::Status CaptureGraph(const StepPlan& plan);
 
   ModelConfig config_;
   KvCacheConfig kv_;
@@ -136,6 +207,8 @@ class GpuBackend final : public Backend {
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<Kernels> k_;
+  std::unique_ptr<Graphs> graphs_;  // created at the first graph step; destroyed first
+  GraphCounters graph_counters_;
 };
 
 // Opens a device for `kind` ("cuda": libcuda.so.1, device 0; "emulated": the PTX

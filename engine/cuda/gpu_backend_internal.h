@@ -3,6 +3,10 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,11 +133,48 @@ struct GpuBackend::StepPlan {
   bool split = false;
   int num_splits = 1;
   int partition = 0;
-  bool sample = false;  // StepSampled
-  bool greedy = true;   // every sampled row greedy (argmax kernel)
+  bool sample = false;    // StepSampled
+  bool greedy = true;     // every sampled row greedy (argmax kernel)
+  bool graph = false;     // a padded decode step run as a CUDA graph (gpu_graphs.cc)
+  int64_t real_rows = 0;  // graph steps: the caller's rows, the first of `rows`
   CUdeviceptr token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0,
               block_tables = 0, logits_rows = 0;
   CUdeviceptr temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
+};
+
+// The CUDA graphs of decode steps (gpu_graphs.cc), keyed by the kernel parameters that
+// vary between decode steps (see gpu_backend.h).
+struct GpuBackend::Graphs {
+  struct Key {
+    int64_t rows = 0;        // the bucket: tokens = sequences = logits rows
+    int64_t max_blocks = 0;  // block-table stride
+    bool split = false;
+    int num_splits = 1, partition = 0;
+    static Key Of(const StepPlan& p) {
+      return {p.tokens, p.max_blocks, p.split, p.num_splits, p.partition};
+    }
+    bool operator<(const Key& o) const {
+      return std::tie(rows, max_blocks, split, num_splits, partition) <
+             std::tie(o.rows, o.max_blocks, o.split, o.num_splits, o.partition);
+    }
+  };
+  struct Entry {
+    GraphExec exec;
+    LaunchTally tally;  // what one replay launches, for the kernel-cache counters
+    std::string name;   // for errors: "decode graph of 8 rows, 45 kernels"
+    uint64_t last_used = 0;
+  };
+  // Every buffer whose address a graph holds (ForwardGraph lists them).
+  static constexpr int kBuffers = 13;
+  using Addresses = std::array<CUdeviceptr, kBuffers>;
+
+  std::map<Key, Entry> by_key;
+  std::set<Key> ran_once;  // warm-up off: keys run launch by launch once (compiling)
+  Addresses addresses{};   // the buffers the graphs in by_key were captured with
+  uint64_t clock = 0;      // step counter for least-recently-used eviction
+  bool disabled = false;   // a capture failed: launch by launch from then on
+  StepBatch padded;        // scratch: the padded batch of the current step
+  std::vector<RowSampling> padded_rows;
 };
 
 // Byte offsets of the packed StepBatch in the metadata buffer (16-byte aligned sections):

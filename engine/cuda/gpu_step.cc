@@ -76,6 +76,7 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
     p.partition = ap.partition_tokens;
     p.num_splits = ap.num_splits;
   }
+  if (p.graph) RoundGraphPartition(&p);
   if (p.split) {
     if (absl::Status s = ReserveSplits(attn_rows, p.num_splits); !s.ok()) return s;
   }
@@ -249,8 +250,10 @@ absl::Status GpuBackend::Forward(const StepPlan& p) {
 absl::Status GpuBackend::Step(const StepBatch& batch, std::vector<float>* logits) {
   if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
   StepPlan p;
-  absl::Status s = Upload(batch, nullptr, &p);
-  if (s.ok()) s = Forward(p);
+  // A decode step graphs cover runs padded (gpu_graphs.cc); p.rows is then the real rows
+  // again once RunForward returns.
+  absl::Status s = Upload(PadForGraph(batch, &p), nullptr, &p);
+  if (s.ok()) s = RunForward(&p);
   const size_t bytes = static_cast<size_t>(p.rows * config_.vocab_size) * sizeof(float);
   if (s.ok() && bytes > 0) {
     s = device_->CopyToHost(buf_->out_host.data(), buf_->logits.ptr(), bytes, "logits");
@@ -276,8 +279,9 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
                                                    " logits rows"));
   }
   StepPlan p;
-  absl::Status s = Upload(batch, &rows, &p);
-  if (s.ok()) s = Forward(p);
+  const StepBatch& run = PadForGraph(batch, &p);
+  absl::Status s = Upload(run, p.graph ? &PadRowsForGraph(rows) : &rows, &p);
+  if (s.ok()) s = RunForward(&p);
   if (s.ok() && p.rows > 0) {
     CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
     uint32_t vocab = static_cast<uint32_t>(config_.vocab_size), R = static_cast<uint32_t>(p.rows);

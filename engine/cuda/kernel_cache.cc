@@ -1,5 +1,6 @@
 #include "engine/cuda/kernel_cache.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -95,6 +96,26 @@ absl::StatusOr<const CompiledKernel*> KernelCache::Get(const KernelSpec& spec) {
   }
   if (!e->status.ok()) return e->status;
   return &e->kernel;
+}
+
+std::vector<const CompiledKernel*> KernelCache::StopRecording() {
+  recording_ = nullptr;
+  return std::exchange(recorded_, {});
+}
+
+LaunchTally KernelCache::Tally(const std::vector<const CompiledKernel*>& launches) {
+  LaunchTally t;
+  for (const CompiledKernel* k : launches) {
+    auto it = std::find_if(t.per_kernel.begin(), t.per_kernel.end(),
+                           [&](const auto& e) { return e.first == k->launches; });
+    if (it == t.per_kernel.end()) {
+      t.per_kernel.emplace_back(k->launches, 1);
+    } else {
+      ++it->second;
+    }
+    ++t.total;
+  }
+  return t;
 }
 
 KernelCacheStats KernelCache::stats() const {

@@ -18,6 +18,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -44,6 +46,13 @@ struct CompiledKernel {
   std::atomic<int64_t>* launches = nullptr;  // the counter of kernel `entry`
 };
 
+// What one replay of a captured graph launches: per kernel counter, how many times; and the
+// total (KernelCache::Tally builds it from a recording; CountReplay adds it).
+struct LaunchTally {
+  std::vector<std::pair<std::atomic<int64_t>*, int64_t>> per_kernel;
+  int64_t total = 0;
+};
+
 struct KernelCacheStats {
   int64_t hits = 0;            // Get calls answered from the cache + launches of cached kernels
   int64_t misses = 0;          // Get calls that compiled (successfully or not)
@@ -68,14 +77,33 @@ class KernelCache {
   // failing (generation is deterministic). Thread-safe.
   absl::StatusOr<const CompiledKernel*> Get(const KernelSpec& spec);
 
-  // Launches `k` on the device's stream and counts a hit and a launch.
+  // Launches `k` on the device's stream and counts a hit and a launch; while recording,
+  // appends `k` to the recording instead of counting (a captured launch runs nothing).
   absl::Status Launch(const CompiledKernel& k, const kernels::LaunchDims& dims, void** params) {
     absl::Status st = device_->Launch(k.fn, k.key, dims, params);
     if (st.ok()) {
-      hits_.fetch_add(1, std::memory_order_relaxed);
-      k.launches->fetch_add(1, std::memory_order_relaxed);
+      if (recording_ != nullptr) {
+        recording_->push_back(&k);
+      } else {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        k.launches->fetch_add(1, std::memory_order_relaxed);
+      }
     }
     return st;
+  }
+
+  // CUDA graphs: between StartRecording and StopRecording (around a stream capture) the
+  // launches are listed, not counted; each replay of the graph then counts them with
+  // CountReplay(Tally(list)), so the launch and hit counters stay per kernel executed.
+  // Only the thread that owns the device's stream may record (as only it launches).
+  void StartRecording() { recording_ = &recorded_; }
+  std::vector<const CompiledKernel*> StopRecording();
+  static LaunchTally Tally(const std::vector<const CompiledKernel*>& launches);
+  void CountReplay(const LaunchTally& tally) {
+    hits_.fetch_add(tally.total, std::memory_order_relaxed);
+    for (const auto& [counter, n] : tally.per_kernel) {
+      counter->fetch_add(n, std::memory_order_relaxed);
+    }
   }
 
   KernelCacheStats stats() const;  // thread-safe snapshot
@@ -88,6 +116,8 @@ class KernelCache {
   Device* device_;
   std::function<void(absl::string_view, double)> on_compile_;
   std::atomic<int64_t> hits_{0};
+  std::vector<const CompiledKernel*>* recording_ = nullptr;  // &recorded_ while recording
+  std::vector<const CompiledKernel*> recorded_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<std::atomic<int64_t>>, std::less<>> launch_counters_
