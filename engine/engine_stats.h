@@ -22,6 +22,10 @@ struct KernelStats {
   int64_t d2h_bytes = 0;
   int64_t h2d_transfers = 0;
   int64_t d2h_transfers = 0;
+  // CUDA graphs (decode-only steps): captured, steps replayed as one graph launch, held.
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
+  int64_t graphs_live = 0;
 };
 
 // Number of FinishReason values that end a request (kLength .. kError).

@@ -197,6 +197,21 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
       d2h_bytes_(transfer_bytes_.Add({{"direction", "d2h"}})),
       h2d_transfers_(transfers_.Add({{"direction", "h2d"}})),
       d2h_transfers_(transfers_.Add({{"direction", "d2h"}})),
+      graph_captures_(BuildCounter()
+                          .Name("ptxserve_cuda_graph_captures_total")
+                          .Help("CUDA graphs captured for decode-only step shapes")
+                          .Register(*registry_)
+                          .Add({})),
+      graph_replays_(BuildCounter()
+                         .Name("ptxserve_cuda_graph_replays_total")
+                         .Help("Decode steps run as one CUDA graph launch")
+                         .Register(*registry_)
+                         .Add({})),
+      graphs_live_(BuildGauge()
+                       .Name("ptxserve_cuda_graphs")
+                       .Help("CUDA graphs held by the backend")
+                       .Register(*registry_)
+                       .Add({})),
       build_info_(BuildGauge()
                       .Name("ptxserve_build_info")
                       .Help("Build information: version and backend")
@@ -259,6 +274,9 @@ void ServerMetrics::Refresh() {
   AddDelta(d2h_bytes_, k.d2h_bytes, pk.d2h_bytes);
   AddDelta(h2d_transfers_, k.h2d_transfers, pk.h2d_transfers);
   AddDelta(d2h_transfers_, k.d2h_transfers, pk.d2h_transfers);
+  AddDelta(graph_captures_, k.graph_captures, pk.graph_captures);
+  AddDelta(graph_replays_, k.graph_replays, pk.graph_replays);
+  graphs_live_.Set(static_cast<double>(k.graphs_live));
   last_ = *std::move(s);
 }
 

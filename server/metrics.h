@@ -92,6 +92,9 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter& d2h_bytes_;
   prometheus::Counter& h2d_transfers_;
   prometheus::Counter& d2h_transfers_;
+  prometheus::Counter& graph_captures_;
+  prometheus::Counter& graph_replays_;
+  prometheus::Gauge& graphs_live_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   const std::string version_;
 

@@ -64,6 +64,9 @@ struct ModelOptions {
   // Neither set, on a GPU: this fraction of the device memory free after weights and
   // activations goes to the KV pools (vLLM's --gpu-memory-utilization, counted after load).
   double kv_memory_fraction = 0.9;
+  // GPU backends: replay decode-only steps as CUDA graphs (false: launch by launch, like
+  // vLLM's --enforce-eager).
+  bool cuda_graphs = true;
   int32_t block_size = 16;
   EngineConfig engine;
   int32_t default_max_new_tokens = 256;

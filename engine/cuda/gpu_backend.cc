@@ -165,9 +165,12 @@ absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, size_t meta_bytes
     absl::Status s = alloc(&b.hr, r * c.hidden_size * 4, "logits rows");
     if (s.ok()) s = alloc(&b.logits, r * c.vocab_size * 4, "logits");
     if (s.ok()) s = alloc(&b.ids, r * 4, "sampled ids");
+    if (s.ok()) s = alloc(&b.records, r * kLogprobsRecordBytes, "log-prob records");
     if (!s.ok()) return s;
+    // Whichever comes back is larger: logits rows, or records (a vocabulary under 42).
+    const int64_t per_row = std::max<int64_t>(c.vocab_size * 4, kLogprobsRecordBytes);
     absl::StatusOr<PinnedBuffer> p =
-        device_->AllocPinned(static_cast<size_t>(r * c.vocab_size * 4), "logits (host)");
+        device_->AllocPinned(static_cast<size_t>(r * per_row), "logits (host)");
     if (!p.ok()) return p.status();
     b.out_host = *std::move(p);
     b.rows = r;
@@ -203,11 +206,13 @@ absl::Status GpuBackend::ReserveSplits(int64_t rows, int64_t splits) {
 
 bool GpuBackend::CanSampleOnDevice(const SamplingParams& p) const {
   // The sampling kernel and SequenceSampler implement the same canonical algorithm
-  // (kernels/sampling.h), greedy or not. Penalties and log-probs are host-only; the
-  // kernel's integer weights need a vocabulary below 2^24.
+  // (kernels/sampling.h), greedy or not, and the logprobs kernel ComputeLogprobs' rules.
+  // Penalties are host-only (the device keeps no token history); the sampling kernel's
+  // integer weights need a vocabulary below 2^24; a record holds kLogprobsTop entries.
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  return !penalties && p.logprobs == 0 && config_.vocab_size < (int64_t{1} << 24);
+  return !penalties && p.logprobs >= 0 && p.logprobs <= kLogprobsTop &&
+         config_.vocab_size < (int64_t{1} << 24);
 }
 
 KernelStats GpuBackend::kernel_stats() const {
@@ -221,6 +226,10 @@ KernelStats GpuBackend::kernel_stats() const {
   k.d2h_bytes = t.d2h_bytes;
   k.h2d_transfers = t.h2d_count;
   k.d2h_transfers = t.d2h_count;
+  const GraphStats g = graph_stats();
+  k.graph_captures = g.captures;
+  k.graph_replays = g.replays;
+  k.graphs_live = g.live;
   return k;
 }
 

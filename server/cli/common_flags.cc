@@ -35,6 +35,9 @@ ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(std::string, backend, "auto",
           "the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated (the "
           "PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "GPU backends: run decode-only steps as CUDA graphs, captured once per padded batch "
+          "size; false launches kernel by kernel (vLLM's --enforce-eager)");
 
 namespace ptxserve::cli {
 namespace {

@@ -57,6 +57,7 @@ int RunGenerate(int argc, char** argv) {
   cuda::GpuBackendOptions gpu;
   gpu.max_seqs = 1;
   gpu.max_tokens = EngineConfig{}.prefill_chunk;
+  gpu.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   const Clock::time_point t_backend = Clock::now();
   auto backend = cuda::CreateBackend(absl::GetFlag(FLAGS_backend), *model, kv, std::move(gpu));
   if (!backend.ok()) return fail(backend.status());

@@ -167,6 +167,7 @@ int RunServe(int argc, char** argv) {
     mo.kv_memory_bytes = *bytes;
   }
   mo.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
+  mo.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   if (!(mo.kv_memory_fraction > 0 && mo.kv_memory_fraction <= 1)) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--kv_memory_fraction=", mo.kv_memory_fraction, ": want a fraction in (0, 1]")));

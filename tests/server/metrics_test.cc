@@ -60,6 +60,16 @@ TEST(MetricsTest, KernelFamiliesFilledFromKernelStats) {
   EXPECT_EQ(MetricValue(text, "ptxserve_kernel_cache_misses_total"), 2);
   EXPECT_EQ(MetricValue(text, "ptxserve_transfer_bytes_total{direction=\"h2d\"}"), 4096);
   EXPECT_EQ(MetricValue(text, "ptxserve_transfers_total{direction=\"d2h\"}"), 3);
+  EXPECT_EQ(MetricValue(text, "ptxserve_cuda_graph_replays_total"), 0);
+  s.kernels.graph_captures = 2;
+  s.kernels.graph_replays = 40;
+  s.kernels.graphs_live = 2;
+  const std::string after = m.Serialize();
+  EXPECT_EQ(MetricValue(after, "ptxserve_cuda_graph_captures_total"), 2);
+  EXPECT_EQ(MetricValue(after, "ptxserve_cuda_graph_replays_total"), 40);
+  EXPECT_EQ(MetricValue(after, "ptxserve_cuda_graphs"), 2);
+  s.kernels.graphs_live = 1;  // a gauge: it may go down
+  EXPECT_EQ(MetricValue(m.Serialize(), "ptxserve_cuda_graphs"), 1);
 }
 
 TEST(MetricsTest, HistogramsFollowTheObserver) {
