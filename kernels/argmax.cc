@@ -69,10 +69,7 @@ void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx:
 
 absl::Status ArgmaxConfig::Validate() const {
   if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
-  }
+  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -81,10 +78,7 @@ std::string ArgmaxConfig::Key() const {
 }
 
 LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(cfg.threads), 1, 1};
-  return d;
+  return RowLaunch(cfg.threads, num_rows);
 }
 
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg) {

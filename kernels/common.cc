@@ -1,5 +1,6 @@
 #include "kernels/common.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,21 @@ absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t 
         absl::StrCat(field, " = ", v, " is out of range [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckBlockThreads(int64_t threads) {
+  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
+  }
+  return absl::OkStatus();
+}
+
+LaunchDims RowLaunch(int threads, int64_t num_rows) {
+  LaunchDims d;
+  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
+  d.block = {static_cast<uint32_t>(threads), 1, 1};
+  return d;
 }
 
 absl::Status CheckHeadDim(int64_t head_dim) {

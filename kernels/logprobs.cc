@@ -161,10 +161,7 @@ void InsertIfBetter(KernelBuilder& kb, TopList& t, Reg want, Reg i, Reg l) {
 
 absl::Status LogprobsConfig::Validate() const {
   if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
-  }
+  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
   return CheckRange("max_top", max_top, 0, kMaxTopLimit);
 }
 
@@ -173,10 +170,7 @@ std::string LogprobsConfig::Key() const {
 }
 
 LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(cfg.threads), 1, 1};
-  return d;
+  return RowLaunch(cfg.threads, num_rows);
 }
 
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg) {

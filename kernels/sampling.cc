@@ -289,10 +289,7 @@ void BlockScanU64(Ctx& c, Reg v, const ptx::Symbol& wsum, Reg* prefix, Reg* tota
 
 absl::Status SamplingConfig::Validate() const {
   if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
-  }
+  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -301,10 +298,7 @@ std::string SamplingConfig::Key() const {
 }
 
 LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(cfg.threads), 1, 1};
-  return d;
+  return RowLaunch(cfg.threads, num_rows);
 }
 
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg) {
