@@ -32,7 +32,7 @@ struct LaunchDims {
 absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t hi);
 // Threads per CTA: a multiple of 32 in [32, 1024] (whole warps).
 absl::Status CheckBlockThreads(int64_t threads);
-// One CTA of `threads` per row (the row-reduction kernels: argmax, sampling, logprobs).
+// One CTA of `threads` per row (token or logits row): grid num_rows (at least 1).
 LaunchDims RowLaunch(int threads, int64_t num_rows);
 // head_dim: a multiple of 32 in [32, 256] (one warp covers a head in whole vectors).
 absl::Status CheckHeadDim(int64_t head_dim);

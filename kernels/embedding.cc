@@ -40,10 +40,7 @@ std::string EmbeddingConfig::Key() const {
 }
 
 LaunchDims EmbeddingLaunch(const EmbeddingConfig& cfg, int64_t num_tokens) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_tokens, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(Threads(cfg)), 1, 1};
-  return d;
+  return RowLaunch(Threads(cfg), num_tokens);
 }
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg) {

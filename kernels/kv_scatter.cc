@@ -41,10 +41,7 @@ std::string KvScatterConfig::Key() const {
 }
 
 LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_tokens, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(Threads(cfg)), 1, 1};
-  return d;
+  return RowLaunch(Threads(cfg), num_tokens);
 }
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {

@@ -41,10 +41,7 @@ std::string RmsNormConfig::Key() const {
 }
 
 LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
-  d.block = {static_cast<uint32_t>(Threads(cfg)), 1, 1};
-  return d;
+  return RowLaunch(Threads(cfg), num_rows);
 }
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
