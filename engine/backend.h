@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "engine/step_batch.h"
 
 namespace ptxserve {
@@ -25,6 +26,8 @@ struct RowSampling {
   float top_p = 1;        // 1 = off
   double uniform = 0;     // the row's random draw in [0, 1) (SequenceSampler::TakeUniform)
   float min_p = 0;        // 0 = off
+  int32_t logprobs = 0;   // top-N log-probs wanted (SamplingParams::logprobs); > 0 also
+                          // returns the chosen token's log-prob
 };
 
 class Backend {
@@ -38,15 +41,30 @@ class Backend {
 
   // Optional device-side sampling. True when StepSampled picks, for a row with `params`,
   // exactly the token SequenceSampler::Sample would pick from Step's logits with the same
-  // uniform (so the engine may use either path for a sequence without changing its tokens).
+  // uniform (so the engine may use either path for a sequence without changing its tokens),
+  // and, when params.logprobs > 0, returns the log-probs Sample would (within 1e-5, the
+  // same top ids).
   virtual bool CanSampleOnDevice(const SamplingParams& /*params*/) const { return false; }
   // The forward pass of Step, then sampling on the device: `ids` receives one token per
-  // logits row (rows.size() == batch.logits_rows.size()). Only called when
+  // logits row (rows.size() == batch.logits_rows.size()). `logprobs`, when not null,
+  // receives one SampleResult per row: token = ids[r]; for a row with rows[r].logprobs > 0
+  // the token's log-prob and the top rows[r].logprobs as SequenceSampler::Sample reports
+  // them (log_softmax of the raw logits), else logprob 0 and no top. Only called when
   // CanSampleOnDevice held for every row's parameters.
   virtual absl::Status StepSampled(const StepBatch& /*batch*/,
                                    const std::vector<RowSampling>& /*rows*/,
-                                   std::vector<int32_t>* /*ids*/) {
-    return absl::UnimplementedError("this backend does not sample on the device");
+                                   std::vector<int32_t>* /*ids*/,
+                                   std::vector<SampleResult>* /*logprobs*/) {
+    return absl::UnimplementedError(
+        "this backend does not sample on the device (or, wrapped, its decorator does not "
+        "forward StepSampled with log-probs)");
+  }
+  // StepSampled without log-probs. Virtual for decorators that forward only this form; a
+  // decorator that forwards CanSampleOnDevice must forward the four-argument form too, or
+  // rows wanting log-probs fail with UNIMPLEMENTED.
+  virtual absl::Status StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
+                                   std::vector<int32_t>* ids) {
+    return StepSampled(batch, rows, ids, nullptr);
   }
 
   virtual const ModelConfig& config() const = 0;

@@ -286,9 +286,10 @@ void Engine::RunStep() {
     new_prompt_tokens += s->prompt_len;
     if (observer_) observer_->OnScheduled(Seconds(s->arrival, t0), s->prompt_len);
   }
-  // Sample on the device when it can take every row: then only the ids come back. The
-  // uniforms are drawn here from each sequence's own RNG, one per row as Sample would,
-  // so a sequence's tokens do not depend on which path a step takes.
+  // Sample on the device when it can take every row: then only the ids (and log-prob
+  // records for rows that want them) come back. The uniforms are drawn here from each
+  // sequence's own RNG, one per row as Sample would, so a sequence's tokens do not depend
+  // on which path a step takes.
   const int64_t vocab = backend_->config().vocab_size;
   // A step without sampling rows (prompt chunks only) takes Step, which every backend has.
   bool on_device = !plan_.batch.logits_rows.empty();
@@ -298,6 +299,7 @@ void Engine::RunStep() {
       on_device = false;
     }
   }
+  bool device_logprobs = false;  // some row wants log-probs from the device
   if (on_device) {
     sample_rows_.clear();
     for (const auto& e : plan_.entries) {
@@ -309,11 +311,17 @@ void Engine::RunStep() {
       r.top_p = sampler.params().top_p;
       r.min_p = sampler.params().min_p;
       r.uniform = sampler.TakeUniform();
+      r.logprobs = sampler.params().logprobs;
+      device_logprobs = device_logprobs || r.logprobs > 0;
     }
   }
   const Clock::time_point t1 = Clock::now();
-  absl::Status st = on_device ? backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_)
-                              : backend_->Step(plan_.batch, &logits_);
+  // The three-argument form when no row wants log-probs: what every device sampler has.
+  absl::Status st =
+      !on_device ? backend_->Step(plan_.batch, &logits_)
+      : device_logprobs
+          ? backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_, &sampled_logprobs_)
+          : backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_);
   const Clock::time_point t2 = Clock::now();
   const size_t rows = plan_.batch.logits_rows.size();
   if (st.ok() && on_device) {
@@ -325,6 +333,17 @@ void Engine::RunStep() {
       if (sampled_ids_[i] < 0 || sampled_ids_[i] >= vocab) {
         st = absl::InternalError(absl::StrCat("backend sampled id ", sampled_ids_[i], " for row ",
                                               i, ", outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+    if (st.ok() && device_logprobs && sampled_logprobs_.size() != rows) {
+      st = absl::InternalError(absl::StrCat("backend returned ", sampled_logprobs_.size(),
+                                            " log-prob results for ", rows, " rows"));
+    }
+    for (size_t i = 0; st.ok() && device_logprobs && i < rows; ++i) {
+      if (sampled_logprobs_[i].token != sampled_ids_[i]) {
+        st = absl::InternalError(absl::StrCat("backend log-probs of row ", i, " are for token ",
+                                              sampled_logprobs_[i].token, ", sampled ",
+                                              sampled_ids_[i]));
       }
     }
   } else if (st.ok() &&
@@ -364,7 +383,14 @@ void Engine::RunStep() {
     Sequence* s = seqs_.at(e.seq->id).get();
     SampleResult r;
     if (on_device) {
-      r.token = sampled_ids_[row++];
+      // Device log-probs arrive as the host sampler's SampleResult; Accept records the
+      // token (penalty history) as Sample would.
+      if (device_logprobs) {
+        r = std::move(sampled_logprobs_[row]);
+      } else {
+        r.token = sampled_ids_[row];
+      }
+      ++row;
       s->sampler->Accept(r.token);
     } else {
       r = s->sampler->Sample(

@@ -121,9 +121,11 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   StepPlan plan_;
   std::vector<float> logits_;
-  // Device sampling (Backend::StepSampled): one row per sampling sequence, and the ids.
+  // Device sampling (Backend::StepSampled): one row per sampling sequence, the ids, and
+  // the log-probs when a row wants them.
   std::vector<RowSampling> sample_rows_;
   std::vector<int32_t> sampled_ids_;
+  std::vector<SampleResult> sampled_logprobs_;
   struct StepOutput {
     Sequence* seq;
     EngineOutput out;

@@ -20,6 +20,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
+#include "kernels/logprobs.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -67,12 +68,18 @@ struct GpuBackend::Buffers {
   DeviceBuffer hr;          // f32 [rows][hidden] gathered logits rows
   DeviceBuffer logits;      // f32 [rows][vocab]
   DeviceBuffer ids;         // s32 [rows]
+  DeviceBuffer records;     // log-prob records [rows][kLogprobsRecordBytes]
   DeviceBuffer partial;     // f32 split attention partials
   DeviceBuffer lse;         // f32 split log-sum-exps
   DeviceBuffer meta;        // the packed StepBatch
   PinnedBuffer meta_host;
-  PinnedBuffer out_host;  // logits or ids coming back
+  PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 };
+
+// Top entries per log-prob record: the most SamplingParams::logprobs allows (20).
+inline constexpr int kLogprobsTop = 20;
+inline constexpr int64_t kLogprobsRecordBytes =
+    (1 + kLogprobsTop) * static_cast<int64_t>(sizeof(kernels::LogprobsEntry));
 
 // A kernel the backend may launch: its cache spec (key formatted once, at Create) and,
 // once compiled, the resolved kernel. An empty key marks a slot the model does not use.
@@ -120,6 +127,8 @@ struct GpuBackend::Kernels {
   KernelSlot argmax;
   kernels::SamplingConfig sampling_cfg;
   KernelSlot sampling;
+  kernels::LogprobsConfig logprobs_cfg;  // max_top = kLogprobsTop
+  KernelSlot logprobs;
 
   // Every used slot, for warm-up.
   std::vector<KernelSlot*> All();
@@ -135,11 +144,12 @@ struct GpuBackend::StepPlan {
   int partition = 0;
   bool sample = false;    // StepSampled
   bool greedy = true;     // every sampled row greedy (argmax kernel)
+  bool logprobs = false;  // some sampled row wants log-probs (logprobs kernel)
   bool graph = false;     // a padded decode step run as a CUDA graph (gpu_graphs.cc)
   int64_t real_rows = 0;  // graph steps: the caller's rows, the first of `rows`
   CUdeviceptr token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0,
               block_tables = 0, logits_rows = 0;
-  CUdeviceptr temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
+  CUdeviceptr top_n = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
 };
 
 // The CUDA graphs of decode steps (gpu_graphs.cc), keyed by the kernel parameters that
@@ -180,10 +190,12 @@ struct GpuBackend::Graphs {
 // Byte offsets of the packed StepBatch in the metadata buffer (16-byte aligned sections):
 // token_ids, positions s32 [T]; slot_mapping s64 [T]; query_start s32 [S + 1];
 // seq_lens s32 [S]; block_tables s32 [S * MB]; logits_rows s32 [R]; then the sampling
-// rows: temperature f32, top_k s32, top_p f32, min_p f32, uniform f64, each [R].
+// rows: top_n s32 (log-probs wanted), temperature f32, top_k s32, top_p f32, min_p f32,
+// uniform f64, each [R]. The order lets a step upload a prefix: up to logits_rows (Step,
+// greedy StepSampled), up to top_n (greedy with log-probs), or everything.
 struct MetaLayout {
   size_t token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0, block_tables = 0,
-         logits_rows = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
+         logits_rows = 0, top_n = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
   size_t total = 0;
 };
 MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows);

@@ -49,8 +49,8 @@ void AddGemm(GemmSlots& g, std::vector<KernelSlot*>* out) {
 }  // namespace
 
 std::vector<KernelSlot*> GpuBackend::Kernels::All() {
-  std::vector<KernelSlot*> all = {&embed, &gather, &norm,   &rope,    &kv_scatter,
-                                  &merge, &silu,   &argmax, &sampling};
+  std::vector<KernelSlot*> all = {&embed, &gather, &norm,   &rope,     &kv_scatter,
+                                  &merge, &silu,   &argmax, &sampling, &logprobs};
   for (auto& by_ragged : attn) {
     for (KernelSlot& s : by_ragged) all.push_back(&s);
   }
@@ -155,6 +155,9 @@ absl::Status GpuBackend::InitKernels() {
   k.argmax = MakeSlot(k.argmax_cfg, kernels::kArgmaxEntry, kernels::GenerateArgmax);
   k.sampling_cfg.target = target;
   k.sampling = MakeSlot(k.sampling_cfg, kernels::kSamplingEntry, kernels::GenerateSampling);
+  k.logprobs_cfg.max_top = kLogprobsTop;
+  k.logprobs_cfg.target = target;
+  k.logprobs = MakeSlot(k.logprobs_cfg, kernels::kLogprobsEntry, kernels::GenerateLogprobs);
   if (!options_.warmup) return absl::OkStatus();
 
   // Warm-up: compile everything, a few keys at a time (the cache compiles each key once

@@ -35,6 +35,7 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
   take(&m.seq_lens, seqs * 4);
   take(&m.block_tables, seqs * max_blocks * 4);
   take(&m.logits_rows, rows * 4);
+  take(&m.top_n, rows * 4);
   take(&m.temperature, rows * 4);
   take(&m.top_k, rows * 4);
   take(&m.top_p, rows * 4);
@@ -91,9 +92,12 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   Put(h, m.logits_rows, batch.logits_rows);
   p.sample = rows != nullptr;
   p.greedy = true;
+  p.logprobs = false;
   if (rows != nullptr) {
     for (int64_t r = 0; r < p.rows; ++r) {
       const RowSampling& rs = (*rows)[r];
+      std::memcpy(h + m.top_n + 4 * r, &rs.logprobs, 4);
+      if (rs.logprobs > 0) p.logprobs = true;
       std::memcpy(h + m.temperature + 4 * r, &rs.temperature, 4);
       std::memcpy(h + m.top_k + 4 * r, &rs.top_k, 4);
       std::memcpy(h + m.top_p + 4 * r, &rs.top_p, 4);
@@ -110,13 +114,18 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.seq_lens = d + m.seq_lens;
   p.block_tables = d + m.block_tables;
   p.logits_rows = d + m.logits_rows;
+  p.top_n = d + m.top_n;
   p.temperature = d + m.temperature;
   p.top_k = d + m.top_k;
   p.top_p = d + m.top_p;
   p.min_p = d + m.min_p;
   p.uniform = d + m.uniform;
-  // Only the sampling sections a greedy or logits step does not read are left out.
-  const size_t bytes = p.sample && !p.greedy ? m.total : m.temperature;
+  // Only the sampling sections the step does not read are left out: all of them for Step
+  // and greedy rows, all but top_n for greedy rows with log-probs.
+  const size_t bytes = !p.sample    ? m.top_n
+                       : !p.greedy  ? m.total
+                       : p.logprobs ? m.temperature
+                                    : m.top_n;
   return device_->CopyToDevice(d, h, bytes, "step metadata");
 }
 
@@ -271,16 +280,25 @@ absl::Status GpuBackend::Step(const StepBatch& batch, std::vector<float>* logits
 }
 
 absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
-                                     std::vector<int32_t>* ids) {
+                                     std::vector<int32_t>* ids,
+                                     std::vector<SampleResult>* logprobs) {
   if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
   if (rows.size() != batch.logits_rows.size()) {
     return absl::InvalidArgumentError(absl::StrCat("StepSampled: ", rows.size(),
                                                    " sampling rows for ", batch.logits_rows.size(),
                                                    " logits rows"));
   }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].logprobs < 0 || rows[r].logprobs > kLogprobsTop) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "StepSampled: rows[", r, "].logprobs = ", rows[r].logprobs, ": want 0..", kLogprobsTop));
+    }
+  }
   StepPlan p;
   const StepBatch& run = PadForGraph(batch, &p);
   absl::Status s = Upload(run, p.graph ? &PadRowsForGraph(rows) : &rows, &p);
+  // Log-probs only for a caller that takes them; the records replace the ids copy.
+  const bool records = p.logprobs && logprobs != nullptr;
   if (s.ok()) s = RunForward(&p);
   if (s.ok() && p.rows > 0) {
     CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
@@ -295,9 +313,19 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
       s = LaunchSlot(*cache_, k_->sampling, kernels::SamplingLaunch(k_->sampling_cfg, p.rows),
                      params);
     }
+    if (s.ok() && records) {
+      // On the raw logits, with the ids just sampled as the chosen tokens.
+      CUdeviceptr top_n = p.top_n, rec = buf_->records.ptr();
+      void* params[] = {&logits, &out, &top_n, &rec, &vocab, &R};
+      s = LaunchSlot(*cache_, k_->logprobs, kernels::LogprobsLaunch(k_->logprobs_cfg, p.rows),
+                     params);
+      out = rec;
+    }
     if (s.ok()) {
-      s = device_->CopyToHost(buf_->out_host.data(), out, static_cast<size_t>(p.rows) * 4,
-                              "sampled ids");
+      const size_t bytes =
+          static_cast<size_t>(p.rows) * (records ? static_cast<size_t>(kLogprobsRecordBytes) : 4);
+      s = device_->CopyToHost(buf_->out_host.data(), out, bytes,
+                              records ? "log-prob records" : "sampled ids");
     }
   }
   if (!s.ok()) {
@@ -306,7 +334,33 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
   }
   if (s = device_->Synchronize("step"); !s.ok()) return s;
   ids->resize(p.rows);
-  if (p.rows > 0) std::memcpy(ids->data(), buf_->out_host.data(), p.rows * 4);
+  if (logprobs != nullptr) logprobs->resize(p.rows);
+  if (p.rows > 0 && !records) {
+    std::memcpy(ids->data(), buf_->out_host.data(), p.rows * 4);
+    if (logprobs != nullptr) {
+      for (int64_t r = 0; r < p.rows; ++r) {
+        (*logprobs)[r].token = (*ids)[r];
+        (*logprobs)[r].logprob = 0.0f;
+        (*logprobs)[r].top.clear();
+      }
+    }
+  }
+  if (p.rows > 0 && records) {
+    // Entry 0 carries the row's id and its log-prob, then the top entries in rank order
+    // until the first unused {-1, -inf}.
+    const uint8_t* base = buf_->out_host.data();
+    for (int64_t r = 0; r < p.rows; ++r) {
+      kernels::LogprobsEntry e[1 + kLogprobsTop];
+      std::memcpy(e, base + r * kLogprobsRecordBytes, sizeof(e));
+      SampleResult& out = (*logprobs)[r];
+      (*ids)[r] = e[0].id;
+      out.token = e[0].id;
+      out.top.clear();
+      const int32_t n = rows[r].logprobs;
+      out.logprob = n > 0 ? e[0].logprob : 0.0f;
+      for (int32_t i = 1; i <= n && e[i].id >= 0; ++i) out.top.push_back({e[i].id, e[i].logprob});
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -1,8 +1,9 @@
 // The engine on the GPU backend (emulated device) with device-side sampling: greedy
 // steps sample on the device and move one metadata copy up and 4 bytes per sequence
-// back; every launch after warm-up is a kernel-cache hit; a row the device cannot sample
-// (log-probs, penalties) sends the whole step down the host path; tokens
-// equal the CPU backend's either way. Small: the tiny preset, a few steps.
+// back; every launch after warm-up is a kernel-cache hit; a row with log-probs stays on
+// the device (its records come back instead of the ids); a row the device cannot sample
+// (penalties) sends the whole step down the host path; tokens equal the CPU backend's
+// either way. Small: the tiny preset, a few steps.
 #include <map>
 #include <memory>
 #include <string>
@@ -98,7 +99,7 @@ class GpuEngineTest : public ::testing::Test {
 
   // Three sequences of different prompt lengths arriving together: one prefill step,
   // then decode-only steps of batch 3.
-  std::vector<EngineRequest> Requests(int32_t logprobs_on = -1) const {
+  std::vector<EngineRequest> Requests(int32_t logprobs_on = -1, int32_t penalty_on = -1) const {
     std::vector<EngineRequest> reqs(3);
     for (int i = 0; i < 3; ++i) {
       reqs[i].request_id = "g" + std::to_string(i);
@@ -106,6 +107,7 @@ class GpuEngineTest : public ::testing::Test {
       reqs[i].prompt = Prompt(4 + 5 * i, model_->config.vocab_size, 40 + i);
       reqs[i].sampling.temperature = 0;
       reqs[i].sampling.logprobs = i == logprobs_on ? 2 : 0;
+      reqs[i].sampling.repetition_penalty = i == penalty_on ? 1.3f : 1.0f;
       reqs[i].stopping.max_new_tokens = 4;
       reqs[i].stopping.ignore_eos = true;
     }
@@ -141,6 +143,7 @@ TEST_F(GpuEngineTest, GreedyStepsSampleOnTheDeviceAndHitTheKernelCache) {
   const int64_t warm_misses = prev.cache.misses;
 
   const RunResult got = RunEngine(engine, Requests());
+  engine.Stop();  // its last OnStep runs after the final outputs went out
   EXPECT_EQ(got.tokens, RunOnCpu(Requests()).tokens) << "greedy: identical to the CPU backend";
   EXPECT_EQ(got.tokens[2].size(), 4u);
   EXPECT_EQ(got.logprobs, std::vector<size_t>(3, 0));
@@ -170,20 +173,59 @@ TEST_F(GpuEngineTest, GreedyStepsSampleOnTheDeviceAndHitTheKernelCache) {
   EXPECT_EQ(decode_steps, 3);
 }
 
-// One row that wants log-probs keeps the whole step on the host (the logits come back);
-// the device-capable rows' tokens are the same as on the device path.
-TEST_F(GpuEngineTest, ARowTheDeviceCannotSampleSendsTheStepToTheHost) {
+// One row that wants log-probs keeps the step on the device: the logprobs kernel runs
+// after argmax and its records (168 bytes a row, the ids inside) come back instead of
+// the ids, still one copy per step.
+TEST_F(GpuEngineTest, ARowWithLogprobsStaysOnTheDeviceAndItsRecordsComeBack) {
   auto gpu = testing::EmulatedBackend(*model_, kKv);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   GpuBackend* g = gpu->get();
   SamplingParams p;
   p.temperature = 0;
   p.logprobs = 2;
-  EXPECT_FALSE(g->CanSampleOnDevice(p));
-  p.logprobs = 0;
+  EXPECT_TRUE(g->CanSampleOnDevice(p));
+  p.logprobs = 20;
+  EXPECT_TRUE(g->CanSampleOnDevice(p)) << "a record holds 20 top entries";
+  p.logprobs = 21;
+  EXPECT_FALSE(g->CanSampleOnDevice(p)) << "more than a record holds";
+
+  StepRecorder rec(g);
+  Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
+  ASSERT_TRUE(engine.Start().ok());
+  Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
+  const RunResult got = RunEngine(engine, Requests(/*logprobs_on=*/1));
+  engine.Stop();  // its last OnStep runs after the final outputs went out
+  const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/1));
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.logprobs, (std::vector<size_t>{0, 4, 0}));
+  const std::vector<Snapshot> steps = rec.steps();
+  ASSERT_EQ(steps.size(), 4u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Snapshot& s = steps[i];
+    EXPECT_EQ(s.transfers.h2d_count - prev.transfers.h2d_count, 1) << "step " << i;
+    EXPECT_EQ(s.transfers.d2h_count - prev.transfers.d2h_count, 1) << "step " << i;
+    EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 168 * s.step.num_seqs)
+        << "step " << i;
+    EXPECT_EQ(s.cache.launches.at("argmax") - prev.cache.launches["argmax"], 1) << "step " << i;
+    EXPECT_EQ(s.cache.launches.at("logprobs") - prev.cache.launches["logprobs"], 1) << "step " << i;
+    prev = s;
+  }
+}
+
+// A row with penalties keeps the whole step on the host (the logits come back); the
+// device-capable rows' tokens are the same as on the device path.
+TEST_F(GpuEngineTest, APenalisedRowSendsTheStepToTheHost) {
+  auto gpu = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  GpuBackend* g = gpu->get();
+  SamplingParams p;
+  p.temperature = 0;
   p.repetition_penalty = 1.2f;
   EXPECT_FALSE(g->CanSampleOnDevice(p)) << "penalties change the argmax";
   p.repetition_penalty = 1.0f;
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(g->CanSampleOnDevice(p));
+  p.presence_penalty = 0.0f;
   p.temperature = 0.8f;
   p.top_p = 0.9f;
   EXPECT_TRUE(g->CanSampleOnDevice(p)) << "both sides draw by kernels/sampling.h";
@@ -194,17 +236,21 @@ TEST_F(GpuEngineTest, ARowTheDeviceCannotSampleSendsTheStepToTheHost) {
   Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
   ASSERT_TRUE(engine.Start().ok());
   Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
-  const RunResult got = RunEngine(engine, Requests(/*logprobs_on=*/1));
-  const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/1));
+  const RunResult got = RunEngine(engine, Requests(/*logprobs_on=*/0, /*penalty_on=*/1));
+  engine.Stop();  // its last OnStep runs after the final outputs went out
+  const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/0, /*penalty_on=*/1));
   EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(got.logprobs, (std::vector<size_t>{0, 4, 0}));
+  EXPECT_EQ(got.logprobs, (std::vector<size_t>{4, 0, 0}));
+  const RunResult alone = RunOnCpu(Requests());
+  for (int i : {0, 2}) EXPECT_EQ(got.tokens[i], alone.tokens[i]) << "request " << i;
   const int64_t vocab = model_->config.vocab_size;
   const std::vector<Snapshot> steps = rec.steps();
   ASSERT_EQ(steps.size(), 4u);
-  for (const Snapshot& s : steps) {
+  for (Snapshot s : steps) {
     EXPECT_EQ(s.transfers.h2d_count - prev.transfers.h2d_count, 1);
     EXPECT_EQ(s.transfers.d2h_count - prev.transfers.d2h_count, 1);
     EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 4 * vocab * s.step.num_seqs);
+    EXPECT_EQ(s.cache.launches["logprobs"], prev.cache.launches["logprobs"]);
     prev = s;
   }
 }

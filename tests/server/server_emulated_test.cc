@@ -4,11 +4,15 @@
 // kernel cache only hits, once per launch; an injected launch failure fails the request
 // with INTERNAL and turns health NOT_SERVING while the process keeps answering; a
 // cancelled or expired stream returns its device KV blocks and leaves the device's state
-// right for the requests after it.
+// right for the requests after it. Requests with log-probs stay on the device too: each
+// step moves the log-prob records (168 bytes a sequence) back instead of the logits, and
+// the log-probs are the CPU backend's.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +218,110 @@ TEST_F(EmulatedServerTest, CancelledAndExpiredStreamsReturnTheirDeviceKvBlocks) 
               cancelled0 + (by_deadline ? 2 : 1));
   }
   EXPECT_EQ(Tokens(*client_, probe), reference) << "the device state is still right";
+}
+
+struct LogprobsRun {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<v1::GeneratedTokenLogprobs>> logprobs;
+};
+
+// Three requests with log-probs 0, 5 (greedy) and 20 (seeded stochastic) in one batch call.
+LogprobsRun RunLogprobsBatch(server::DecodeClient& c, int new_tokens) {
+  v1::GenerateBatchRequest batch;
+  const int counts[] = {0, 5, 20};
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest* r = batch.add_requests();
+    *r = Greedy(5 + i, new_tokens, 40 + i);
+    r->set_logprobs(counts[i]);
+    if (i == 2) {
+      r->mutable_sampling()->set_temperature(0.9f);
+      r->mutable_sampling()->set_seed(1234);
+    }
+  }
+  LogprobsRun run;
+  run.tokens.resize(3);
+  run.logprobs.resize(3);
+  grpc::Status st = c.GenerateBatch(batch, [&](const v1::GenerateBatchResponse& m) {
+    const v1::GenerateResponse& r = m.response();
+    run.tokens.at(m.index()).insert(run.tokens[m.index()].end(), r.token_ids().begin(),
+                                    r.token_ids().end());
+    run.logprobs.at(m.index()).insert(run.logprobs[m.index()].end(), r.logprobs().begin(),
+                                      r.logprobs().end());
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return run;
+}
+
+bool Close(float got, float want) {
+  return std::abs(static_cast<double>(got) - want) <= 1e-5 + 1e-5 * std::abs(want);
+}
+
+// Log-probs through gRPC on the emulated backend: every step stays on the device (one
+// copy back of 168 bytes per sequence, not 4 x vocab), and the log-probs equal the CPU
+// backend's. Loaded without TestServer's ControlledBackend, which forwards only the
+// three-argument StepSampled (a row wanting log-probs would fail with UNIMPLEMENTED).
+TEST(EmulatedServerLogprobsTest, LogprobsStayOnTheDeviceAndEqualTheCpuBackends) {
+  cuda::SetEmulatedFault({});
+  constexpr int kNew = 4;
+  auto emu = TestServer::Start();
+  ASSERT_NE(emu, nullptr);
+  server::ModelOptions mo = TestServer::DefaultModelOptions();
+  mo.model_dir = testing::TestModelDir();
+  mo.backend = "emulated";
+  mo.engine.max_batch_size = 4;
+  mo.kv_blocks = 64;
+  auto model = server::LoadServedModel(mo, &emu->server->metrics());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t vocab = (*model)->engine->model_config().vocab_size;
+  emu->server->SetModel(*std::move(model));
+  server::ClientOptions o;
+  o.target = emu->target;
+  server::DecodeClient client(o);
+  auto read = [&](const char* name) {
+    return MetricValue(HttpGet(emu->server->metrics_port(), "/metrics"), name);
+  };
+  const double transfers0 = read("ptxserve_transfers_total{direction=\"d2h\"}");
+  const double bytes0 = read("ptxserve_transfer_bytes_total{direction=\"d2h\"}");
+  const LogprobsRun got = RunLogprobsBatch(client, kNew);
+  EXPECT_EQ(read("ptxserve_transfers_total{direction=\"d2h\"}") - transfers0, kNew)
+      << "one copy back per step";
+  EXPECT_EQ(read("ptxserve_transfer_bytes_total{direction=\"d2h\"}") - bytes0, 168.0 * 3 * kNew)
+      << "the records of 3 sequences per step, not their logits (" << 4 * vocab << " bytes each)";
+
+  auto cpu = TestServer::Start();
+  ASSERT_NE(cpu, nullptr);
+  server::ModelOptions cmo = TestServer::DefaultModelOptions();
+  cmo.engine.max_batch_size = 4;
+  cmo.kv_blocks = 64;
+  ASSERT_TRUE(cpu->Load(cmo).ok());
+  server::ClientOptions co;
+  co.target = cpu->target;
+  server::DecodeClient cpu_client(co);
+  const LogprobsRun want = RunLogprobsBatch(cpu_client, kNew);
+
+  EXPECT_EQ(got.tokens, want.tokens);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(got.tokens[i].size(), static_cast<size_t>(kNew)) << "request " << i;
+    ASSERT_EQ(got.logprobs[i].size(), i == 0 ? 0u : static_cast<size_t>(kNew)) << "request " << i;
+    ASSERT_EQ(want.logprobs[i].size(), got.logprobs[i].size()) << "request " << i;
+    for (size_t k = 0; k < got.logprobs[i].size(); ++k) {
+      const v1::GeneratedTokenLogprobs& g = got.logprobs[i][k];
+      const v1::GeneratedTokenLogprobs& w = want.logprobs[i][k];
+      EXPECT_EQ(g.chosen().token_id(), got.tokens[i][k]);
+      EXPECT_LE(g.chosen().logprob(), 0.0f);
+      EXPECT_TRUE(Close(g.chosen().logprob(), w.chosen().logprob()))
+          << "request " << i << " token " << k << ": " << g.chosen().logprob() << " vs "
+          << w.chosen().logprob();
+      ASSERT_EQ(g.top_size(), i == 1 ? 5 : 20) << "request " << i << " token " << k;
+      ASSERT_EQ(g.top_size(), w.top_size());
+      for (int j = 0; j < g.top_size(); ++j) {
+        EXPECT_EQ(g.top(j).token_id(), w.top(j).token_id()) << "request " << i << " top " << j;
+        EXPECT_TRUE(Close(g.top(j).logprob(), w.top(j).logprob()))
+            << "request " << i << " token " << k << " top " << j;
+      }
+    }
+  }
 }
 
 }  // namespace
