@@ -70,7 +70,7 @@ class FakeBackend : public Backend {
       absl::MutexLock lock(&mu_);
       ++steps_started_;
       cv_.SignalAll();
-      while (blocked_) cv_.Wait(&mu_);
+      while (blocked_ || (block_from_ > 0 && steps_started_ >= block_from_)) cv_.Wait(&mu_);
       if (fail_next_ > 0) {
         --fail_next_;
         return absl::InternalError("injected failure");
@@ -116,7 +116,14 @@ class FakeBackend : public Backend {
   void Unblock() {
     absl::MutexLock lock(&mu_);
     blocked_ = false;
+    block_from_ = 0;
     cv_.SignalAll();
+  }
+  // Step number n (1 = the warm-up) and every later one wait inside Step until Unblock:
+  // a deterministic point to freeze the engine at, however fast the steps run.
+  void BlockFromStep(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    block_from_ = n;
   }
   void FailNext(int n) {
     absl::MutexLock lock(&mu_);
@@ -178,6 +185,7 @@ class FakeBackend : public Backend {
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool blocked_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t block_from_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_next_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_started_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t max_seqs_seen_ ABSL_GUARDED_BY(mu_) = 0;

@@ -54,6 +54,12 @@ class ControlledBackend : public Backend {
     if (absl::Status st = Control(); !st.ok()) return st;
     return inner_->StepSampled(b, rows, ids);
   }
+  absl::Status StepSampled(const StepBatch& b, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>* ids,
+                           std::vector<SampleResult>* logprobs) override {
+    if (absl::Status st = Control(); !st.ok()) return st;
+    return inner_->StepSampled(b, rows, ids, logprobs);
+  }
   const ModelConfig& config() const override { return inner_->config(); }
   const KvCacheConfig& kv_config() const override { return inner_->kv_config(); }
   std::string name() const override { return inner_->name(); }
