@@ -17,12 +17,18 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/engine_run_util.h"
 #include "tests/cuda/gpu_test_util.h"
 
 namespace ptxserve::cuda {
 namespace {
 
+using testing::Launches;
 using testing::Prompt;
+using testing::RunEngine;
+using testing::RunResult;
+using testing::Snapshot;
+using testing::StepRecorder;
 
 constexpr KvCacheConfig kKv{64, 16, DType::kF32};
 
@@ -32,57 +38,11 @@ int64_t Total(const std::map<std::string, int64_t>& m) {
   return n;
 }
 
-struct Snapshot {
-  StepObservation step;
-  TransferStats transfers;
-  KernelCacheStats cache;
-};
-
-// Snapshots the GPU backend's counters after every engine step (on the engine thread).
-class StepRecorder : public EngineObserver {
- public:
-  explicit StepRecorder(const GpuBackend* gpu) : gpu_(gpu) {}
-  void OnStep(const StepObservation& s) override {
-    absl::MutexLock lock(&mu_);
-    steps_.push_back({s, gpu_->transfer_stats(), gpu_->cache_stats()});
-  }
-  std::vector<Snapshot> steps() {
-    absl::MutexLock lock(&mu_);
-    return steps_;
-  }
-
- private:
-  const GpuBackend* gpu_;
-  absl::Mutex mu_;
-  std::vector<Snapshot> steps_ ABSL_GUARDED_BY(mu_);
-};
-
-struct RunResult {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<size_t> logprobs;  // per request
-};
-
-RunResult RunEngine(Engine& engine, std::vector<EngineRequest> reqs) {
-  const size_t n = reqs.size();
-  RunResult r;
-  r.tokens.resize(n);
-  r.logprobs.resize(n);
-  auto stream = std::make_shared<ResultStream>();
-  EXPECT_TRUE(engine.Enqueue(std::move(reqs), stream).ok());
-  size_t done = 0;
-  std::vector<EngineOutput> outs;
-  while (done < n && stream->WaitPopAll(&outs)) {
-    for (EngineOutput& o : outs) {
-      auto& t = r.tokens[o.index];
-      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
-      r.logprobs[o.index] += o.logprobs.size();
-      if (o.final()) {
-        ++done;
-        EXPECT_TRUE(o.error.ok()) << o.error;
-      }
-    }
-  }
-  return r;
+// Tokens with log-probs, per request.
+std::vector<size_t> LogprobCounts(const RunResult& r) {
+  std::vector<size_t> n;
+  for (const auto& l : r.logprobs) n.push_back(l.size());
+  return n;
 }
 
 class GpuEngineTest : public ::testing::Test {
@@ -146,7 +106,7 @@ TEST_F(GpuEngineTest, GreedyStepsSampleOnTheDeviceAndHitTheKernelCache) {
   engine.Stop();  // its last OnStep runs after the final outputs went out
   EXPECT_EQ(got.tokens, RunOnCpu(Requests()).tokens) << "greedy: identical to the CPU backend";
   EXPECT_EQ(got.tokens[2].size(), 4u);
-  EXPECT_EQ(got.logprobs, std::vector<size_t>(3, 0));
+  EXPECT_EQ(LogprobCounts(got), std::vector<size_t>(3, 0));
 
   const std::vector<Snapshot> steps = rec.steps();
   ASSERT_EQ(steps.size(), 4u) << "one prefill step, three decode steps";
@@ -197,7 +157,7 @@ TEST_F(GpuEngineTest, ARowWithLogprobsStaysOnTheDeviceAndItsRecordsComeBack) {
   engine.Stop();  // its last OnStep runs after the final outputs went out
   const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/1));
   EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(got.logprobs, (std::vector<size_t>{0, 4, 0}));
+  EXPECT_EQ(LogprobCounts(got), (std::vector<size_t>{0, 4, 0}));
   const std::vector<Snapshot> steps = rec.steps();
   ASSERT_EQ(steps.size(), 4u);
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -240,7 +200,7 @@ TEST_F(GpuEngineTest, APenalisedRowSendsTheStepToTheHost) {
   engine.Stop();  // its last OnStep runs after the final outputs went out
   const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/0, /*penalty_on=*/1));
   EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(got.logprobs, (std::vector<size_t>{4, 0, 0}));
+  EXPECT_EQ(LogprobCounts(got), (std::vector<size_t>{4, 0, 0}));
   const RunResult alone = RunOnCpu(Requests());
   for (int i : {0, 2}) EXPECT_EQ(got.tokens[i], alone.tokens[i]) << "request " << i;
   const int64_t vocab = model_->config.vocab_size;

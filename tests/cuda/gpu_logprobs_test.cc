@@ -27,27 +27,22 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/engine_run_util.h"
 #include "tests/cuda/gpu_test_util.h"
 
 namespace ptxserve::cuda {
 namespace {
 
+using testing::Launches;
 using testing::Prompt;
+using testing::RunEngine;
+using testing::RunResult;
+using testing::Snapshot;
+using testing::StepRecorder;
+using testing::Unavailable;
 
 constexpr KvCacheConfig kKv{64, 16, DType::kF32};
 constexpr int64_t kRecordBytes = 168;  // (1 + 20) entries of {s32 id, f32 logprob}
-
-// Empty when `kind` can run here, else why not.
-std::string Unavailable(const std::string& kind) {
-  if (kind != "cuda") return "";
-  static const std::string why = [] {
-    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
-    if (!d.ok()) return std::string(d.status().message());
-    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
-    return dev.ok() ? std::string() : std::string(dev.status().message());
-  }();
-  return why;
-}
 
 bool Close(float got, float want) {
   if (std::isnan(want)) return std::isnan(got);
@@ -85,65 +80,6 @@ class HostSampled : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
 };
-
-struct Snapshot {
-  StepObservation step;
-  TransferStats transfers;
-  KernelCacheStats cache;
-};
-
-// Snapshots the GPU backend's counters after every engine step (on the engine thread).
-class StepRecorder : public EngineObserver {
- public:
-  explicit StepRecorder(const GpuBackend* gpu) : gpu_(gpu) {}
-  void OnStep(const StepObservation& s) override {
-    absl::MutexLock lock(&mu_);
-    steps_.push_back({s, gpu_->transfer_stats(), gpu_->cache_stats()});
-  }
-  std::vector<Snapshot> steps() {
-    absl::MutexLock lock(&mu_);
-    return steps_;
-  }
-
- private:
-  const GpuBackend* gpu_;
-  absl::Mutex mu_;
-  std::vector<Snapshot> steps_ ABSL_GUARDED_BY(mu_);
-};
-
-int64_t Launches(const KernelCacheStats& s, const std::string& kernel) {
-  auto it = s.launches.find(kernel);
-  return it == s.launches.end() ? 0 : it->second;
-}
-
-struct RunResult {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<SampleResult>> logprobs;
-};
-
-RunResult RunEngine(Engine& engine, std::vector<EngineRequest> reqs) {
-  const size_t n = reqs.size();
-  RunResult r;
-  r.tokens.resize(n);
-  r.logprobs.resize(n);
-  auto stream = std::make_shared<ResultStream>();
-  EXPECT_TRUE(engine.Enqueue(std::move(reqs), stream).ok());
-  size_t done = 0;
-  std::vector<EngineOutput> outs;
-  while (done < n && stream->WaitPopAll(&outs)) {
-    for (EngineOutput& o : outs) {
-      auto& t = r.tokens[o.index];
-      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
-      auto& l = r.logprobs[o.index];
-      l.insert(l.end(), o.logprobs.begin(), o.logprobs.end());
-      if (o.final()) {
-        ++done;
-        EXPECT_TRUE(o.error.ok()) << o.error;
-      }
-    }
-  }
-  return r;
-}
 
 class GpuLogprobsDevices : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:

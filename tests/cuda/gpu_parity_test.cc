@@ -27,6 +27,7 @@ using testing::Generate;
 using testing::GenRequest;
 using testing::GenResult;
 using testing::Prompt;
+using testing::Unavailable;
 
 struct Case {
   std::string preset;
@@ -38,18 +39,6 @@ struct Case {
   double tolerance = 2e-4;
   bool print_tokens = false;
 };
-
-// Empty when `kind` can run here, else why not.
-std::string Unavailable(const std::string& kind) {
-  if (kind != "cuda") return "";
-  static const std::string why = [] {
-    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
-    if (!d.ok()) return std::string(d.status().message());
-    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
-    return dev.ok() ? std::string() : std::string(dev.status().message());
-  }();
-  return why;
-}
 
 void RunParity(const Model& model, const Case& c, const std::string& kind) {
   KvCacheConfig kv;

@@ -21,64 +21,22 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/cuda/engine_run_util.h"
 #include "tests/cuda/gpu_test_util.h"
 #include "tests/sampler/canonical_reference.h"
 
 namespace ptxserve::cuda {
 namespace {
 
+using testing::Launches;
 using testing::Prompt;
+using testing::RunEngine;
+using testing::RunResult;
+using testing::Snapshot;
+using testing::StepRecorder;
+using testing::Unavailable;
 
 constexpr KvCacheConfig kKv{64, 16, DType::kF32};
-
-struct Snapshot {
-  StepObservation step;
-  TransferStats transfers;
-  KernelCacheStats cache;
-};
-
-// Snapshots the GPU backend's counters after every engine step (on the engine thread).
-class StepRecorder : public EngineObserver {
- public:
-  explicit StepRecorder(const GpuBackend* gpu) : gpu_(gpu) {}
-  void OnStep(const StepObservation& s) override {
-    absl::MutexLock lock(&mu_);
-    steps_.push_back({s, gpu_->transfer_stats(), gpu_->cache_stats()});
-  }
-  std::vector<Snapshot> steps() {
-    absl::MutexLock lock(&mu_);
-    return steps_;
-  }
-
- private:
-  const GpuBackend* gpu_;
-  absl::Mutex mu_;
-  std::vector<Snapshot> steps_ ABSL_GUARDED_BY(mu_);
-};
-
-std::vector<std::vector<int32_t>> RunEngine(Engine& engine, std::vector<EngineRequest> reqs) {
-  const size_t n = reqs.size();
-  std::vector<std::vector<int32_t>> tokens(n);
-  auto stream = std::make_shared<ResultStream>();
-  EXPECT_TRUE(engine.Enqueue(std::move(reqs), stream).ok());
-  size_t done = 0;
-  std::vector<EngineOutput> outs;
-  while (done < n && stream->WaitPopAll(&outs)) {
-    for (EngineOutput& o : outs) {
-      tokens[o.index].insert(tokens[o.index].end(), o.token_ids.begin(), o.token_ids.end());
-      if (o.final()) {
-        ++done;
-        EXPECT_TRUE(o.error.ok()) << o.error;
-      }
-    }
-  }
-  return tokens;
-}
-
-int64_t Launches(const KernelCacheStats& s, const std::string& kernel) {
-  auto it = s.launches.find(kernel);
-  return it == s.launches.end() ? 0 : it->second;
-}
 
 class GpuSamplingTest : public ::testing::Test {
  protected:
@@ -124,7 +82,7 @@ class GpuSamplingTest : public ::testing::Test {
     EXPECT_TRUE(cpu.ok()) << cpu.status();
     Engine engine(*std::move(cpu), *tokenizer_, Config());
     EXPECT_TRUE(engine.Start().ok());
-    return RunEngine(engine, std::move(reqs));
+    return RunEngine(engine, std::move(reqs)).tokens;
   }
   static EngineConfig Config() {
     EngineConfig cfg;
@@ -146,7 +104,7 @@ TEST_F(GpuSamplingTest, SeededStochasticRequestsMatchTheCpuWithIdsOnlyComingBack
   ASSERT_TRUE(engine.Start().ok());
   Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
 
-  const auto got = RunEngine(engine, Requests());
+  const auto got = RunEngine(engine, Requests()).tokens;
   engine.Stop();  // its last OnStep runs after the final outputs went out
   const auto want = RunOnCpu(Requests());
   EXPECT_EQ(got, want) << "the same seed gives the same tokens on either path";
@@ -185,7 +143,7 @@ TEST_F(GpuSamplingTest, APenalisedRowSendsTheStepToTheHostWithTheSameTokens) {
   Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
   ASSERT_TRUE(engine.Start().ok());
   Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
-  const auto got = RunEngine(engine, reqs);
+  const auto got = RunEngine(engine, reqs).tokens;
   engine.Stop();  // its last OnStep runs after the final outputs went out
   EXPECT_EQ(got, RunOnCpu(reqs));
   const auto alone = RunOnCpu(Requests());
@@ -196,18 +154,6 @@ TEST_F(GpuSamplingTest, APenalisedRowSendsTheStepToTheHostWithTheSameTokens) {
     EXPECT_EQ(Launches(s.cache, "sampling"), Launches(prev.cache, "sampling"));
     prev = s;
   }
-}
-
-// Empty when `kind` can run here, else why not.
-std::string Unavailable(const std::string& kind) {
-  if (kind != "cuda") return "";
-  static const std::string why = [] {
-    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
-    if (!d.ok()) return std::string(d.status().message());
-    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
-    return dev.ok() ? std::string() : std::string(dev.status().message());
-  }();
-  return why;
 }
 
 // StepSampled on a real step's logits, on the emulator and (where there is one) a real

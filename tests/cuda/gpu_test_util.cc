@@ -48,6 +48,17 @@ absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
   return LoadModel(it->second);
 }
 
+std::string Unavailable(const std::string& kind) {
+  if (kind != "cuda") return "";
+  static const std::string why = [] {
+    absl::StatusOr<std::unique_ptr<DriverTable>> d = LoadCudaDriver();
+    if (!d.ok()) return std::string(d.status().message());
+    absl::StatusOr<std::unique_ptr<Device>> dev = Device::Open(*std::move(d));
+    return dev.ok() ? std::string() : std::string(dev.status().message());
+  }();
+  return why;
+}
+
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> p(n);
   for (int64_t i = 0; i < n; ++i) {

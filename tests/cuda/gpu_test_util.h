@@ -66,6 +66,10 @@ int32_t ArgMax(const float* v, int64_t n);
 // max |a - b| / max |b| over n values.
 double RelErr(const float* a, const float* b, int64_t n);
 
+// Empty when a device of `kind` ("emulated" or "cuda") can run here, else why not (no
+// driver, no device); computed once per process.
+std::string Unavailable(const std::string& kind);
+
 // An emulated-device GpuBackend for `model` (warm-up on unless options say otherwise).
 absl::StatusOr<std::unique_ptr<GpuBackend>> EmulatedBackend(const Model& model,
                                                             const KvCacheConfig& kv,
