@@ -301,8 +301,18 @@ TEST(CpuBackendTest, CreateRejectsBadModelsAndKvConfigs) {
   }
   {
     Model m = MakeRandomModel(spec);
-    EXPECT_EQ(CreateCpuBackend(m, {0, 16, DType::kF32}).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(CreateCpuBackend(m, {16, 0, DType::kF32}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << "block_size 0";
+  }
+  {
+    // No blocks asked for: the host default, one full context at least.
+    Model m = MakeRandomModel(spec);
+    const KvCacheConfig unsized{0, 16, DType::kF32};
+    const auto b = CreateCpuBackend(m, unsized);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->kv_config().num_blocks, DefaultHostKvBlocks(m.config, unsized, 1));
+    EXPECT_GE(int64_t{(*b)->kv_config().num_blocks} * 16, m.config.max_position_embeddings);
   }
 }
 
