@@ -70,9 +70,12 @@ class GpuGraphTest : public ::testing::Test {
   }
   void TearDown() override { SetEmulatedFault({}); }
 
-  std::unique_ptr<GpuBackend> Make(bool graphs, GpuBackendOptions o = {}) {
+  std::unique_ptr<GpuBackend> Make(bool graphs, GpuBackendOptions o = {},
+                                   const std::string& kind = "emulated") {
     o.cuda_graphs = graphs;
-    auto b = testing::EmulatedBackend(*model_, kKv, o);
+    o.log_progress = false;
+    auto b = kind == "emulated" ? testing::EmulatedBackend(*model_, kKv, o)
+                                : CreateGpuBackend(*model_, kKv, kind, o);
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? *std::move(b) : nullptr;
   }
@@ -96,7 +99,14 @@ TEST(CudaGraphBucketTest, PowersOfTwoToEightThenMultiplesOfEight) {
 // steps of 1, 3 and 5 sequences (buckets 1, 4, 8) between prefill and mixed steps. Greedy
 // tokens and every logit are bit-identical with and without graphs, on both the logits
 // path (Step) and device sampling (StepSampled); only decode-only steps replay graphs.
-TEST_F(GpuGraphTest, GraphStepsGiveTheSameBitsAsLaunchByLaunch) {
+// On the emulated device and, where there is one, a real GPU.
+class GpuGraphDevices : public GpuGraphTest, public ::testing::WithParamInterface<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuGraphDevices, ::testing::Values("emulated", "cuda"));
+
+TEST_P(GpuGraphDevices, GraphStepsGiveTheSameBitsAsLaunchByLaunch) {
+  const std::string kind = GetParam();
+  if (std::string why = testing::Unavailable(kind); !why.empty()) GTEST_SKIP() << why;
   // Steps (chunks of 8 prompt tokens): 0 prefill; 1-2 decode 1; 3-4 mixed; 5 decode 3;
   // 6-7 mixed; 8 decode 5; then 3 and 1 sequences as they finish.
   const std::vector<GenRequest> reqs = {{Prompt(5, vocab_, 1), 0, 11},
@@ -104,8 +114,8 @@ TEST_F(GpuGraphTest, GraphStepsGiveTheSameBitsAsLaunchByLaunch) {
                                         {Prompt(17, vocab_, 3), 3, 4},
                                         {Prompt(3, vocab_, 4), 6, 3},
                                         {Prompt(11, vocab_, 5), 6, 3}};
-  auto eager = Make(false);
-  auto graphed = Make(true);
+  auto eager = Make(false, {}, kind);
+  auto graphed = Make(true, {}, kind);
   ASSERT_TRUE(eager && graphed);
   for (bool sampled : {false, true}) {
     // The second run finds the first's graphs (same keys) and rewrites the same K/V.
@@ -141,7 +151,9 @@ TEST_F(GpuGraphTest, GraphStepsGiveTheSameBitsAsLaunchByLaunch) {
     EXPECT_GE(g.captures, static_cast<int64_t>(buckets.size()));
     EXPECT_LT(g.captures, decode_steps) << "graphs are reused";
     EXPECT_EQ(g.live, g.captures - g.dropped);
-    EXPECT_EQ(GetEmulatedDeviceCounters().live_graph_execs, g.live);
+    if (kind == "emulated") {
+      EXPECT_EQ(GetEmulatedDeviceCounters().live_graph_execs, g.live);
+    }
     EXPECT_EQ(eager->graph_stats().captures, 0);
     EXPECT_EQ(eager->graph_stats().replays, 0);
   }
