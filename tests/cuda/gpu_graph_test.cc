@@ -102,7 +102,8 @@ TEST(CudaGraphBucketTest, PowersOfTwoToEightThenMultiplesOfEight) {
 // On the emulated device and, where there is one, a real GPU.
 class GpuGraphDevices : public GpuGraphTest, public ::testing::WithParamInterface<std::string> {};
 
-INSTANTIATE_TEST_SUITE_P(Devices, GpuGraphDevices, ::testing::Values("emulated", "cuda"));
+INSTANTIATE_TEST_SUITE_P(Devices, GpuGraphDevices, ::testing::Values("emulated", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST_P(GpuGraphDevices, GraphStepsGiveTheSameBitsAsLaunchByLaunch) {
   const std::string kind = GetParam();
