@@ -42,8 +42,10 @@
 // shorter (the split kernel writes -inf for them and the merge ignores them), so a
 // growing context changes the key only at powers of two; a fixed
 // GpuBackendOptions::attention_partition is kept as is.
-//   Graphs are captured on first use of a key (after one launch-by-launch run of it when
-// warm-up is off, so no kernel is compiled during a capture), at most cuda_graph_limit
+//   A key's graph is captured after cuda_graph_eager_runs launch-by-launch steps of it
+// (1 by default), so no kernel is compiled (warm-up off) or loaded onto the device (lazy
+// module loading, which drivers before CUDA 12.3 cannot do during a capture) while
+// capturing. At most cuda_graph_limit
 // are kept (least recently used dropped), and steps larger than cuda_graph_max_batch, or
 // any step once a capture has failed, run launch by launch. Replayed kernels count in
 // the kernel-cache launch and hit counters exactly as launched ones do.
@@ -92,6 +94,11 @@ struct GpuBackendOptions {
   bool cuda_graphs = true;
   int32_t cuda_graph_max_batch = 256;
   int32_t cuda_graph_limit = 64;
+  // Launch-by-launch steps of a key before its graph is captured (at least 1 when warm-up
+  // is off). One run loads the key's kernels onto the device first: with lazy module
+  // loading (the default since CUDA 12.2) drivers before 12.3 cannot load one during a
+  // capture. 0 captures at first use.
+  int32_t cuda_graph_eager_runs = 1;
   // When KvCacheConfig::num_blocks <= 0: size the K/V pools to this fraction of the device
   // memory free after weights and activations (serve --kv_memory_fraction).
   double kv_memory_fraction = 0.9;

@@ -4,7 +4,6 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -179,7 +178,7 @@ struct GpuBackend::Graphs {
   using Addresses = std::array<CUdeviceptr, kBuffers>;
 
   std::map<Key, Entry> by_key;
-  std::set<Key> ran_once;  // warm-up off: keys run launch by launch once (compiling)
+  std::map<Key, int32_t> eager_runs;  // launch-by-launch steps run per key before capture
   Addresses addresses{};   // the buffers the graphs in by_key were captured with
   uint64_t clock = 0;      // step counter for least-recently-used eviction
   bool disabled = false;   // a capture failed: launch by launch from then on

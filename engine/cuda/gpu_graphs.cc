@@ -147,8 +147,15 @@ absl::Status GpuBackend::ForwardGraph(const StepPlan& p) {
   const Graphs::Key key = Graphs::Key::Of(p);
   auto it = g.by_key.find(key);
   if (it == g.by_key.end()) {
-    // Without warm-up, the first run of a key compiles its kernels outside any capture.
-    if (!options_.warmup && g.ran_once.insert(key).second) return Forward(p);
+    // A key's first steps run launch by launch, outside any capture: they compile the
+    // kernels when warm-up was off, and load their modules onto the device. With lazy
+    // module loading (the default since CUDA 12.2), drivers before 12.3 cannot load a
+    // kernel during a capture, which would turn graphs off for good.
+    const int32_t eager = std::max(options_.cuda_graph_eager_runs, options_.warmup ? 0 : 1);
+    if (int32_t& runs = g.eager_runs[key]; runs < eager) {
+      ++runs;
+      return Forward(p);
+    }
     if (static_cast<int64_t>(g.by_key.size()) >= std::max(options_.cuda_graph_limit, 1)) {
       auto lru = std::min_element(
           g.by_key.begin(), g.by_key.end(),
