@@ -179,10 +179,10 @@ struct GpuBackend::Graphs {
 
   std::map<Key, Entry> by_key;
   std::map<Key, int32_t> eager_runs;  // launch-by-launch steps run per key before capture
-  Addresses addresses{};   // the buffers the graphs in by_key were captured with
-  uint64_t clock = 0;      // step counter for least-recently-used eviction
-  bool disabled = false;   // a capture failed: launch by launch from then on
-  StepBatch padded;        // scratch: the padded batch of the current step
+  Addresses addresses{};              // the buffers the graphs in by_key were captured with
+  uint64_t clock = 0;                 // step counter for least-recently-used eviction
+  bool disabled = false;              // a capture failed: launch by launch from then on
+  StepBatch padded;                   // scratch: the padded batch of the current step
   std::vector<RowSampling> padded_rows;
 };
 
