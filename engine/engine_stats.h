@@ -26,6 +26,9 @@ struct KernelStats {
   int64_t graph_captures = 0;
   int64_t graph_replays = 0;
   int64_t graphs_live = 0;
+  // Device memory held by the backend (0 on the CPU): weights, and the K/V pools.
+  int64_t device_weight_bytes = 0;
+  int64_t device_kv_bytes = 0;
 };
 
 // Number of FinishReason values that end a request (kLength .. kError).

@@ -212,6 +212,10 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
                        .Help("CUDA graphs held by the backend")
                        .Register(*registry_)
                        .Add({})),
+      device_memory_(BuildGauge()
+                         .Name("ptxserve_device_memory_bytes")
+                         .Help("GPU memory held by the backend, by kind (weights, kv_cache)")
+                         .Register(*registry_)),
       build_info_(BuildGauge()
                       .Name("ptxserve_build_info")
                       .Help("Build information: version and backend")
@@ -277,6 +281,11 @@ void ServerMetrics::Refresh() {
   AddDelta(graph_captures_, k.graph_captures, pk.graph_captures);
   AddDelta(graph_replays_, k.graph_replays, pk.graph_replays);
   graphs_live_.Set(static_cast<double>(k.graphs_live));
+  // Series appear with a GPU backend only (none on the CPU, like the kernel families).
+  if (k.device_weight_bytes > 0 || k.device_kv_bytes > 0) {
+    device_memory_.Add({{"kind", "weights"}}).Set(static_cast<double>(k.device_weight_bytes));
+    device_memory_.Add({{"kind", "kv_cache"}}).Set(static_cast<double>(k.device_kv_bytes));
+  }
   last_ = *std::move(s);
 }
 

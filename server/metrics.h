@@ -95,6 +95,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter& graph_captures_;
   prometheus::Counter& graph_replays_;
   prometheus::Gauge& graphs_live_;
+  prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   const std::string version_;
 

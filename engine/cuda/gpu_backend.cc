@@ -230,6 +230,8 @@ KernelStats GpuBackend::kernel_stats() const {
   k.graph_captures = g.captures;
   k.graph_replays = g.replays;
   k.graphs_live = g.live;
+  k.device_weight_bytes = static_cast<int64_t>(weight_bytes_);  // both fixed at Create
+  k.device_kv_bytes = static_cast<int64_t>(kv_bytes_);
   return k;
 }
 

@@ -70,6 +70,12 @@ TEST(MetricsTest, KernelFamiliesFilledFromKernelStats) {
   EXPECT_EQ(MetricValue(after, "ptxserve_cuda_graphs"), 2);
   s.kernels.graphs_live = 1;  // a gauge: it may go down
   EXPECT_EQ(MetricValue(m.Serialize(), "ptxserve_cuda_graphs"), 1);
+  EXPECT_EQ(after.find("ptxserve_device_memory_bytes{"), std::string::npos) << "no GPU memory";
+  s.kernels.device_weight_bytes = 2 << 20;
+  s.kernels.device_kv_bytes = 64 << 20;
+  const std::string gpu = m.Serialize();
+  EXPECT_EQ(MetricValue(gpu, "ptxserve_device_memory_bytes{kind=\"weights\"}"), 2 << 20);
+  EXPECT_EQ(MetricValue(gpu, "ptxserve_device_memory_bytes{kind=\"kv_cache\"}"), 64 << 20);
 }
 
 TEST(MetricsTest, HistogramsFollowTheObserver) {
