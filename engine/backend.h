@@ -28,6 +28,13 @@ struct RowSampling {
   float min_p = 0;        // 0 = off
   int32_t logprobs = 0;   // top-N log-probs wanted (SamplingParams::logprobs); > 0 also
                           // returns the chosen token's log-prob
+  // The penalties SequenceSampler::ApplyPenalties applies before the draw: the params'
+  // values and the sequence's history (SequenceSampler::PenaltyEntries for the model's
+  // vocab). Empty `penalties` leaves the row as it is. Log-probs stay those of the raw row.
+  float repetition_penalty = 1;
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  std::vector<PenaltyEntry> penalties = {};
 };
 
 class Backend {

@@ -301,19 +301,30 @@ void Engine::RunStep() {
   }
   bool device_logprobs = false;  // some row wants log-probs from the device
   if (on_device) {
-    sample_rows_.clear();
+    // Rows are reused, not cleared, so their penalty lists keep their capacity.
+    size_t n = 0;
     for (const auto& e : plan_.entries) {
       if (!e.samples) continue;
       SequenceSampler& sampler = *seqs_.at(e.seq->id)->sampler;
-      RowSampling& r = sample_rows_.emplace_back();
-      r.temperature = sampler.params().temperature;
-      r.top_k = sampler.params().top_k;
-      r.top_p = sampler.params().top_p;
-      r.min_p = sampler.params().min_p;
+      if (n == sample_rows_.size()) sample_rows_.emplace_back();
+      RowSampling& r = sample_rows_[n++];
+      const SamplingParams& sp = sampler.params();
+      r.temperature = sp.temperature;
+      r.top_k = sp.top_k;
+      r.top_p = sp.top_p;
+      r.min_p = sp.min_p;
       r.uniform = sampler.TakeUniform();
-      r.logprobs = sampler.params().logprobs;
+      r.logprobs = sp.logprobs;
+      r.repetition_penalty = sp.repetition_penalty;
+      r.presence_penalty = sp.presence_penalty;
+      r.frequency_penalty = sp.frequency_penalty;
+      // The history as of this step: the token sampled now is recorded by Accept below.
+      r.penalties.clear();
+      if (sampler.has_penalties())
+        sampler.PenaltyEntries(static_cast<int32_t>(vocab), &r.penalties);
       device_logprobs = device_logprobs || r.logprobs > 0;
     }
+    sample_rows_.resize(n);
   }
   const Clock::time_point t1 = Clock::now();
   // The three-argument form when no row wants log-probs: what every device sampler has.

@@ -174,7 +174,27 @@ void SequenceSampler::ApplyPenalties(std::span<float> logits) const {
   }
   for (const auto& [id, count] : counts_) {
     if (id < 0 || static_cast<size_t>(id) >= v) continue;
-    logits[id] -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
+    // One fused multiply-add, spelled out: the device's penalties kernel does the same
+    // (kernels/penalties.h), whatever contraction the compiler would choose.
+    logits[id] -=
+        std::fma(params_.frequency_penalty, static_cast<float>(count), params_.presence_penalty);
+  }
+}
+
+void SequenceSampler::PenaltyEntries(int32_t vocab, std::vector<PenaltyEntry>* out) const {
+  auto inside = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  // Generated ids are in seen_ whenever the repetition penalty is on, so seen_ then covers
+  // counts_; otherwise seen_ is empty.
+  if (params_.repetition_penalty != 1.0f) {
+    for (int32_t id : seen_) {
+      if (!inside(id)) continue;
+      auto it = counts_.find(id);
+      out->push_back({id, it == counts_.end() ? 0 : it->second, 1});
+    }
+    return;
+  }
+  for (const auto& [id, count] : counts_) {
+    if (inside(id)) out->push_back({id, count, 0});
   }
 }
 

@@ -98,6 +98,14 @@ class RowDrawer {
   std::vector<std::pair<int32_t, uint64_t>> kept_;  // (id, q)
 };
 
+// One id of a sequence's penalty history, as the device's penalties kernel takes it
+// (kernels/penalties.h PenaltyEntryWords has the same layout).
+struct PenaltyEntry {
+  int32_t id = 0;
+  int32_t count = 0;     // times generated: presence / frequency apply when > 0
+  int32_t repeated = 0;  // 1: seen in the prompt or output, the repetition penalty applies
+};
+
 // The sampling state of one sequence. Not thread-safe; one per sequence. Params must
 // have passed ValidateSamplingParams.
 class SequenceSampler {
@@ -122,12 +130,18 @@ class SequenceSampler {
   // to one row of logits, in place (what Sample does before anything else).
   void ApplyPenalties(std::span<float> logits) const;
 
+  // Appends one entry per id ApplyPenalties rewrites in a row of `vocab` ids, each id
+  // once, in no particular order (ids outside [0, vocab) are left out, as ApplyPenalties
+  // ignores them). Nothing when the params have no penalties.
+  void PenaltyEntries(int32_t vocab, std::vector<PenaltyEntry>* out) const;
+  // True when a penalty parameter is set (ApplyPenalties may change a row).
+  bool has_penalties() const;
+
   const SamplingParams& params() const { return params_; }
   // Tokens sampled so far.
   int32_t num_generated() const { return num_generated_; }
 
  private:
-  bool has_penalties() const;
   // Copies logits into logits_ and applies the penalties.
   std::span<const float> PenalizedCopy(std::span<const float> logits);
   void ComputeLogprobs(std::span<const float> raw, SampleResult* out);

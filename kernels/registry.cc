@@ -17,6 +17,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
+#include "kernels/penalties.h"
 #include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -188,6 +189,14 @@ const std::vector<Entry>& Entries() {
          c.max_top = r.Int("max_top");
          c.target = r.Target();
          return Run(r, c, &GenerateLogprobs);
+       }},
+      {"penalties",
+       {{"threads", "256"}},
+       [](Reader& r) {
+         PenaltiesConfig c;
+         c.threads = r.Int("threads");
+         c.target = r.Target();
+         return Run(r, c, &GeneratePenalties);
        }},
       {"residual_add",
        {},

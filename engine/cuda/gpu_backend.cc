@@ -207,12 +207,10 @@ absl::Status GpuBackend::ReserveSplits(int64_t rows, int64_t splits) {
 bool GpuBackend::CanSampleOnDevice(const SamplingParams& p) const {
   // The sampling kernel and SequenceSampler implement the same canonical algorithm
   // (kernels/sampling.h), greedy or not, and the logprobs kernel ComputeLogprobs' rules.
-  // Penalties are host-only (the device keeps no token history); the sampling kernel's
-  // integer weights need a vocabulary below 2^24; a record holds kLogprobsTop entries.
-  const bool penalties =
-      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  return !penalties && p.logprobs >= 0 && p.logprobs <= kLogprobsTop &&
-         config_.vocab_size < (int64_t{1} << 24);
+  // Penalties too: the penalties kernel applies ApplyPenalties' float operations to the
+  // history the engine sends (RowSampling::penalties). The sampling kernel's integer
+  // weights need a vocabulary below 2^24; a record holds kLogprobsTop entries.
+  return p.logprobs >= 0 && p.logprobs <= kLogprobsTop && config_.vocab_size < (int64_t{1} << 24);
 }
 
 KernelStats GpuBackend::kernel_stats() const {

@@ -22,14 +22,14 @@
 // CudaGraphBucket(B) sequences whose forward pass (embedding .. LM head: everything
 // between the metadata copy and the sampling kernel) is captured into a graph once and
 // replayed: one cuGraphLaunch instead of ~13 launches per layer. Sampling (argmax or the
-// sampling kernel, then logprobs when wanted) stays plain launches after the graph, on the
-// real rows only; so do the copies. Padding rows are inert: token 0 at position 0, slot -1
-// (kv_scatter skips it), context 1 over block 0, and their logits rows are computed but
-// never copied back, so transfers stay one metadata copy up and R x vocab x 4 (Step),
-// 4 x R (StepSampled) or R x 168 (StepSampled with log-probs) bytes down. Every row is computed
-// independently and the bucket uses the GEMM form the real batch would (buckets 1, 2, 4, 8 are the
-// GEMV tiles), so graph steps give the same bits as launch-by-launch steps (on a real GPU the
-// attention plan, chosen by row count, may split differently; see below).
+// sampling kernel, after penalties when a row has them, then logprobs when wanted) stays
+// plain launches after the graph, on the real rows only; so do the copies. Padding rows are inert:
+// token 0 at position 0, slot -1 (kv_scatter skips it), context 1 over block 0, and their logits
+// rows are computed but never copied back, so transfers stay one metadata copy up and R x vocab x 4
+// (Step), 4 x R (StepSampled) or R x 168 (StepSampled with log-probs) bytes down. Every row is
+// computed independently and the bucket uses the GEMM form the real batch would (buckets 1, 2, 4, 8
+// are the GEMV tiles), so graph steps give the same bits as launch-by-launch steps (on a real GPU
+// the attention plan, chosen by row count, may split differently; see below).
 //   What a graph bakes in, and so what keys it: kernel parameters are copied at capture,
 // so every buffer address is fixed (a buffer that grows makes every graph stale: they are
 // dropped and recaptured) and per-step values (token ids, positions, slots, context
@@ -136,19 +136,21 @@ class GpuBackend final : public Backend {
   // returns the logits rows. A driver failure is INTERNAL naming the call and kernel; the
   // backend stays usable for later steps as far as the device allows.
   absl::Status Step(const StepBatch& batch, std::vector<float>* logits) override;
-  // The same forward pass, then the sampling kernel (argmax when every row is greedy) on
-  // the device, then, when a row wants log-probs (and `logprobs` is not null), the logprobs
-  // kernel: only `ids` (4 bytes per row) or the log-prob records (R x 168 bytes, the ids
-  // inside) come back, in one copy. rows.size() must equal batch.logits_rows.size().
+  // The same forward pass, then, when some row has penalty entries, the penalties kernel
+  // (a penalised copy of the logits rows that the draw reads), then the sampling kernel
+  // (argmax when every row is greedy) on the device, then, when a row wants log-probs (and
+  // `logprobs` is not null), the logprobs kernel: only `ids` (4 bytes per row) or the log-prob
+  // records (R x 168 bytes, the ids inside) come back, in one copy. rows.size() must equal
+  // batch.logits_rows.size().
   absl::Status StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
                            std::vector<int32_t>* ids, std::vector<SampleResult>* logprobs) override;
   using Backend::StepSampled;  // the three-argument form (no log-probs)
-  // Rows without penalties (those stay on the host) and with at most 20 log-probs (the
-  // logprobs kernel's records), in a vocabulary below 2^24: greedy rows by the argmax
-  // kernel (lowest id among ties, NaN never), stochastic ones by the sampling kernel, which
-  // implements SequenceSampler's canonical algorithm (kernels/sampling.h) bit for bit, so a
-  // seed gives the same tokens on either path; log-probs by the logprobs kernel, within
-  // 1e-5 of the host's and with the same top ids.
+  // Rows with at most 20 log-probs (the logprobs kernel's records), in a vocabulary below
+  // 2^24, penalties or not (the penalties kernel repeats ApplyPenalties' float operations
+  // on RowSampling::penalties, bit for bit): greedy rows by the argmax kernel (lowest id among
+  // ties, NaN never), stochastic ones by the sampling kernel, which implements SequenceSampler's
+  // canonical algorithm (kernels/sampling.h) bit for bit, so a seed gives the same tokens on either
+  // path; log-probs by the logprobs kernel, within 1e-5 of the host's and with the same top ids.
   bool CanSampleOnDevice(const SamplingParams& params) const override;
 
   const ModelConfig& config() const override { return config_; }

@@ -20,6 +20,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
+#include "kernels/penalties.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -68,9 +69,11 @@ struct GpuBackend::Buffers {
   DeviceBuffer logits;      // f32 [rows][vocab]
   DeviceBuffer ids;         // s32 [rows]
   DeviceBuffer records;     // log-prob records [rows][kLogprobsRecordBytes]
-  DeviceBuffer partial;     // f32 split attention partials
-  DeviceBuffer lse;         // f32 split log-sum-exps
-  DeviceBuffer meta;        // the packed StepBatch
+  DeviceBuffer penalized;   // f32 [penalized_rows][vocab]: penalised logits (StepSampled)
+  int64_t penalized_rows = 0;
+  DeviceBuffer partial;  // f32 split attention partials
+  DeviceBuffer lse;      // f32 split log-sum-exps
+  DeviceBuffer meta;     // the packed StepBatch
   PinnedBuffer meta_host;
   PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 };
@@ -128,6 +131,8 @@ struct GpuBackend::Kernels {
   KernelSlot sampling;
   kernels::LogprobsConfig logprobs_cfg;  // max_top = kLogprobsTop
   KernelSlot logprobs;
+  kernels::PenaltiesConfig penalties_cfg;
+  KernelSlot penalties;
 
   // Every used slot, for warm-up.
   std::vector<KernelSlot*> All();
@@ -141,14 +146,16 @@ struct GpuBackend::StepPlan {
   bool split = false;
   int num_splits = 1;
   int partition = 0;
-  bool sample = false;    // StepSampled
-  bool greedy = true;     // every sampled row greedy (argmax kernel)
-  bool logprobs = false;  // some sampled row wants log-probs (logprobs kernel)
-  bool graph = false;     // a padded decode step run as a CUDA graph (gpu_graphs.cc)
-  int64_t real_rows = 0;  // graph steps: the caller's rows, the first of `rows`
+  bool sample = false;     // StepSampled
+  bool greedy = true;      // every sampled row greedy (argmax kernel)
+  bool logprobs = false;   // some sampled row wants log-probs (logprobs kernel)
+  bool penalties = false;  // some sampled row has penalty entries (penalties kernel)
+  bool graph = false;      // a padded decode step run as a CUDA graph (gpu_graphs.cc)
+  int64_t real_rows = 0;   // graph steps: the caller's rows, the first of `rows`
   CUdeviceptr token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0,
               block_tables = 0, logits_rows = 0;
   CUdeviceptr top_n = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
+  CUdeviceptr repetition = 0, presence = 0, frequency = 0, pen_offsets = 0, pen_entries = 0;
 };
 
 // The CUDA graphs of decode steps (gpu_graphs.cc), keyed by the kernel parameters that
@@ -190,14 +197,19 @@ struct GpuBackend::Graphs {
 // token_ids, positions s32 [T]; slot_mapping s64 [T]; query_start s32 [S + 1];
 // seq_lens s32 [S]; block_tables s32 [S * MB]; logits_rows s32 [R]; then the sampling
 // rows: top_n s32 (log-probs wanted), temperature f32, top_k s32, top_p f32, min_p f32,
-// uniform f64, each [R]. The order lets a step upload a prefix: up to logits_rows (Step,
-// greedy StepSampled), up to top_n (greedy with log-probs), or everything.
+// uniform f64, each [R]; then the penalties: repetition, presence, frequency f32 [R],
+// pen_offsets s32 [R + 1] and pen_entries kernels::PenaltyEntryWords [E] (the rows' lists
+// one after another, a CSR). The order lets a step upload a prefix: up to logits_rows
+// (Step, greedy StepSampled), up to top_n (greedy with log-probs), up to repetition (no
+// penalty entries), or everything.
 struct MetaLayout {
   size_t token_ids = 0, positions = 0, slots = 0, query_start = 0, seq_lens = 0, block_tables = 0,
          logits_rows = 0, top_n = 0, temperature = 0, top_k = 0, top_p = 0, min_p = 0, uniform = 0;
+  size_t repetition = 0, presence = 0, frequency = 0, pen_offsets = 0, pen_entries = 0;
   size_t total = 0;
 };
-MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows);
+MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows,
+                      int64_t penalty_entries = 0);
 
 // Compiles `slot` on first use (a cache miss), then launches it.
 absl::Status LaunchSlot(KernelCache& cache, KernelSlot& slot, const kernels::LaunchDims& dims,

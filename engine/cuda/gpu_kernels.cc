@@ -49,8 +49,8 @@ void AddGemm(GemmSlots& g, std::vector<KernelSlot*>* out) {
 }  // namespace
 
 std::vector<KernelSlot*> GpuBackend::Kernels::All() {
-  std::vector<KernelSlot*> all = {&embed, &gather, &norm,   &rope,     &kv_scatter,
-                                  &merge, &silu,   &argmax, &sampling, &logprobs};
+  std::vector<KernelSlot*> all = {&embed, &gather, &norm,     &rope,     &kv_scatter, &merge,
+                                  &silu,  &argmax, &sampling, &logprobs, &penalties};
   for (auto& by_ragged : attn) {
     for (KernelSlot& s : by_ragged) all.push_back(&s);
   }
@@ -158,6 +158,8 @@ absl::Status GpuBackend::InitKernels() {
   k.logprobs_cfg.max_top = kLogprobsTop;
   k.logprobs_cfg.target = target;
   k.logprobs = MakeSlot(k.logprobs_cfg, kernels::kLogprobsEntry, kernels::GenerateLogprobs);
+  k.penalties_cfg.target = target;
+  k.penalties = MakeSlot(k.penalties_cfg, kernels::kPenaltiesEntry, kernels::GeneratePenalties);
   if (!options_.warmup) return absl::OkStatus();
 
   // Warm-up: compile everything, a few keys at a time (the cache compiles each key once

@@ -21,7 +21,8 @@ void Put(uint8_t* base, size_t offset, const std::vector<T>& v) {
 
 }  // namespace
 
-MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows) {
+MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows,
+                      int64_t penalty_entries) {
   MetaLayout m;
   size_t off = 0;
   auto take = [&](size_t* field, int64_t bytes) {
@@ -41,6 +42,11 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
   take(&m.top_p, rows * 4);
   take(&m.min_p, rows * 4);
   take(&m.uniform, rows * 8);
+  take(&m.repetition, rows * 4);
+  take(&m.presence, rows * 4);
+  take(&m.frequency, rows * 4);
+  take(&m.pen_offsets, (rows + 1) * 4);
+  take(&m.pen_entries, penalty_entries * static_cast<int64_t>(sizeof(kernels::PenaltyEntryWords)));
   m.total = off;
   return m;
 }
@@ -52,7 +58,15 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.seqs = batch.num_seqs();
   p.rows = static_cast<int64_t>(batch.logits_rows.size());
   p.max_blocks = batch.max_blocks_per_seq;
-  const MetaLayout m = LayoutMeta(p.tokens, p.seqs, p.max_blocks, p.rows);
+  int64_t entries = 0;
+  if (rows != nullptr) {
+    for (const RowSampling& rs : *rows) entries += static_cast<int64_t>(rs.penalties.size());
+  }
+  if (entries > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StepSampled: ", entries, " penalty entries: want at most 2^31 - 1"));
+  }
+  const MetaLayout m = LayoutMeta(p.tokens, p.seqs, p.max_blocks, p.rows, entries);
   if (absl::Status s = Reserve(p.tokens, p.rows, m.total); !s.ok()) return s;
 
   // Decode mode needs exactly one row per sequence; anything else runs ragged (causal
@@ -93,7 +107,10 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.sample = rows != nullptr;
   p.greedy = true;
   p.logprobs = false;
+  p.penalties = entries > 0;
   if (rows != nullptr) {
+    static_assert(sizeof(PenaltyEntry) == sizeof(kernels::PenaltyEntryWords));
+    int32_t offset = 0;
     for (int64_t r = 0; r < p.rows; ++r) {
       const RowSampling& rs = (*rows)[r];
       std::memcpy(h + m.top_n + 4 * r, &rs.logprobs, 4);
@@ -104,7 +121,15 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
       std::memcpy(h + m.min_p + 4 * r, &rs.min_p, 4);
       std::memcpy(h + m.uniform + 8 * r, &rs.uniform, 8);
       if (rs.temperature > 0 && rs.top_k != 1) p.greedy = false;
+      if (!p.penalties) continue;
+      std::memcpy(h + m.repetition + 4 * r, &rs.repetition_penalty, 4);
+      std::memcpy(h + m.presence + 4 * r, &rs.presence_penalty, 4);
+      std::memcpy(h + m.frequency + 4 * r, &rs.frequency_penalty, 4);
+      std::memcpy(h + m.pen_offsets + 4 * r, &offset, 4);
+      Put(h, m.pen_entries + sizeof(PenaltyEntry) * static_cast<size_t>(offset), rs.penalties);
+      offset += static_cast<int32_t>(rs.penalties.size());
     }
+    if (p.penalties) std::memcpy(h + m.pen_offsets + 4 * p.rows, &offset, 4);
   }
   const CUdeviceptr d = buf_->meta.ptr();
   p.token_ids = d + m.token_ids;
@@ -120,12 +145,19 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.top_p = d + m.top_p;
   p.min_p = d + m.min_p;
   p.uniform = d + m.uniform;
+  p.repetition = d + m.repetition;
+  p.presence = d + m.presence;
+  p.frequency = d + m.frequency;
+  p.pen_offsets = d + m.pen_offsets;
+  p.pen_entries = d + m.pen_entries;
   // Only the sampling sections the step does not read are left out: all of them for Step
-  // and greedy rows, all but top_n for greedy rows with log-probs.
-  const size_t bytes = !p.sample    ? m.top_n
-                       : !p.greedy  ? m.total
-                       : p.logprobs ? m.temperature
-                                    : m.top_n;
+  // and greedy rows, all but top_n for greedy rows with log-probs, the penalties when no
+  // row has entries.
+  const size_t bytes = !p.sample     ? m.top_n
+                       : p.penalties ? m.total
+                       : !p.greedy   ? m.repetition
+                       : p.logprobs  ? m.temperature
+                                     : m.top_n;
   return device_->CopyToDevice(d, h, bytes, "step metadata");
 }
 
@@ -303,13 +335,41 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
   if (s.ok() && p.rows > 0) {
     CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
     uint32_t vocab = static_cast<uint32_t>(config_.vocab_size), R = static_cast<uint32_t>(p.rows);
-    if (p.greedy) {
-      void* params[] = {&logits, &out, &vocab, &R};
+    // The draw reads the penalised copy when some row has penalty entries (rows without
+    // entries are copied as they are); the log-probs below keep the raw logits.
+    CUdeviceptr drawn = logits;
+    if (p.penalties) {
+      Buffers& b = *buf_;
+      if (p.rows > b.penalized_rows) {
+        // Grown like the other row buffers; only steps with penalty entries need it.
+        const int64_t r = std::max(p.rows, b.penalized_rows * 3 / 2);
+        absl::StatusOr<DeviceBuffer> d =
+            device_->Alloc(static_cast<size_t>(r * config_.vocab_size) * 4, "penalised logits");
+        if (d.ok()) {
+          b.penalized = *std::move(d);
+          b.penalized_rows = r;
+        } else {
+          s = d.status();
+        }
+      }
+      drawn = b.penalized.ptr();
+      CUdeviceptr off = p.pen_offsets, ent = p.pen_entries, rep = p.repetition;
+      CUdeviceptr pres = p.presence, freq = p.frequency;
+      void* params[] = {&logits, &drawn, &off, &ent, &rep, &pres, &freq, &vocab, &R};
+      if (s.ok()) {
+        s = LaunchSlot(*cache_, k_->penalties, kernels::PenaltiesLaunch(k_->penalties_cfg, p.rows),
+                       params);
+      }
+    }
+    if (!s.ok()) {
+      // The failure is handled below.
+    } else if (p.greedy) {
+      void* params[] = {&drawn, &out, &vocab, &R};
       s = LaunchSlot(*cache_, k_->argmax, kernels::ArgmaxLaunch(k_->argmax_cfg, p.rows), params);
     } else {
       CUdeviceptr temp = p.temperature, topk = p.top_k, topp = p.top_p, minp = p.min_p;
       CUdeviceptr unif = p.uniform;
-      void* params[] = {&logits, &temp, &topk, &topp, &minp, &unif, &out, &vocab, &R};
+      void* params[] = {&drawn, &temp, &topk, &topp, &minp, &unif, &out, &vocab, &R};
       s = LaunchSlot(*cache_, k_->sampling, kernels::SamplingLaunch(k_->sampling_cfg, p.rows),
                      params);
     }

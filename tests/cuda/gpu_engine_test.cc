@@ -1,9 +1,10 @@
 // The engine on the GPU backend (emulated device) with device-side sampling: greedy
 // steps sample on the device and move one metadata copy up and 4 bytes per sequence
 // back; every launch after warm-up is a kernel-cache hit; a row with log-probs stays on
-// the device (its records come back instead of the ids); a row the device cannot sample
-// (penalties) sends the whole step down the host path; tokens equal the CPU backend's
-// either way. Small: the tiny preset, a few steps.
+// the device (its records come back instead of the ids); so does a penalised row (the
+// penalties kernel); tokens equal the CPU backend's either way. Small: the tiny preset, a few
+// steps.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -172,20 +173,23 @@ TEST_F(GpuEngineTest, ARowWithLogprobsStaysOnTheDeviceAndItsRecordsComeBack) {
   }
 }
 
-// A row with penalties keeps the whole step on the host (the logits come back); the
-// device-capable rows' tokens are the same as on the device path.
-TEST_F(GpuEngineTest, APenalisedRowSendsTheStepToTheHost) {
+// A row with penalties stays on the device too: the penalties kernel rewrites a copy of
+// the logits from the sequence's history, argmax reads the copy, and the log-probs (of
+// the RAW logits, as the host reports them) come back in the records.
+TEST_F(GpuEngineTest, APenalisedRowStaysOnTheDevice) {
   auto gpu = testing::EmulatedBackend(*model_, kKv);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   GpuBackend* g = gpu->get();
   SamplingParams p;
   p.temperature = 0;
   p.repetition_penalty = 1.2f;
-  EXPECT_FALSE(g->CanSampleOnDevice(p)) << "penalties change the argmax";
+  EXPECT_TRUE(g->CanSampleOnDevice(p)) << "the penalties kernel applies them";
   p.repetition_penalty = 1.0f;
   p.presence_penalty = 0.5f;
-  EXPECT_FALSE(g->CanSampleOnDevice(p));
+  p.frequency_penalty = 0.25f;
+  EXPECT_TRUE(g->CanSampleOnDevice(p));
   p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.0f;
   p.temperature = 0.8f;
   p.top_p = 0.9f;
   EXPECT_TRUE(g->CanSampleOnDevice(p)) << "both sides draw by kernels/sampling.h";
@@ -196,21 +200,33 @@ TEST_F(GpuEngineTest, APenalisedRowSendsTheStepToTheHost) {
   Engine engine(*std::move(gpu), *tokenizer_, Config(), &rec);
   ASSERT_TRUE(engine.Start().ok());
   Snapshot prev{{}, g->transfer_stats(), g->cache_stats()};
-  const RunResult got = RunEngine(engine, Requests(/*logprobs_on=*/0, /*penalty_on=*/1));
+  // Log-probs on the penalised row itself: they stay those of the raw logits.
+  const RunResult got = RunEngine(engine, Requests(/*logprobs_on=*/1, /*penalty_on=*/1));
   engine.Stop();  // its last OnStep runs after the final outputs went out
-  const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/0, /*penalty_on=*/1));
+  const RunResult want = RunOnCpu(Requests(/*logprobs_on=*/1, /*penalty_on=*/1));
   EXPECT_EQ(got.tokens, want.tokens);
-  EXPECT_EQ(LogprobCounts(got), (std::vector<size_t>{4, 0, 0}));
+  EXPECT_EQ(LogprobCounts(got), (std::vector<size_t>{0, 4, 0}));
+  for (size_t t = 0; t < want.logprobs[1].size() && t < got.logprobs[1].size(); ++t) {
+    const SampleResult& w = want.logprobs[1][t];
+    const SampleResult& r = got.logprobs[1][t];
+    EXPECT_NEAR(r.logprob, w.logprob, 1e-5 + 1e-5 * std::abs(w.logprob)) << "token " << t;
+    ASSERT_EQ(r.top.size(), w.top.size()) << "token " << t;
+    for (size_t j = 0; j < w.top.size(); ++j) EXPECT_EQ(r.top[j].id, w.top[j].id) << "token " << t;
+  }
   const RunResult alone = RunOnCpu(Requests());
   for (int i : {0, 2}) EXPECT_EQ(got.tokens[i], alone.tokens[i]) << "request " << i;
-  const int64_t vocab = model_->config.vocab_size;
   const std::vector<Snapshot> steps = rec.steps();
   ASSERT_EQ(steps.size(), 4u);
-  for (Snapshot s : steps) {
-    EXPECT_EQ(s.transfers.h2d_count - prev.transfers.h2d_count, 1);
-    EXPECT_EQ(s.transfers.d2h_count - prev.transfers.d2h_count, 1);
-    EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 4 * vocab * s.step.num_seqs);
-    EXPECT_EQ(s.cache.launches["logprobs"], prev.cache.launches["logprobs"]);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Snapshot& s = steps[i];
+    EXPECT_EQ(s.transfers.h2d_count - prev.transfers.h2d_count, 1) << "step " << i;
+    EXPECT_EQ(s.transfers.d2h_count - prev.transfers.d2h_count, 1) << "step " << i;
+    EXPECT_EQ(s.transfers.d2h_bytes - prev.transfers.d2h_bytes, 168 * s.step.num_seqs)
+        << "step " << i;
+    EXPECT_EQ(s.cache.launches.at("penalties") - prev.cache.launches["penalties"], 1)
+        << "step " << i;
+    EXPECT_EQ(s.cache.launches.at("argmax") - prev.cache.launches["argmax"], 1) << "step " << i;
+    EXPECT_EQ(s.cache.launches.at("logprobs") - prev.cache.launches["logprobs"], 1) << "step " << i;
     prev = s;
   }
 }
