@@ -250,21 +250,7 @@ TEST_P(GpuSamplingDevices, StepSampledEqualsRowDrawerOnTheStepsLogits) {
   ASSERT_EQ(vocab, vocab_size);
   // A prefill batch of 6 sequences, one logits row each.
   const int rows_n = 6;
-  StepBatch batch;
-  for (int s = 0; s < rows_n; ++s) {
-    const std::vector<int32_t> prompt = Prompt(2 + s, vocab, 90 + s);
-    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.token_ids.push_back(prompt[i]);
-      batch.positions.push_back(static_cast<int32_t>(i));
-      batch.slot_mapping.push_back(s * kKv.block_size + static_cast<int64_t>(i));
-    }
-    batch.seq_lens.push_back(static_cast<int32_t>(prompt.size()));
-    batch.block_tables.push_back(s);
-    batch.logits_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
-  }
-  batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-  batch.max_blocks_per_seq = 1;
+  const StepBatch batch = testing::PrefillBatch(rows_n, vocab, 2, 90, kKv.block_size);
   std::vector<float> logits;
   ASSERT_TRUE(b.Step(batch, &logits).ok());
   ASSERT_EQ(logits.size(), static_cast<size_t>(rows_n * vocab));
@@ -331,21 +317,7 @@ TEST_P(GpuSamplingDevices, StepSampledWithPenaltiesEqualsTheHost) {
   GpuBackend& b = **gpu;
   const int64_t vocab = model->config.vocab_size;
   const int rows_n = 4;
-  StepBatch batch;
-  for (int s = 0; s < rows_n; ++s) {
-    const std::vector<int32_t> prompt = Prompt(3 + s, vocab, 40 + s);
-    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.token_ids.push_back(prompt[i]);
-      batch.positions.push_back(static_cast<int32_t>(i));
-      batch.slot_mapping.push_back(s * kKv.block_size + static_cast<int64_t>(i));
-    }
-    batch.seq_lens.push_back(static_cast<int32_t>(prompt.size()));
-    batch.block_tables.push_back(s);
-    batch.logits_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
-  }
-  batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-  batch.max_blocks_per_seq = 1;
+  const StepBatch batch = testing::PrefillBatch(rows_n, vocab, 3, 40, kKv.block_size);
   std::vector<float> logits;
   ASSERT_TRUE(b.Step(batch, &logits).ok());
 

@@ -48,6 +48,25 @@ absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
   return LoadModel(it->second);
 }
 
+StepBatch PrefillBatch(int rows, int64_t vocab, int min_len, uint32_t seed, int32_t block_size) {
+  StepBatch batch;
+  for (int s = 0; s < rows; ++s) {
+    const std::vector<int32_t> prompt = Prompt(min_len + s, vocab, seed + s);
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.token_ids.push_back(prompt[i]);
+      batch.positions.push_back(static_cast<int32_t>(i));
+      batch.slot_mapping.push_back(int64_t{s} * block_size + static_cast<int64_t>(i));
+    }
+    batch.seq_lens.push_back(static_cast<int32_t>(prompt.size()));
+    batch.block_tables.push_back(s);
+    batch.logits_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+  }
+  batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+  batch.max_blocks_per_seq = 1;
+  return batch;
+}
+
 std::string Unavailable(const std::string& kind) {
   if (kind != "cuda") return "";
   static const std::string why = [] {

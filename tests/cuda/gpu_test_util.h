@@ -59,6 +59,10 @@ inline std::string SharedModelsDir() {
 }
 #endif
 
+// A prefill step of `rows` sequences, sequence s a prompt of min_len + s ids
+// (Prompt(.., seed + s)) in KV block s, each with one logits row (its last token).
+StepBatch PrefillBatch(int rows, int64_t vocab, int min_len, uint32_t seed, int32_t block_size);
+
 // Deterministic prompt of n ids in [3, vocab).
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed);
 
