@@ -30,10 +30,10 @@ import deploy_lib as lib  # noqa: E402
 
 F = lib.Failures()
 
-# Families that exist only once a GPU backend reports into them: labelled by kernel name,
+# Families that exist only once a GPU backend reports into them: labelled (by kernel, by kind),
 # they have no series (and prometheus-cpp then prints no # HELP/# TYPE either) until the
 # first launch. They must still be registered by server/metrics.cc.
-GPU_ONLY_LABELLED = {"ptxserve_kernel_launches_total"}
+GPU_ONLY_LABELLED = {"ptxserve_kernel_launches_total", "ptxserve_device_memory_bytes"}
 
 
 def run(argv, **kw):
