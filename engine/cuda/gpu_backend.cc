@@ -164,6 +164,7 @@ absl::Status GpuBackend::Reserve(int64_t tokens, int64_t rows, size_t meta_bytes
     const int64_t r = std::max(rows, b.rows * 3 / 2);
     absl::Status s = alloc(&b.hr, r * c.hidden_size * 4, "logits rows");
     if (s.ok()) s = alloc(&b.logits, r * c.vocab_size * 4, "logits");
+    if (s.ok()) s = alloc(&b.penalized, r * c.vocab_size * 4, "penalised logits");
     if (s.ok()) s = alloc(&b.ids, r * 4, "sampled ids");
     if (s.ok()) s = alloc(&b.records, r * kLogprobsRecordBytes, "log-prob records");
     if (!s.ok()) return s;

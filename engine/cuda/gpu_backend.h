@@ -192,15 +192,14 @@ class GpuBackend final : public Backend {
   absl::Status Reserve(int64_t tokens, int64_t rows, size_t meta_bytes);
   absl::Status ReserveSplits(int64_t rows, int64_t splits);
   absl::Status InitKernels();
-  // Packs the metadata (and sampling rows when given) and enqueues its one copy.
+  // Packs the metadata (and, when given, the sampling rows: for a graph step only the real
+  // rows, which are all sampling reads) and enqueues its one copy.
   absl::Status Upload(const StepBatch& batch, const std::vector<RowSampling>* rows, StepPlan* plan);
   absl::Status Forward(const StepPlan& plan);
   absl::Status RunLayer(int layer, const StepPlan& plan);
   // CUDA graphs (gpu_graphs.cc). PadForGraph: for a decode-only step graphs cover, the
   // padded batch to upload instead of `batch` (and plan->graph set); else `batch`.
   const StepBatch& PadForGraph(const StepBatch& batch, StepPlan* plan);
-  // `rows` padded with greedy rows to the padded batch's rows.
-  const std::vector<RowSampling>& PadRowsForGraph(const std::vector<RowSampling>& rows);
   // In Upload, for graph steps: the split partition rounded to a power of two of blocks.
   void RoundGraphPartition(StepPlan* plan) const;
   // Forward, as a graph launch for graph steps (capturing on first use). Afterwards

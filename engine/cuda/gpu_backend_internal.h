@@ -69,11 +69,10 @@ struct GpuBackend::Buffers {
   DeviceBuffer logits;      // f32 [rows][vocab]
   DeviceBuffer ids;         // s32 [rows]
   DeviceBuffer records;     // log-prob records [rows][kLogprobsRecordBytes]
-  DeviceBuffer penalized;   // f32 [penalized_rows][vocab]: penalised logits (StepSampled)
-  int64_t penalized_rows = 0;
-  DeviceBuffer partial;  // f32 split attention partials
-  DeviceBuffer lse;      // f32 split log-sum-exps
-  DeviceBuffer meta;     // the packed StepBatch
+  DeviceBuffer penalized;   // f32 [rows][vocab]: penalised logits (StepSampled)
+  DeviceBuffer partial;     // f32 split attention partials
+  DeviceBuffer lse;         // f32 split log-sum-exps
+  DeviceBuffer meta;        // the packed StepBatch
   PinnedBuffer meta_host;
   PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 };
@@ -190,7 +189,6 @@ struct GpuBackend::Graphs {
   uint64_t clock = 0;                 // step counter for least-recently-used eviction
   bool disabled = false;              // a capture failed: launch by launch from then on
   StepBatch padded;                   // scratch: the padded batch of the current step
-  std::vector<RowSampling> padded_rows;
 };
 
 // Byte offsets of the packed StepBatch in the metadata buffer (16-byte aligned sections):

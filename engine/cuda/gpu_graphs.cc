@@ -83,13 +83,6 @@ const StepBatch& GpuBackend::PadForGraph(const StepBatch& batch, StepPlan* plan)
   return p;
 }
 
-const std::vector<RowSampling>& GpuBackend::PadRowsForGraph(const std::vector<RowSampling>& rows) {
-  std::vector<RowSampling>& p = graphs_->padded_rows;
-  p.assign(rows.begin(), rows.end());
-  p.resize(graphs_->padded.logits_rows.size());  // greedy rows, never copied back
-  return p;
-}
-
 void GpuBackend::RoundGraphPartition(StepPlan* plan) const {
   // A fixed partition (options) is one key already; the automatic one follows the
   // context length token by token, which would capture a graph per block.

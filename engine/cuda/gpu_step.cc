@@ -110,8 +110,11 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   p.penalties = entries > 0;
   if (rows != nullptr) {
     static_assert(sizeof(PenaltyEntry) == sizeof(kernels::PenaltyEntryWords));
+    // `rows` are the real rows: a graph step's padding rows are never sampled (sampling
+    // runs on the real rows), so their sections stay unwritten.
+    const int64_t sampled = static_cast<int64_t>(rows->size());
     int32_t offset = 0;
-    for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t r = 0; r < sampled; ++r) {
       const RowSampling& rs = (*rows)[r];
       std::memcpy(h + m.top_n + 4 * r, &rs.logprobs, 4);
       if (rs.logprobs > 0) p.logprobs = true;
@@ -129,7 +132,7 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
       Put(h, m.pen_entries + sizeof(PenaltyEntry) * static_cast<size_t>(offset), rs.penalties);
       offset += static_cast<int32_t>(rs.penalties.size());
     }
-    if (p.penalties) std::memcpy(h + m.pen_offsets + 4 * p.rows, &offset, 4);
+    if (p.penalties) std::memcpy(h + m.pen_offsets + 4 * sampled, &offset, 4);
   }
   const CUdeviceptr d = buf_->meta.ptr();
   p.token_ids = d + m.token_ids;
@@ -328,7 +331,7 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
   }
   StepPlan p;
   const StepBatch& run = PadForGraph(batch, &p);
-  absl::Status s = Upload(run, p.graph ? &PadRowsForGraph(rows) : &rows, &p);
+  absl::Status s = Upload(run, &rows, &p);
   // Log-probs only for a caller that takes them; the records replace the ids copy.
   const bool records = p.logprobs && logprobs != nullptr;
   if (s.ok()) s = RunForward(&p);
@@ -339,27 +342,12 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
     // entries are copied as they are); the log-probs below keep the raw logits.
     CUdeviceptr drawn = logits;
     if (p.penalties) {
-      Buffers& b = *buf_;
-      if (p.rows > b.penalized_rows) {
-        // Grown like the other row buffers; only steps with penalty entries need it.
-        const int64_t r = std::max(p.rows, b.penalized_rows * 3 / 2);
-        absl::StatusOr<DeviceBuffer> d =
-            device_->Alloc(static_cast<size_t>(r * config_.vocab_size) * 4, "penalised logits");
-        if (d.ok()) {
-          b.penalized = *std::move(d);
-          b.penalized_rows = r;
-        } else {
-          s = d.status();
-        }
-      }
-      drawn = b.penalized.ptr();
+      drawn = buf_->penalized.ptr();
       CUdeviceptr off = p.pen_offsets, ent = p.pen_entries, rep = p.repetition;
       CUdeviceptr pres = p.presence, freq = p.frequency;
       void* params[] = {&logits, &drawn, &off, &ent, &rep, &pres, &freq, &vocab, &R};
-      if (s.ok()) {
-        s = LaunchSlot(*cache_, k_->penalties, kernels::PenaltiesLaunch(k_->penalties_cfg, p.rows),
-                       params);
-      }
+      s = LaunchSlot(*cache_, k_->penalties, kernels::PenaltiesLaunch(k_->penalties_cfg, p.rows),
+                     params);
     }
     if (!s.ok()) {
       // The failure is handled below.
