@@ -62,15 +62,11 @@ class Backend {
                                    const std::vector<RowSampling>& /*rows*/,
                                    std::vector<int32_t>* /*ids*/,
                                    std::vector<SampleResult>* /*logprobs*/) {
-    return absl::UnimplementedError(
-        "this backend does not sample on the device (or, wrapped, its decorator does not "
-        "forward StepSampled with log-probs)");
+    return absl::UnimplementedError("this backend does not sample on the device");
   }
-  // StepSampled without log-probs. Virtual for decorators that forward only this form; a
-  // decorator that forwards CanSampleOnDevice must forward the four-argument form too, or
-  // rows wanting log-probs fail with UNIMPLEMENTED.
-  virtual absl::Status StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
-                                   std::vector<int32_t>* ids) {
+  // StepSampled without log-probs (decorators override only the form above).
+  absl::Status StepSampled(const StepBatch& batch, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>* ids) {
     return StepSampled(batch, rows, ids, nullptr);
   }
 

@@ -327,12 +327,10 @@ void Engine::RunStep() {
     sample_rows_.resize(n);
   }
   const Clock::time_point t1 = Clock::now();
-  // The three-argument form when no row wants log-probs: what every device sampler has.
-  absl::Status st =
-      !on_device ? backend_->Step(plan_.batch, &logits_)
-      : device_logprobs
-          ? backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_, &sampled_logprobs_)
-          : backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_);
+  absl::Status st = !on_device
+                        ? backend_->Step(plan_.batch, &logits_)
+                        : backend_->StepSampled(plan_.batch, sample_rows_, &sampled_ids_,
+                                                device_logprobs ? &sampled_logprobs_ : nullptr);
   const Clock::time_point t2 = Clock::now();
   const size_t rows = plan_.batch.logits_rows.size();
   if (st.ok() && on_device) {

@@ -49,11 +49,7 @@ class ControlledBackend : public Backend {
   bool CanSampleOnDevice(const SamplingParams& p) const override {
     return inner_->CanSampleOnDevice(p);
   }
-  absl::Status StepSampled(const StepBatch& b, const std::vector<RowSampling>& rows,
-                           std::vector<int32_t>* ids) override {
-    if (absl::Status st = Control(); !st.ok()) return st;
-    return inner_->StepSampled(b, rows, ids);
-  }
+  using Backend::StepSampled;
   absl::Status StepSampled(const StepBatch& b, const std::vector<RowSampling>& rows,
                            std::vector<int32_t>* ids,
                            std::vector<SampleResult>* logprobs) override {
