@@ -79,8 +79,8 @@ VOLUME ["/models", "/cache"]
 
 USER 10001:10001
 # 50051: gRPC (ptxserve.v1.DecodeService, grpc.health.v1.Health, reflection);
-# 9464: Prometheus /metrics.
-EXPOSE 50051 9464
+# 8000: the OpenAI-compatible HTTP API; 9464: Prometheus /metrics.
+EXPOSE 50051 8000 9464
 # Long start period: loading and uploading large weights takes minutes.
 HEALTHCHECK --interval=15s --timeout=6s --start-period=300s --retries=3 \
   CMD ["/usr/local/bin/ptxserve", "client", "health", "--target=127.0.0.1:50051", "--timeout=5"]
@@ -88,4 +88,4 @@ HEALTHCHECK --interval=15s --timeout=6s --start-period=300s --retries=3 \
 # without --model the synthetic default model is served); other subcommands work too
 # (`docker run IMAGE client health --target=HOST:50051`, `make-model`, `bench`).
 ENTRYPOINT ["/usr/local/bin/ptxserve"]
-CMD ["serve", "--host=0.0.0.0", "--port=50051", "--metrics-port=9464", "--model=/models"]
+CMD ["serve", "--host=0.0.0.0", "--port=50051", "--http-port=8000", "--metrics-port=9464", "--model=/models"]

@@ -38,6 +38,39 @@ absl::Status CheckRequestSize(size_t bytes, const RequestLimits& limits) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> requested,
+                                            int64_t default_max, const RequestLimits& limits,
+                                            absl::string_view prompt_field,
+                                            absl::string_view max_field) {
+  if (n >= limits.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat(prompt_field, ": the prompt is ", n,
+                                                   " tokens, longer than the context allows (",
+                                                   limits.context_length - 1, " tokens at most)"));
+  }
+  if (requested) {
+    const int64_t m = *requested;
+    if (m < 0) return absl::InvalidArgumentError(absl::StrCat(max_field, " must be >= 0, got ", m));
+    if (n + m > limits.context_length) {
+      return absl::InvalidArgumentError(absl::StrCat(max_field, " = ", m, " with a prompt of ", n,
+                                                     " tokens exceeds the context of ",
+                                                     limits.context_length, " tokens"));
+    }
+    if (n + m - 1 > limits.kv_capacity_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(max_field, " = ", m, " with a prompt of ", n,
+                                                     " tokens exceeds the KV cache capacity of ",
+                                                     limits.kv_capacity_tokens, " tokens"));
+    }
+    return static_cast<int32_t>(m);
+  }
+  const int64_t room = std::min(limits.context_length - n, limits.kv_capacity_tokens + 1 - n);
+  if (room < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(prompt_field, ": the prompt of ", n,
+                                                   " tokens does not fit the KV cache capacity of ",
+                                                   limits.kv_capacity_tokens, " tokens"));
+  }
+  return static_cast<int32_t>(std::min(default_max, room));
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits, std::string_view prefix,
@@ -80,11 +113,6 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
       return Invalid(prefix, "input is empty: set text or token_ids");
   }
   const int64_t n = static_cast<int64_t>(r.prompt.size());
-  if (n >= limits.context_length) {
-    return Invalid(prefix, absl::StrCat(input_field, ": the prompt is ", n,
-                                        " tokens, longer than the context allows (",
-                                        limits.context_length - 1, " tokens at most)"));
-  }
 
   // Sampling.
   if (req.has_sampling())
@@ -105,32 +133,11 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
   r.stopping.stop.assign(sc.stop().begin(), sc.stop().end());
   r.stopping.stop_token_ids.assign(sc.stop_token_ids().begin(), sc.stop_token_ids().end());
   r.stopping.ignore_eos = sc.ignore_eos();
-  const int64_t room = std::min(limits.context_length - n, limits.kv_capacity_tokens + 1 - n);
-  if (sc.has_max_new_tokens()) {
-    const int32_t m = sc.max_new_tokens();
-    if (m < 0) {
-      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens must be >= 0, got ", m));
-    }
-    if (n + m > limits.context_length) {
-      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens = ", m, " with a prompt of ", n,
-                                          " tokens exceeds the context of ", limits.context_length,
-                                          " tokens"));
-    }
-    if (n + m - 1 > limits.kv_capacity_tokens) {
-      return Invalid(prefix, absl::StrCat("stopping.max_new_tokens = ", m, " with a prompt of ", n,
-                                          " tokens exceeds the KV cache capacity of ",
-                                          limits.kv_capacity_tokens, " tokens"));
-    }
-    r.stopping.max_new_tokens = m;
-  } else {
-    if (room < 1) {
-      return Invalid(prefix, absl::StrCat(input_field, ": the prompt of ", n,
-                                          " tokens does not fit the KV cache capacity of ",
-                                          limits.kv_capacity_tokens, " tokens"));
-    }
-    r.stopping.max_new_tokens =
-        static_cast<int32_t>(std::min<int64_t>(limits.default_max_new_tokens, room));
-  }
+  auto max_new = ResolveMaxNewTokens(
+      n, sc.has_max_new_tokens() ? std::optional<int64_t>(sc.max_new_tokens()) : std::nullopt,
+      limits.default_max_new_tokens, limits, input_field, "stopping.max_new_tokens");
+  if (!max_new.ok()) return Invalid(prefix, std::string(max_new.status().message()));
+  r.stopping.max_new_tokens = *max_new;
   if (auto st = ValidateStoppingCriteria(r.stopping, static_cast<int32_t>(limits.vocab_size));
       !st.ok()) {
     return Invalid(prefix, std::string(st.message()));

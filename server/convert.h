@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "ptxserve/v1/decode.pb.h"
@@ -24,6 +26,15 @@ struct RequestLimits {
   int64_t max_request_bytes = 4 << 20;   // serialized size of one call's request
   size_t max_request_id_bytes = 256;
 };
+
+// The max_new_tokens of a request with a prompt of `n` tokens (which must leave room in the
+// context, else InvalidArgument naming `prompt_field`): `requested` when the prompt and it fit the
+// context and the KV cache, else InvalidArgument naming `max_field`; absent, `default_max` clipped
+// to the room left (InvalidArgument naming `prompt_field` when none).
+absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> requested,
+                                            int64_t default_max, const RequestLimits& limits,
+                                            absl::string_view prompt_field,
+                                            absl::string_view max_field);
 
 // Converts and validates one GenerateRequest. `prefix` is prepended to field names in
 // errors ("requests[3]."); `assigned_id` is used when request_id is empty. The prompt

@@ -4,19 +4,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/auth.h"
 #include "server/status_util.h"
 
 namespace ptxserve::server {
 namespace {
-
-// Compares without an early exit, so response timing says nothing about the key.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
 
 void Fill(EngineOutput&& out, v1::GenerateResponse* resp) { ToProto(out, resp); }
 void Fill(EngineOutput&& out, v1::GenerateBatchResponse* resp) {
@@ -170,13 +162,9 @@ grpc::Status DecodeServiceImpl::Admit(grpc::CallbackServerContext* ctx,
   if (!api_key_.empty()) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
-    const std::string_view want = "Bearer ";
-    bool ok = false;
-    if (it != md.end()) {
-      const std::string_view got(it->second.data(), it->second.size());
-      ok = got.size() > want.size() && got.substr(0, want.size()) == want &&
-           ConstantTimeEquals(got.substr(want.size()), api_key_);
-    }
+    const bool ok =
+        it != md.end() &&
+        BearerTokenMatches(std::string_view(it->second.data(), it->second.size()), api_key_);
     if (!ok) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "missing or wrong API key: send metadata 'authorization: Bearer <key>'");

@@ -15,6 +15,7 @@
 #include "engine/engine_stats.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "ptxserve/v1/decode.grpc.pb.h"
+#include "server/chat_renderer.h"
 #include "server/convert.h"
 #include "server/dispatcher.h"
 #include "server/metrics.h"
@@ -29,6 +30,9 @@ struct ServedModel {
   v1::ModelInfo info;
   // GPU backends: their kernel and transfer counters (any thread); empty on the CPU.
   std::function<KernelStats()> kernel_stats;
+  // The chat template; empty when the model has none (chat requests are then refused).
+  ChatRenderer render_chat;
+  int64_t created_unix_seconds = 0;  // when it was loaded (the OpenAI model list's "created")
 };
 
 class DecodeServiceImpl final : public v1::DecodeService::CallbackService {

@@ -70,6 +70,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   auto served = std::make_shared<ServedModel>();
   served->tokenizer = *std::move(tokenizer);
   served->kernel_stats = std::move(kernel_stats);
+  served->created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   served->engine = std::make_unique<Engine>(std::move(b), *served->tokenizer, o.engine, observer);
   if (auto st = served->engine->Start(); !st.ok()) return st;
 
@@ -109,6 +110,10 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
   health_ = std::make_unique<HealthService>();
   service_ =
       std::make_unique<DecodeServiceImpl>(metrics_.get(), dispatcher_.get(), config_.api_key);
+  openai_ = std::make_unique<http::OpenAiService>(
+      metrics_.get(), config_.api_key,
+      http::OpenAiService::Hooks{[this] { return service_->model(); },
+                                 [this] { return health_->serving(); }});
   metrics_->SetStatsSource([this]() -> std::optional<EngineStats> {
     std::shared_ptr<ServedModel> m = service_->model();
     if (!m) return std::nullopt;
@@ -164,6 +169,20 @@ absl::Status Server::Start() {
     const std::vector<int> ports = exposer_->GetListeningPorts();
     metrics_port_ = ports.empty() ? config_.metrics_port : ports[0];
   }
+  if (config_.http_port >= 0) {
+    http::HttpServerConfig hc;
+    hc.host = config_.host;
+    hc.port = config_.http_port;
+    hc.threads = config_.http_threads;
+    hc.tls_cert_pem = config_.tls.cert_pem;
+    hc.tls_key_pem = config_.tls.key_pem;
+    hc.tls_client_ca_pem = config_.tls.client_ca_pem;
+    hc.max_body_bytes = config_.max_http_body_bytes;
+    http_ = std::make_unique<http::HttpServer>(
+        hc, [svc = openai_.get()](http::HttpRequest&& req) { return svc->Handle(std::move(req)); });
+    if (absl::Status st = http_->Start(); !st.ok()) return st;
+    http_port_ = http_->port();
+  }
   watchdog_ = std::thread([this] { Watchdog(); });
   return absl::OkStatus();
 }
@@ -207,6 +226,7 @@ void Server::Shutdown(absl::Duration drain_timeout) {
   if (watchdog_.joinable()) watchdog_.join();
   SetServing(false);
   service_->StartDraining();
+  openai_->StartDraining();
   std::shared_ptr<ServedModel> m = service_->model();
   if (m) {
     m->engine->StopAccepting();
@@ -221,6 +241,8 @@ void Server::Shutdown(absl::Duration drain_timeout) {
     }
   }
   health_->Shutdown();
+  // Streams have their final outputs by now; give their last writes a moment, then cut.
+  if (http_) http_->Stop(absl::Seconds(5));
   if (grpc_) {
     // Streams have their final outputs by now; give their writes a moment, then cut.
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -1,6 +1,6 @@
-// The ptxserve server: gRPC (DecodeService, Health, reflection) plus the Prometheus
-// exposer, around an Engine that is installed once the model is loaded. Used by
-// `ptxserve serve` and, in-process, by the tests.
+// The ptxserve server: gRPC (DecodeService, Health, reflection), the OpenAI-compatible
+// HTTP API and the Prometheus exposer, around an Engine that is installed once the model is loaded.
+// Used by `ptxserve serve` and, in-process, by the tests.
 //
 // Life cycle: Start() binds the ports with health NOT_SERVING; SetModel() installs a
 // started engine and health turns SERVING; a watchdog keeps health NOT_SERVING while
@@ -20,6 +20,8 @@
 #include "server/decode_service.h"
 #include "server/dispatcher.h"
 #include "server/health.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_service.h"
 #include "server/metrics.h"
 
 namespace grpc {
@@ -41,6 +43,8 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 50051;         // 0 = any free port (see Server::port())
   int metrics_port = 9464;  // 0 = any free port; -1 = no metrics endpoint
+  int http_port = 8000;     // the OpenAI-compatible HTTP API; 0 = any free port; -1 = none
+  int http_threads = 2;     // threads serving every HTTP connection
   TlsConfig tls;
   std::string api_key;          // non-empty: calls need "authorization: Bearer <key>"
   std::string backend = "cpu";  // for build_info
@@ -49,6 +53,7 @@ struct ServerConfig {
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration watchdog_period = absl::Milliseconds(100);
   int64_t max_receive_message_bytes = 64 << 20;  // gRPC's own limit (RESOURCE_EXHAUSTED)
+  int64_t max_http_body_bytes = 4 << 20;         // larger HTTP bodies get 413
 };
 
 // Loads, on the calling thread, what SetModel needs: model, tokenizer, CPU backend,
@@ -90,6 +95,7 @@ class Server {
   absl::Status Start();
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }
 
   // Installs a loaded model with a started engine; health turns SERVING.
   void SetModel(std::shared_ptr<ServedModel> model);
@@ -112,6 +118,9 @@ class Server {
   std::unique_ptr<DecodeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<http::OpenAiService> openai_;
+  std::unique_ptr<http::HttpServer> http_;
+  int http_port_ = -1;
   int port_ = 0;
   int metrics_port_ = -1;
   absl::Notification stop_watchdog_;

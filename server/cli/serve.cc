@@ -23,6 +23,11 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and
 ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "serve: OpenAI-compatible HTTP API port (/v1/completions, /v1/chat/completions, ...); "
+          "0 = any free port (printed); -1 = none");
+ABSL_FLAG(int32_t, http_threads, 2,
+          "serve: threads serving every HTTP connection (all socket I/O is asynchronous)");
 ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048,
           "serve: most token rows per step (decodes plus prefill chunks)");
@@ -100,12 +105,14 @@ int RunServe(int argc, char** argv) {
   ShowFlagsInHelp({"server/cli/serve.cc", "server/cli/common_flags.cc"});
   ParseSubcommandFlags(
       argc, argv,
-      "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9464] "
+      "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
+      "[--metrics-port 9464] "
       "[--backend cpu|cuda|emulated|auto] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks "
       "N | "
       "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--max-queued N] "
       "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
-      "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection; "
+      "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection, and the "
+      "OpenAI-compatible HTTP API; "
       "without --model, the synthetic default model.");
   // Debian's Abseil is built with Mutex deadlock detection on, which costs a graph
   // lookup per lock on every hot path (engine, streams); a server has no use for it.
@@ -132,6 +139,17 @@ int RunServe(int argc, char** argv) {
   sc.host = absl::GetFlag(FLAGS_host);
   sc.port = absl::GetFlag(FLAGS_port);
   sc.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  sc.http_port = absl::GetFlag(FLAGS_http_port);
+  sc.http_threads = absl::GetFlag(FLAGS_http_threads);
+  sc.max_http_body_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  if (sc.http_port < -1 || sc.http_port > 65535) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--http_port=", sc.http_port, ": want a port in [0, 65535], or -1 for none")));
+  }
+  if (sc.http_threads < 1 || sc.http_threads > 256) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--http_threads=", sc.http_threads, ": want 1 to 256")));
+  }
   sc.backend = absl::GetFlag(FLAGS_backend);
   sc.writer_threads = absl::GetFlag(FLAGS_writer_threads);
   sc.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout));
@@ -200,6 +218,10 @@ int RunServe(int argc, char** argv) {
   server::Server srv(sc);
   if (auto st = srv.Start(); !st.ok()) return Fail(st);
   std::printf("ptxserve: listening on %s:%d (gRPC)\n", sc.host.c_str(), srv.port());
+  if (srv.http_port() >= 0) {
+    std::printf("ptxserve: OpenAI API on %s://%s:%d/v1\n",
+                sc.tls.cert_pem.empty() ? "http" : "https", sc.host.c_str(), srv.http_port());
+  }
   if (srv.metrics_port() >= 0) {
     std::printf("ptxserve: metrics on http://%s:%d/metrics\n", sc.host.c_str(), srv.metrics_port());
   }

@@ -130,6 +130,7 @@ struct TestServer {
     auto t = std::make_unique<TestServer>();
     cfg.port = 0;
     cfg.metrics_port = 0;
+    if (cfg.http_port != -1) cfg.http_port = 0;
     t->server = std::make_unique<server::Server>(cfg);
     absl::Status st = t->server->Start();
     if (!st.ok()) return nullptr;

@@ -1,0 +1,19 @@
+// How the fronts render chat messages into a prompt: the model's chat template behind a
+// function, so that request conversion does not depend on the template engine.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace ptxserve::server {
+
+// Renders `messages` (a JSON array of {role, content[, name]}) with the model's template;
+// `extra` (a JSON object, possibly empty) adds template variables (chat_template_kwargs).
+// InvalidArgument when the template refuses the conversation (raise_exception).
+using ChatRenderer = std::function<absl::StatusOr<std::string>(
+    const nlohmann::json& messages, bool add_generation_prompt, const nlohmann::json& extra)>;
+
+}  // namespace ptxserve::server

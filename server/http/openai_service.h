@@ -1,0 +1,49 @@
+// The OpenAI-compatible HTTP API on the same engine as gRPC, with vLLM's extra routes:
+//   POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
+//   GET /health (200 while SERVING, else 503), POST /tokenize, POST /detokenize.
+// The API key (when set) is required on every route but /health, as
+// "Authorization: Bearer <key>"; errors are OpenAI's error object.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "server/decode_service.h"
+#include "server/http/http_types.h"
+#include "server/metrics.h"
+
+namespace ptxserve::server::http {
+
+class OpenAiService {
+ public:
+  struct Hooks {
+    std::function<std::shared_ptr<ServedModel>()> model;  // null until loaded
+    std::function<bool()> serving;                        // health says SERVING
+  };
+  // `metrics` must outlive the service. An empty `api_key` disables authentication.
+  OpenAiService(ServerMetrics* metrics, std::string api_key, Hooks hooks);
+
+  // New generation calls get 503 from now on.
+  void StartDraining() { draining_.store(true); }
+  // The transport's handler.
+  HttpResponse Handle(HttpRequest&& req);
+
+ private:
+  HttpResponse Completions(const HttpRequest& req, bool chat);
+  HttpResponse Models();
+  HttpResponse Tokenize(const HttpRequest& req);
+  HttpResponse Detokenize(const HttpRequest& req);
+  bool Authorized(const HttpRequest& req) const;
+  // The loaded model, or the 503 to answer with.
+  std::shared_ptr<ServedModel> ModelOrNull(bool generating, HttpResponse* refusal);
+  HttpResponse Refuse(const absl::Status& status);
+
+  ServerMetrics* metrics_;
+  const std::string api_key_;
+  Hooks hooks_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace ptxserve::server::http
