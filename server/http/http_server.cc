@@ -1,5 +1,6 @@
 #include "server/http/http_server.h"
 
+#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
@@ -263,9 +264,16 @@ class Session final : public Shared::Connection,
 
   void OnWatchRead(error_code ec, size_t n) {
     read_pending_ = false;
+    if (closed_) {
+      if (ec) return CloseSocket();
+      if constexpr (!kTls) Linger();
+      return;
+    }
     if (ec) {
-      if (body_) body_->Cancel();
-      return Close();
+      // The client hung up (or broke the connection): nothing more to say to it.
+      if (body_) EndExchange();
+      closed_ = true;
+      return CloseSocket();
     }
     buffer_.commit(n);
     if (next_after_watch_) {
@@ -316,21 +324,38 @@ class Session final : public Shared::Connection,
     shared_->active->fetch_sub(1);
   }
 
+  // Ends the connection from our side. The client may still be sending (a body we
+  // refused with 413): keep reading and dropping it for a moment after our last byte, so
+  // that the kernel does not answer it with a reset that destroys the response in flight.
   void Close() {
     if (closed_) return;
     closed_ = true;
     if (body_) EndExchange();
-    error_code ignored;
     if constexpr (kTls) {
       Lowest().expires_after(std::chrono::seconds(2));
-      stream_.async_shutdown([self = this->shared_from_this()](error_code) {
-        error_code ignored;
-        self->Lowest().socket().close(ignored);
-      });
+      stream_.async_shutdown(
+          [self = this->shared_from_this()](error_code) { self->CloseSocket(); });
     } else {
-      Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
-      Lowest().socket().close(ignored);
+      error_code ignored;
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      if (!read_pending_) Linger();
     }
+  }
+
+  void Linger() {
+    read_pending_ = true;
+    Lowest().expires_after(std::chrono::seconds(2));
+    Lowest().async_read_some(net::buffer(scratch_),
+                             [self = this->shared_from_this()](error_code ec, size_t) {
+                               self->read_pending_ = false;
+                               if (ec) return self->CloseSocket();
+                               self->Linger();
+                             });
+  }
+
+  void CloseSocket() {
+    error_code ignored;
+    Lowest().socket().close(ignored);
   }
 
   std::shared_ptr<Shared> shared_;
@@ -340,6 +365,7 @@ class Session final : public Shared::Connection,
   std::unique_ptr<ResponseStream> body_;
   std::string out_;
   std::string continue_;
+  std::array<char, 4096> scratch_;
   bool keep_alive_ = true;
   bool head_sent_ = false;
   bool writing_ = false;
