@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace ptxserve::server {
 namespace {
@@ -71,10 +72,43 @@ absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> re
   return static_cast<int32_t>(std::min(default_max, room));
 }
 
+absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
+                                       const ChatRenderer* render_chat) {
+  if (chat.messages().empty()) return absl::InvalidArgumentError("chat.messages is empty");
+  nlohmann::json messages = nlohmann::json::array();
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const v1::ChatMessage& m = chat.messages(i);
+    if (m.role().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
+    }
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  }
+  if (render_chat == nullptr || !*render_chat) {
+    return absl::InvalidArgumentError(
+        "chat: the model has no chat template (tokenizer_config.json chat_template); start the "
+        "server with --chat-template FILE");
+  }
+  auto text = (*render_chat)(messages,
+                             chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true,
+                             nlohmann::json::object());
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat: rejected by the chat template: ", text.status().message()));
+  }
+  return text;
+}
+
+std::string TokenText(const Tokenizer& tokenizer, int32_t id) {
+  std::string text;
+  AppendRepairedUtf8(tokenizer.TokenBytes(id, /*skip_special_tokens=*/false), &text);
+  return text;
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits, std::string_view prefix,
-                                              std::string assigned_id) {
+                                              std::string assigned_id,
+                                              const ChatRenderer* render_chat) {
   EngineRequest r;
   if (req.request_id().size() > limits.max_request_id_bytes) {
     return Invalid(prefix, absl::StrCat("request_id is ", req.request_id().size(),
@@ -109,8 +143,19 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
       r.prompt.assign(ids.begin(), ids.end());
       break;
     }
+    case v1::GenerateRequest::kChat: {
+      input_field = "chat";
+      auto text = RenderChat(req.chat(), render_chat);
+      if (!text.ok()) return Invalid(prefix, std::string(text.status().message()));
+      // The template writes the special tokens itself.
+      auto ids = tokenizer.Encode(*text, /*add_special_tokens=*/false);
+      if (!ids.ok()) return Invalid(prefix, absl::StrCat("chat: ", ids.status().message()));
+      r.prompt = *std::move(ids);
+      if (r.prompt.empty()) return Invalid(prefix, "chat renders to no tokens");
+      break;
+    }
     case v1::GenerateRequest::INPUT_NOT_SET:
-      return Invalid(prefix, "input is empty: set text or token_ids");
+      return Invalid(prefix, "input is empty: set text, token_ids or chat");
   }
   const int64_t n = static_cast<int64_t>(r.prompt.size());
 
@@ -148,7 +193,8 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
 absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBatchRequest& req,
                                                             const Tokenizer& tokenizer,
                                                             const RequestLimits& limits,
-                                                            const std::string& id_base) {
+                                                            const std::string& id_base,
+                                                            const ChatRenderer* render_chat) {
   if (req.requests().empty()) return absl::InvalidArgumentError("requests is empty");
   if (req.requests_size() > limits.max_batch_prompts) {
     return absl::InvalidArgumentError(absl::StrCat("requests has ", req.requests_size(),
@@ -159,7 +205,7 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBa
   out.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
     auto r = ToEngineRequest(req.requests(i), tokenizer, limits, absl::StrCat("requests[", i, "]."),
-                             absl::StrCat(id_base, "-", i));
+                             absl::StrCat(id_base, "-", i), render_chat);
     if (!r.ok()) return r.status();
     r->index = i;
     out.push_back(*std::move(r));
@@ -203,17 +249,19 @@ FinishReason FromProto(v1::FinishReason reason) {
   return FinishReason::kNone;
 }
 
-void ToProto(const EngineOutput& out, v1::GenerateResponse* resp) {
+void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateResponse* resp) {
   resp->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
   resp->set_text(out.text);
   for (const SampleResult& s : out.logprobs) {
     v1::GeneratedTokenLogprobs* lp = resp->add_logprobs();
     lp->mutable_chosen()->set_token_id(s.token);
     lp->mutable_chosen()->set_logprob(s.logprob);
+    lp->mutable_chosen()->set_token(TokenText(tokenizer, s.token));
     for (const TokenLogprob& t : s.top) {
       v1::TokenLogprob* alt = lp->add_top();
       alt->set_token_id(t.id);
       alt->set_logprob(t.logprob);
+      alt->set_token(TokenText(tokenizer, t.id));
     }
   }
   if (!out.final()) return;

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "ptxserve/v1/decode.pb.h"
+#include "server/chat_renderer.h"
 
 namespace ptxserve::server {
 
@@ -43,23 +44,31 @@ absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> re
 absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits, std::string_view prefix,
-                                              std::string assigned_id);
+                                              std::string assigned_id,
+                                              const ChatRenderer* render_chat = nullptr);
+
+// Renders a chat input with the model's template (`render_chat` null or empty: the model
+// has none). InvalidArgument naming chat.messages[i] or saying why the template refused.
+absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
+                                       const ChatRenderer* render_chat);
+
+// A token's text for log-probs: its bytes, ill-formed UTF-8 replaced by U+FFFD.
+std::string TokenText(const Tokenizer& tokenizer, int32_t id);
 
 // Checks the size of a serialized request (InvalidArgument when over the limit).
 absl::Status CheckRequestSize(size_t bytes, const RequestLimits& limits);
 
 // Converts a whole batch; request i gets index i and id `id_base` + "-" + i when it has
 // none. InvalidArgument for an empty or too large batch or any bad request.
-absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBatchRequest& req,
-                                                            const Tokenizer& tokenizer,
-                                                            const RequestLimits& limits,
-                                                            const std::string& id_base);
+absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(
+    const v1::GenerateBatchRequest& req, const Tokenizer& tokenizer, const RequestLimits& limits,
+    const std::string& id_base, const ChatRenderer* render_chat = nullptr);
 
 v1::FinishReason ToProto(FinishReason reason);
 FinishReason FromProto(v1::FinishReason reason);
 
 // Fills one stream message from an engine output (usage, timing, request_id and
-// error_message only on a final one).
-void ToProto(const EngineOutput& out, v1::GenerateResponse* resp);
+// error_message only on a final one); `tokenizer` gives the log-probs' token text.
+void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateResponse* resp);
 
 }  // namespace ptxserve::server

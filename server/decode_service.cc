@@ -10,10 +10,12 @@
 namespace ptxserve::server {
 namespace {
 
-void Fill(EngineOutput&& out, v1::GenerateResponse* resp) { ToProto(out, resp); }
-void Fill(EngineOutput&& out, v1::GenerateBatchResponse* resp) {
+void Fill(EngineOutput&& out, const Tokenizer& tok, v1::GenerateResponse* resp) {
+  ToProto(out, tok, resp);
+}
+void Fill(EngineOutput&& out, const Tokenizer& tok, v1::GenerateBatchResponse* resp) {
   resp->set_index(out.index);
-  ToProto(out, resp->mutable_response());
+  ToProto(out, tok, resp->mutable_response());
 }
 
 // The call's status once every sequence finished: the first failure the server
@@ -94,7 +96,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp>, public Pumpab
       --remaining_;
       if (status_.ok()) status_ = FinalStatus(out);
     }
-    Fill(std::move(out), &resp_);
+    Fill(std::move(out), *engine_->tokenizer, &resp_);
     if (remaining_ == 0) {
       this->StartWriteAndFinish(&resp_, grpc::WriteOptions(), ToGrpcStatus(status_));
     } else {
@@ -185,7 +187,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* DecodeServiceImpl::Generate(
   auto convert = +[](const ServedModel& m, const void* r,
                      const std::string& id) -> absl::StatusOr<std::vector<EngineRequest>> {
     auto one = ToEngineRequest(*static_cast<const v1::GenerateRequest*>(r), *m.tokenizer, m.limits,
-                               "", id);
+                               "", id, &m.render_chat);
     if (!one.ok()) return one.status();
     std::vector<EngineRequest> v;
     v.push_back(*std::move(one));
@@ -199,7 +201,7 @@ grpc::ServerWriteReactor<v1::GenerateBatchResponse>* DecodeServiceImpl::Generate
   auto convert = +[](const ServedModel& m, const void* r,
                      const std::string& id) -> absl::StatusOr<std::vector<EngineRequest>> {
     return ToEngineRequests(*static_cast<const v1::GenerateBatchRequest*>(r), *m.tokenizer,
-                            m.limits, id);
+                            m.limits, id, &m.render_chat);
   };
   return new StreamReactor<v1::GenerateBatchResponse>(this, ctx, convert, req, req->ByteSizeLong(),
                                                       std::max(req->requests_size(), 1));
@@ -212,6 +214,61 @@ grpc::ServerUnaryReactor* DecodeServiceImpl::GetModelInfo(grpc::CallbackServerCo
   std::shared_ptr<ServedModel> model;
   grpc::Status st = Admit(ctx, &model);
   if (st.ok()) *resp = model->info;
+  reactor->Finish(st);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeServiceImpl::Tokenize(grpc::CallbackServerContext* ctx,
+                                                      const v1::TokenizeRequest* req,
+                                                      v1::TokenizeResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::shared_ptr<ServedModel> model;
+  if (grpc::Status st = Admit(ctx, &model); !st.ok()) {
+    reactor->Finish(st);
+    return reactor;
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = absl::InvalidArgumentError("input is empty");
+  const Tokenizer& tok = *model->tokenizer;
+  if (req->has_chat()) {
+    auto text = RenderChat(req->chat(), &model->render_chat);
+    if (!text.ok()) {
+      ids = text.status();
+    } else {
+      ids = tok.Encode(*text, req->has_add_special_tokens() && req->add_special_tokens());
+    }
+  } else if (req->input_case() == v1::TokenizeRequest::kText) {
+    ids = tok.Encode(req->text(), !req->has_add_special_tokens() || req->add_special_tokens());
+  }
+  if (!ids.ok()) {
+    reactor->Finish(ToGrpcStatus(ids.status()));
+    return reactor;
+  }
+  for (int32_t id : *ids) {
+    resp->add_ids(id);
+    resp->add_tokens(tok.IdToToken(id));
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeServiceImpl::Detokenize(grpc::CallbackServerContext* ctx,
+                                                        const v1::DetokenizeRequest* req,
+                                                        v1::DetokenizeResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::shared_ptr<ServedModel> model;
+  grpc::Status st = Admit(ctx, &model);
+  for (int i = 0; st.ok() && i < req->ids_size(); ++i) {
+    if (req->ids(i) < 0 || req->ids(i) >= model->limits.vocab_size) {
+      st = grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("ids[", i, "] = ", req->ids(i), " is outside the vocabulary [0, ",
+                       model->limits.vocab_size, ")"));
+    }
+  }
+  if (st.ok()) {
+    const std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
+    resp->set_text(model->tokenizer->Decode(ids, !req->keep_special_tokens()));
+  }
   reactor->Finish(st);
   return reactor;
 }

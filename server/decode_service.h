@@ -54,6 +54,12 @@ class DecodeServiceImpl final : public v1::DecodeService::CallbackService {
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
                                          const v1::GetModelInfoRequest* req,
                                          v1::ModelInfo* resp) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const v1::TokenizeRequest* req,
+                                     v1::TokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
+                                       const v1::DetokenizeRequest* req,
+                                       v1::DetokenizeResponse* resp) override;
 
  private:
   template <typename Resp>

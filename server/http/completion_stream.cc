@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/utf8.h"
 
 namespace ptxserve::server::http {
 namespace {
@@ -61,12 +60,6 @@ absl::Status ServerFailure(const EngineOutput& out) {
 }
 
 }  // namespace
-
-std::string TokenText(const Tokenizer& tokenizer, int32_t id) {
-  std::string text;
-  AppendRepairedUtf8(tokenizer.TokenBytes(id, /*skip_special_tokens=*/false), &text);
-  return text;
-}
 
 const char* FinishReasonString(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";

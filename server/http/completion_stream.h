@@ -83,8 +83,6 @@ class CompletionStream final : public ResponseStream {
   std::function<void()> wake_ ABSL_GUARDED_BY(wake_mu_);
 };
 
-// Token text for log-probs: the token's bytes, ill-formed UTF-8 replaced by U+FFFD.
-std::string TokenText(const Tokenizer& tokenizer, int32_t id);
 // The OpenAI finish_reason of a finished sequence.
 const char* FinishReasonString(FinishReason reason);
 // {"error": {...}} for an ApiError.

@@ -66,6 +66,8 @@ def check_serve_args(where, args, serve_flags, ports):
             "outside the container)")
     F.check(lib.flag_value(args, "port") == str(ports["grpc"]),
             f"{where}: --port={lib.flag_value(args, 'port')}, expected {ports['grpc']}")
+    F.check(lib.flag_value(args, "http_port") == str(ports["http"]),
+            f"{where}: --http-port={lib.flag_value(args, 'http_port')}, expected {ports['http']}")
     F.check(lib.flag_value(args, "metrics_port") == str(ports["metrics"]),
             f"{where}: --metrics-port={lib.flag_value(args, 'metrics_port')}, "
             f"expected {ports['metrics']}")
@@ -278,6 +280,8 @@ def check_compose(root, serve_flags, ports):
         container_ports.add(int(str(p).split(":")[-1].split("/")[0]))
     F.check(ports["grpc"] in container_ports,
             f"docker-compose.yml: gRPC port {ports['grpc']} not published ({container_ports})")
+    F.check(ports["http"] in container_ports,
+            f"docker-compose.yml: HTTP port {ports['http']} not published ({container_ports})")
     targets = {t: src for src, t, _ in map(compose_volume, s.get("volumes", []))}
     model = lib.flag_value(serve, "model")
     F.check(model in targets, f"docker-compose.yml: --model={model} but no volume mounted there")
@@ -425,6 +429,9 @@ def check_kubernetes(root, serve_flags, ports, metrics_in_rules):
                     f"Service {name}: targetPort {tp} is no container port")
         F.check(any(p.get("targetPort") in ("grpc", ports["grpc"]) for p in s["spec"]["ports"]),
                 f"Service {name}: no gRPC port")
+        if name == "ptxserve":
+            F.check(any(p.get("targetPort") in ("http", ports["http"]) for p in s["spec"]["ports"]),
+                    f"Service {name}: no HTTP (OpenAI API) port")
 
     pm = objs[("PodMonitor", "ptxserve")]
     F.check(all(labels.get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items()),
@@ -579,6 +586,7 @@ def main():
         F.finish("deploy_manifests")
     # The documented defaults are the ports every deploy file uses.
     ports = {"grpc": int(lib.help_default(serve_help, "port")),
+             "http": int(lib.help_default(serve_help, "http_port")),
              "metrics": int(lib.help_default(serve_help, "metrics_port"))}
     print(f"`ptxserve serve --help`: {len(serve_flags)} flags, ports {ports}")
 

@@ -80,10 +80,10 @@ def loopback_args(args, cache_dir):
     out = []
     for a in args:
         name = a[2:].partition("=")[0].replace("-", "_")
-        if name in ("host", "port", "metrics_port", "model"):
+        if name in ("host", "port", "metrics_port", "http_port", "model"):
             continue
         out.append(a)
-    return out + ["--host=127.0.0.1", "--port=0", "--metrics-port=0",
+    return out + ["--host=127.0.0.1", "--port=0", "--metrics-port=0", "--http-port=0",
                   f"--model-cache-dir={cache_dir}"]
 
 

@@ -122,7 +122,8 @@ TEST(ConvertTest, FinalOutputCarriesUsageTimingAndError) {
   out.ttft_seconds = 0.5;
   out.request_id = "r";
   v1::GenerateResponse resp;
-  ToProto(out, &resp);
+  testing::FakeTokenizer tok;
+  ToProto(out, tok, &resp);
   EXPECT_EQ(resp.token_ids_size(), 2);
   EXPECT_EQ(resp.text(), "cd");
   EXPECT_EQ(resp.finish_reason(), v1::FINISH_REASON_ERROR);
@@ -135,13 +136,57 @@ TEST(ConvertTest, FinalOutputCarriesUsageTimingAndError) {
   EngineOutput mid;
   mid.token_ids = {1};
   v1::GenerateResponse m;
-  ToProto(mid, &m);
+  ToProto(mid, tok, &m);
   EXPECT_FALSE(m.has_usage());
   EXPECT_EQ(m.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
   for (FinishReason r : {FinishReason::kLength, FinishReason::kStop, FinishReason::kEos,
                          FinishReason::kCancelled, FinishReason::kError}) {
     EXPECT_EQ(FromProto(ToProto(r)), r);
   }
+}
+
+TEST(ConvertTest, LogprobsCarryTheTokenText) {
+  testing::FakeTokenizer tok;
+  EngineOutput out;
+  out.token_ids = {5};
+  out.logprobs.push_back(SampleResult{5, -0.5f, {{5, -0.5f}, {6, -1.5f}}});
+  v1::GenerateResponse resp;
+  ToProto(out, tok, &resp);
+  ASSERT_EQ(resp.logprobs_size(), 1);
+  EXPECT_EQ(resp.logprobs(0).chosen().token(), tok.TokenBytes(5, false));
+  ASSERT_EQ(resp.logprobs(0).top_size(), 2);
+  EXPECT_EQ(resp.logprobs(0).top(1).token(), tok.TokenBytes(6, false));
+}
+
+TEST(ConvertTest, ChatInputIsRenderedWithTheTemplate) {
+  testing::FakeTokenizer tok;
+  v1::GenerateRequest req;
+  auto* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  auto refused = ToEngineRequest(req, tok, Limits(), "", "x");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no chat template"), std::string::npos);
+
+  nlohmann::json seen;
+  bool generation_prompt = false;
+  ChatRenderer render = [&](const nlohmann::json& messages, bool add_generation_prompt,
+                            const nlohmann::json&) -> absl::StatusOr<std::string> {
+    seen = messages;
+    generation_prompt = add_generation_prompt;
+    return std::string("<user>hi</user>");
+  };
+  auto r = ToEngineRequest(req, tok, Limits(), "", "x", &render);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(seen[0]["role"], "user");
+  EXPECT_EQ(seen[0]["content"], "hi");
+  EXPECT_TRUE(generation_prompt);
+  EXPECT_EQ(r->prompt, *tok.Encode("<user>hi</user>", /*add_special_tokens=*/false));
+
+  req.mutable_chat()->mutable_messages(0)->set_role("");
+  auto bad = ToEngineRequest(req, tok, Limits(), "requests[2].", "x", &render);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "requests[2].chat.messages[0].role is empty");
 }
 
 TEST(StatusUtilTest, MapsEveryCode) {

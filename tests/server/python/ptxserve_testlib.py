@@ -81,7 +81,7 @@ class Server:
 
     def __init__(self, ptxserve, extra_args=(), shared_models=""):
         self.tmp = tempfile.mkdtemp(prefix="ptxserve-test-")
-        args = [ptxserve, "serve", "--port", "0", "--metrics-port", "0",
+        args = [ptxserve, "serve", "--port", "0", "--metrics-port", "0", "--http-port", "0",
                 "--model-cache-dir", os.path.join(self.tmp, "cache")]
         args += model_args(shared_models) + list(extra_args)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
