@@ -16,12 +16,14 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
 #include "server/cli/cli_util.h"
 #include "server/cli/client_flags.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
 #include "server/client.h"
+#include "server/http/http_client.h"
 #include "server/status_util.h"
 
 ABSL_DECLARE_FLAG(int32_t, max_tokens);
@@ -31,6 +33,9 @@ ABSL_FLAG(int32_t, concurrency, 16, "bench: requests in flight at once");
 ABSL_FLAG(int32_t, requests, 64, "bench: requests in total");
 ABSL_FLAG(int32_t, prompt_len, 32, "bench: prompt tokens per request (random ids)");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file");
+ABSL_FLAG(std::string, api, "grpc",
+          "bench: grpc (DecodeService.Generate at --target) or http (streamed /v1/completions "
+          "of the OpenAI-compatible API at --target, plain HTTP on 127.0.0.1)");
 
 namespace ptxserve::cli {
 namespace {
@@ -78,14 +83,157 @@ nlohmann::json ToJson(const Percentiles& p) {
           {"count", p.n}};
 }
 
+struct ModelSummary {
+  std::string name;
+  std::string backend;  // "" over HTTP (the OpenAI model list does not say)
+  int64_t vocab_size = 0;
+};
+
+struct BenchRequest {
+  int index = 0;
+  std::vector<int32_t> prompt;
+  uint64_t seed = 0;
+  int max_tokens = 0;
+  float temperature = 0;
+};
+
+// Random prompt ids (deterministic per request), avoiding the low special ids.
+std::vector<int32_t> RandomPrompt(uint64_t seed, int i, int len, int64_t vocab) {
+  std::vector<int32_t> ids;
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(i) + 1;
+  const int64_t lo = std::min<int64_t>(3, vocab - 1);
+  for (int t = 0; t < len; ++t) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ids.push_back(static_cast<int32_t>(lo + static_cast<int64_t>(x % (vocab - lo))));
+  }
+  return ids;
+}
+
+// Records the arrival of `n` tokens at `now`.
+void CountTokens(Sample* s, int64_t n, Clock::time_point t0, Clock::time_point* prev) {
+  if (n <= 0) return;
+  const Clock::time_point now = Clock::now();
+  if (s->tokens == 0) {
+    s->ttft = std::chrono::duration<double>(now - t0).count();
+    // Tokens that arrived merged with the first share its arrival time.
+    for (int64_t k = 1; k < n; ++k) s->itl.push_back(0);
+  } else {
+    const double gap = std::chrono::duration<double>(now - *prev).count() / n;
+    for (int64_t k = 0; k < n; ++k) s->itl.push_back(gap);
+  }
+  s->tokens += n;
+  *prev = now;
+}
+
+Sample RunGrpc(server::DecodeClient& client, const BenchRequest& b, double timeout) {
+  v1::GenerateRequest req;
+  req.set_request_id("bench-" + std::to_string(b.index));
+  req.mutable_token_ids()->mutable_ids()->Add(b.prompt.begin(), b.prompt.end());
+  req.mutable_sampling()->set_temperature(b.temperature);
+  req.mutable_sampling()->set_seed(b.seed);
+  req.mutable_stopping()->set_max_new_tokens(b.max_tokens);
+  req.mutable_stopping()->set_ignore_eos(true);
+  Sample s;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point prev = t0;
+  grpc::Status st = client.Generate(
+      req,
+      [&](const v1::GenerateResponse& r) {
+        CountTokens(&s, r.token_ids_size(), t0, &prev);
+        return true;
+      },
+      timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());
+  s.latency = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.ok = st.ok();
+  if (!st.ok()) s.error = server::GrpcCodeName(st.error_code());
+  return s;
+}
+
+absl::StatusOr<ModelSummary> HttpModelSummary(int port) {
+  server::http::HttpReply r = server::http::HttpCall(port, "GET", "/v1/models");
+  if (r.status != 200) return absl::UnavailableError(absl::StrCat("HTTP ", r.status, " ", r.body));
+  const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
+    return absl::UnavailableError("no model in the answer");
+  }
+  const nlohmann::json& m = j["data"][0];
+  return ModelSummary{m.value("id", ""), "", m.value("vocab_size", int64_t{0})};
+}
+
+// One streamed /v1/completions call; tokens are counted from each chunk's usage
+// (stream_options.continuous_usage_stats).
+Sample RunHttp(int port, const BenchRequest& b, double timeout,
+               std::unique_ptr<server::http::HttpConnection>* connection) {
+  const nlohmann::json body = {
+      {"prompt", b.prompt},
+      {"max_tokens", b.max_tokens},
+      {"temperature", b.temperature},
+      {"seed", b.seed},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
+  Sample s;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point prev = t0;
+  auto& c = *connection;
+  if (!c || !c->ok()) {
+    c = std::make_unique<server::http::HttpConnection>(port,
+                                                       timeout > 0 ? static_cast<int>(timeout) : 0);
+  }
+  server::http::HttpReply head;
+  if (!c->Send("POST", "/v1/completions", body.dump(), "Content-Type: application/json\r\n") ||
+      !c->ReadHead(&head)) {
+    c.reset();
+    s.error = "CONNECTION";
+    return s;
+  }
+  if (head.status != 200) {
+    c.reset();  // its error body is not read: start afresh
+    s.latency = std::chrono::duration<double>(Clock::now() - t0).count();
+    s.error = absl::StrCat("HTTP_", head.status);
+    return s;
+  }
+  std::string piece, pending;
+  int64_t seen = 0;
+  bool done = false, failed = false;
+  while (c->ReadChunk(&piece)) {
+    pending += piece;
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event == "data: [DONE]") {
+        done = true;
+        continue;
+      }
+      const auto j =
+          nlohmann::json::parse(event.substr(std::min<size_t>(6, event.size())), nullptr, false);
+      if (j.is_discarded() || j.contains("error")) {
+        failed = true;
+      } else if (j.contains("usage") && j["usage"].is_object() && !j["choices"].empty()) {
+        const int64_t so_far = j["usage"].value("completion_tokens", int64_t{0});
+        CountTokens(&s, so_far - seen, t0, &prev);
+        seen = so_far;
+      }
+    }
+  }
+  s.latency = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.ok = done && !failed;
+  if (!s.ok) s.error = "STREAM";
+  if (head.headers["connection"] == "close") c.reset();
+  return s;
+}
+
 }  // namespace
 
 int RunBench(int argc, char** argv) {
   ShowFlagsInHelp(
       {"server/cli/bench.cc", "server/cli/client_flags.cc", "server/cli/sampling_flags.cc"});
-  ParseSubcommandFlags(argc, argv,
-                       "ptxserve bench --target HOST:PORT --concurrency N --requests M "
-                       "--prompt-len P --max-tokens T [--temperature T] [--json FILE]");
+  ParseSubcommandFlags(
+      argc, argv,
+      "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "
+      "--requests M --prompt-len P --max-tokens T [--temperature T] [--json FILE]");
   const int concurrency = std::max(1, absl::GetFlag(FLAGS_concurrency));
   const int total = std::max(1, absl::GetFlag(FLAGS_requests));
   const int prompt_len = std::max(1, absl::GetFlag(FLAGS_prompt_len));
@@ -95,63 +243,55 @@ int RunBench(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  server::DecodeClient client(*options);
-  v1::ModelInfo info;
-  if (grpc::Status st = client.GetModelInfo(&info); !st.ok()) {
-    std::fprintf(stderr, "bench: GetModelInfo: %s: %s\n", server::GrpcCodeName(st.error_code()),
-                 st.error_message().c_str());
-    return 1;
+  const bool http = absl::GetFlag(FLAGS_api) == "http";
+  if (!http && absl::GetFlag(FLAGS_api) != "grpc") {
+    std::fprintf(stderr, "bench: --api=%s: want grpc or http\n", absl::GetFlag(FLAGS_api).c_str());
+    return 2;
+  }
+  std::unique_ptr<server::DecodeClient> grpc_client;
+  int http_port = 0;
+  ModelSummary model;
+  if (http) {
+    const std::string& t = options->target;
+    const size_t colon = t.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(t.substr(colon + 1), &http_port)) {
+      std::fprintf(stderr, "bench: --target=%s: want HOST:PORT\n", t.c_str());
+      return 2;
+    }
+    auto m = HttpModelSummary(http_port);
+    if (!m.ok()) {
+      std::fprintf(stderr, "bench: GET /v1/models: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    model = *m;
+  } else {
+    grpc_client = std::make_unique<server::DecodeClient>(*options);
+    v1::ModelInfo info;
+    if (grpc::Status st = grpc_client->GetModelInfo(&info); !st.ok()) {
+      std::fprintf(stderr, "bench: GetModelInfo: %s: %s\n", server::GrpcCodeName(st.error_code()),
+                   st.error_message().c_str());
+      return 1;
+    }
+    model = {info.name(), info.backend(), info.vocab_size()};
   }
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const double timeout = absl::GetFlag(FLAGS_timeout);
+  const float temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
 
   std::vector<Sample> samples(total);
   std::atomic<int> next{0};
   const Clock::time_point start = Clock::now();
   auto worker = [&] {
+    std::unique_ptr<server::http::HttpConnection> connection;  // kept alive across requests
     for (int i = next.fetch_add(1); i < total; i = next.fetch_add(1)) {
-      v1::GenerateRequest req;
-      req.set_request_id("bench-" + std::to_string(i));
-      // Random prompt ids (deterministic per request), avoiding the low special ids.
-      uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(i) + 1;
-      for (int t = 0; t < prompt_len; ++t) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const int64_t lo = std::min<int64_t>(3, info.vocab_size() - 1);
-        req.mutable_token_ids()->add_ids(
-            static_cast<int32_t>(lo + static_cast<int64_t>(x % (info.vocab_size() - lo))));
-      }
-      req.mutable_sampling()->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
-      req.mutable_sampling()->set_seed(seed + static_cast<uint64_t>(i));
-      req.mutable_stopping()->set_max_new_tokens(max_tokens);
-      req.mutable_stopping()->set_ignore_eos(true);
-      Sample& s = samples[i];
-      const Clock::time_point t0 = Clock::now();
-      Clock::time_point prev = t0;
-      grpc::Status st = client.Generate(
-          req,
-          [&](const v1::GenerateResponse& r) {
-            const Clock::time_point now = Clock::now();
-            const int n = r.token_ids_size();
-            if (n > 0) {
-              if (s.tokens == 0) {
-                s.ttft = std::chrono::duration<double>(now - t0).count();
-                // Tokens that arrived merged with the first share its arrival time.
-                for (int k = 1; k < n; ++k) s.itl.push_back(0);
-              } else {
-                const double gap = std::chrono::duration<double>(now - prev).count() / n;
-                for (int k = 0; k < n; ++k) s.itl.push_back(gap);
-              }
-              s.tokens += n;
-              prev = now;
-            }
-            return true;
-          },
-          timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());
-      s.latency = std::chrono::duration<double>(Clock::now() - t0).count();
-      s.ok = st.ok();
-      if (!st.ok()) s.error = server::GrpcCodeName(st.error_code());
+      BenchRequest req;
+      req.index = i;
+      req.prompt = RandomPrompt(seed, i, prompt_len, model.vocab_size);
+      req.seed = seed + static_cast<uint64_t>(i);
+      req.max_tokens = max_tokens;
+      req.temperature = temperature;
+      samples[i] = http ? RunHttp(http_port, req, timeout, &connection)
+                        : RunGrpc(*grpc_client, req, timeout);
     }
   };
   std::vector<std::thread> threads;
@@ -177,9 +317,9 @@ int RunBench(int argc, char** argv) {
   const Percentiles pt = Summarize(ttft), pi = Summarize(itl), pl = Summarize(lat);
 
   std::printf(
-      "ptxserve bench: %s (%s on %s), concurrency %d, %d requests, prompt %d, max tokens %d\n",
-      options->target.c_str(), info.name().c_str(), info.backend().c_str(), concurrency, total,
-      prompt_len, max_tokens);
+      "ptxserve bench: %s %s (%s on %s), concurrency %d, %d requests, prompt %d, max tokens %d\n",
+      absl::GetFlag(FLAGS_api).c_str(), options->target.c_str(), model.name.c_str(),
+      model.backend.c_str(), concurrency, total, prompt_len, max_tokens);
   std::printf("  duration          %10.3f s\n", wall);
   std::printf("  requests          %10d ok, %d errors\n", ok, total - ok);
   std::printf("  request rate      %10.2f req/s\n", ok / wall);
@@ -197,8 +337,9 @@ int RunBench(int argc, char** argv) {
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     nlohmann::json j = {{"target", options->target},
-                        {"model", info.name()},
-                        {"backend", info.backend()},
+                        {"api", absl::GetFlag(FLAGS_api)},
+                        {"model", model.name},
+                        {"backend", model.backend},
                         {"concurrency", concurrency},
                         {"requests", total},
                         {"prompt_len", prompt_len},

@@ -197,6 +197,7 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
   json logprobs = nullptr;
   if (job_.logprobs >= 0 && !out.logprobs.empty()) logprobs = Logprobs(out, &c);
   absl::Status failure;
+  c.generated += static_cast<int32_t>(out.token_ids.size());
   if (out.final()) {
     c.finish = out.finish;
     c.generated = out.generated_tokens;
@@ -235,6 +236,12 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
   }
   json frame = ChunkFrame();
   frame["choices"].push_back(std::move(choice));
+  if (job_.continuous_usage) {
+    const int32_t prompt = job_.prompt_tokens[out.index / job_.n];
+    frame["usage"] = {{"prompt_tokens", prompt},
+                      {"completion_tokens", c.generated},
+                      {"total_tokens", prompt + c.generated}};
+  }
   *events += Event(frame);
 }
 

@@ -37,6 +37,7 @@ class CompletionStream final : public ResponseStream {
   void Start(std::function<void()> wake) override;
   Poll Next(std::string* out) override;
   void Cancel() override;
+  bool incremental() const override { return job_.stream; }
   int status() const override { return status_; }
   std::string content_type() const override {
     return job_.stream ? "text/event-stream" : "application/json";
@@ -48,7 +49,7 @@ class CompletionStream final : public ResponseStream {
     nlohmann::ordered_json logprobs;  // accumulated entries (a body)
     int64_t text_offset = 0;          // completions' logprobs.text_offset
     FinishReason finish = FinishReason::kNone;
-    int32_t generated = 0;
+    int32_t generated = 0;  // tokens so far
   };
 
   CompletionStream(std::shared_ptr<ServedModel> model, CompletionJob job,

@@ -27,8 +27,6 @@ using error_code = boost::system::error_code;
 namespace {
 
 constexpr size_t kHeaderLimit = 16 << 10;
-// Bytes a client may send ahead (a pipelined request) while its stream runs.
-constexpr size_t kReadAheadLimit = 64 << 10;
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return std::chrono::nanoseconds(absl::ToInt64Nanoseconds(d));
@@ -254,7 +252,7 @@ class Session final : public Shared::Connection,
   }
 
   // Keeps a read posted while a stream runs: end of file or an error means the client is
-  // gone. Bytes that arrive are kept for the next request.
+  // gone. Bytes that arrive are the next request, kept in the buffer.
   void WatchForHangUp() {
     read_pending_ = true;
     stream_.async_read_some(
@@ -276,11 +274,12 @@ class Session final : public Shared::Connection,
       return CloseSocket();
     }
     buffer_.commit(n);
+    // The client sent its next request already: it is read once this exchange ends. The
+    // hang-up watch stops here (a client that pipelines is still listening).
     if (next_after_watch_) {
       next_after_watch_ = false;
       return ReadHead();
     }
-    if (body_ && buffer_.size() < kReadAheadLimit) WatchForHangUp();
   }
 
   void Pump() {
@@ -289,8 +288,8 @@ class Session final : public Shared::Connection,
     const ResponseStream::Poll poll = body_->Next(&piece);
     if (poll == ResponseStream::Poll::kPending) return;
     const bool last = poll == ResponseStream::Poll::kLast;
-    if (!head_sent_ && last) {
-      // Complete at once: an ordinary response with a length, and the stream's status.
+    if (!head_sent_ && last && !body_->incremental()) {
+      // Complete: an ordinary response with a length, and the stream's status.
       return WriteWhole(body_->status(), body_->content_type(), std::move(piece), {});
     }
     out_.clear();

@@ -37,9 +37,10 @@ class ResponseStream {
   virtual Poll Next(std::string* out) = 0;
   // The client went away or the server is stopping: stop producing (cancels the work).
   virtual void Cancel() = 0;
-  // The status and content type are read when the first piece is ready, so a body that
-  // is complete at once (kLast first) can still pick its status at the end (an engine
-  // failure is a 500). An event stream (kChunk first) is sent chunked with status 200.
+  // True: the pieces are sent as they come (chunked, status 200), even when the first is
+  // the last. False: the body is sent whole when complete, with status() read then (so an
+  // engine failure can still be a 500).
+  virtual bool incremental() const = 0;
   virtual int status() const { return 200; }
   virtual std::string content_type() const = 0;
 };

@@ -297,10 +297,9 @@ absl::StatusOr<json> ParseJsonObject(absl::string_view body) {
   try {
     parsed = json::parse(body);
   } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the body is not valid JSON: error at byte ", e.byte));
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON body: error at byte ", e.byte));
   }
-  if (!parsed.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  if (!parsed.is_object()) return absl::InvalidArgumentError("The body must be a JSON object");
   return parsed;
 }
 
@@ -376,8 +375,11 @@ absl::StatusOr<CompletionJob> ParseCompletionJob(absl::string_view body_text, bo
     if (!job.stream) return Invalid("stream_options", "is only allowed with stream: true");
     if (!options->is_object()) return Invalid("stream_options", "must be an object");
     auto usage = OptBool(*options, "include_usage", false);
-    if (!usage.ok()) return RenameEngineFields(usage.status());
+    if (!usage.ok()) return usage.status();
     job.include_usage = *usage;
+    auto continuous = OptBool(*options, "continuous_usage_stats", false);
+    if (!continuous.ok()) return continuous.status();
+    job.continuous_usage = *continuous;
   }
 
   // Log-probs.

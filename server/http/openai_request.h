@@ -34,8 +34,9 @@ ApiError ToApiError(const absl::Status& status);
 struct CompletionJob {
   bool chat = false;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions: the prompt's text precedes each choice's
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): per chunk
+  bool echo = false;              // completions: the prompt's text precedes each choice's
   // Log-probs: completions' `logprobs` (top-N, 0 = the chosen token's only) or chat's
   // `top_logprobs` when `logprobs` is true; -1 = not asked for.
   int32_t logprobs = -1;

@@ -141,7 +141,8 @@ HttpResponse OpenAiService::Models() {
                                {"owned_by", "ptxserve"},
                                {"root", name},
                                {"parent", nullptr},
-                               {"max_model_len", model->limits.context_length}}}}});
+                               {"max_model_len", model->limits.context_length},
+                               {"vocab_size", model->limits.vocab_size}}}}});
 }
 
 HttpResponse OpenAiService::Tokenize(const HttpRequest& req) {

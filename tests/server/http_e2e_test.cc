@@ -10,16 +10,16 @@
 
 #include "nlohmann/json.hpp"
 #include "server/client.h"
-#include "tests/server/http_test_client.h"
+#include "server/http/http_client.h"
 #include "tests/server/test_server.h"
 
 namespace ptxserve {
 namespace {
 
 using json = nlohmann::json;
-using testing::HttpCall;
-using testing::HttpConnection;
-using testing::HttpReply;
+using server::http::HttpCall;
+using server::http::HttpConnection;
+using server::http::HttpReply;
 using testing::TestServer;
 
 bool WaitIdle(Engine& e) {

@@ -1,6 +1,7 @@
-// A small blocking HTTP/1.1 client over a POSIX socket for the HTTP front's in-process
-// tests: keep-alive, chunked bodies read piece by piece (server-sent events), and a
-// hang-up in the middle of a stream.
+// A small blocking HTTP/1.1 client over a POSIX socket, for the tools that drive the HTTP
+// front (`ptxserve bench --api http`) and its tests: keep-alive, chunked bodies read piece
+// by piece (server-sent events), and a hang-up in the middle of a stream. Loopback and
+// plain HTTP only: real clients (curl, the OpenAI SDKs) cover TLS.
 #pragma once
 
 #include <arpa/inet.h>
@@ -17,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace ptxserve::testing {
+namespace ptxserve::server::http {
 
 struct HttpReply {
   int status = 0;                              // 0: the connection failed or closed early
@@ -27,6 +28,7 @@ struct HttpReply {
 
 class HttpConnection {
  public:
+  // Connects to 127.0.0.1:port; reads time out after `timeout_seconds`.
   explicit HttpConnection(int port, int timeout_seconds = 60) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -145,4 +147,4 @@ inline HttpReply HttpCall(int port, const std::string& method, const std::string
   return c.ReadResponse();
 }
 
-}  // namespace ptxserve::testing
+}  // namespace ptxserve::server::http
