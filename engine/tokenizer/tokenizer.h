@@ -60,12 +60,12 @@ class Tokenizer {
 // The text of a continuation is Decode(prompt + generated) minus Decode(prompt): only the
 // text as a whole loses the decoder's leading space (Llama/Mistral "Strip"), so a
 // continuation's first token keeps its space unless no prompt id stood for any byte (BOS
-// alone, skipped as special). One exception, chosen so that no character is lost or split: trailing bytes
-// of the prompt that form an incomplete UTF-8 sequence (byte-fallback tokens) are carried
-// into the continuation, where Decode(prompt) shows one U+FFFD for them. The continuation
-// starts with the whole character when its first bytes complete it, with U+FFFD when
-// they prove it invalid or at Flush(): the text is Decode(prompt + generated) minus
-// Decode(prompt) without that trailing U+FFFD.
+// alone, skipped as special). One exception, chosen so that no character is lost or
+// split: trailing bytes of the prompt that form an incomplete UTF-8 sequence (byte-fallback
+// tokens) are carried into the continuation, where Decode(prompt) shows one U+FFFD for
+// them. The continuation starts with the whole character when its first bytes complete
+// it, with U+FFFD when they prove it invalid or at Flush(): the text is
+// Decode(prompt + generated) minus Decode(prompt) without that trailing U+FFFD.
 class IncrementalDetokenizer {
  public:
   // `prompt`: the ids the streamed text continues; empty for a text of its own. Reads

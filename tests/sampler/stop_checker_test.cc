@@ -266,10 +266,11 @@ TEST(StopCheckerTest, ACharacterSplitAcrossThePromptIsTheContinuations) {
   // completes it, so the stream starts with the whole character and a stop string can
   // begin with it.
   const std::vector<int32_t> prompt = {kX, kEuroHead};
-  StopChecker sc(Criteria({"\xE2\x82\xAC" "a"}), Tok(), kEos, prompt);
+  const std::string euro = "\xE2\x82\xAC";
+  StopChecker sc(Criteria({euro + "a"}), Tok(), kEos, prompt);
   const Output r = PushAll(sc, {kEuroTail, kB});
-  EXPECT_EQ(r.texts, (std::vector<std::string>{"", "\xE2\x82\xAC" "b"}));
-  StopChecker stops(Criteria({"\xE2\x82\xAC" "a"}), Tok(), kEos, prompt);
+  EXPECT_EQ(r.texts, (std::vector<std::string>{"", euro + "b"}));
+  StopChecker stops(Criteria({euro + "a"}), Tok(), kEos, prompt);
   const Output s = PushAll(stops, {kEuroTail, kA});
   EXPECT_EQ(s.text, "");
   EXPECT_EQ(s.finish, FinishReason::kStop);

@@ -132,8 +132,7 @@ bool ExpectContinuationStreams(const Tokenizer& tok, std::span<const int32_t> pr
     }
     EXPECT_EQ(step.finish, FinishReason::kNone) << "push " << i;
     if (!want.starts_with(out)) {
-      ADD_FAILURE() << "push " << i << ": \"" << out << "\" is not a prefix of \"" << want
-                    << "\"";
+      ADD_FAILURE() << "push " << i << ": \"" << out << "\" is not a prefix of \"" << want << "\"";
       return false;
     }
     // Held back: the rest of the text, its incomplete last character (one U+FFFD in the
@@ -161,13 +160,13 @@ TEST_F(StopCheckerTokenizerTest, EveryPromptSplitStreamsItsContinuation) {
   const std::vector<std::string> texts = {
       "Once upon a time, there was a little girl named Lily. She was happy.",
       "The cat and the dog played in the park.",
-      "Caf\xC3\xA9 d\xC3\xA9j\xC3\xA0 vu: \xE2\x82\xAC" "5, na\xC3\xAFve.",
+      "Caf\xC3\xA9 d\xC3\xA9j\xC3\xA0 vu: \u20AC5, na\xC3\xAFve.",
       "Emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D end \xE6\x97\xA5\xE6\x9C\xAC.",
   };
   // Stop strings spanning tokens, inside one, and starting with a multi-byte character.
-  const std::vector<std::string> stops = {"",           "e was",      "a time,",
-                                          "d the",      ". ",         "\xE2\x82\xAC" "5",
-                                          "\xF0\x9F\x91\x8D e", "na\xC3\xAF"};
+  const std::vector<std::string> stops = {
+      "", "e was", "a time,", "d the", ". ", "\u20AC5", "\xF0\x9F\x91\x8D e", "na\xC3\xAF",
+  };
   int mid_character = 0, stopped = 0;  // the cases that matter did occur
   for (const Tokenizer* tok : {tok_.get(), bytes_tok.get()}) {
     for (const std::string& text : texts) {

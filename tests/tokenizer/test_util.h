@@ -21,7 +21,8 @@ namespace ptxserve::testing {
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
-inline const std::string kTinyStoriesDir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
+inline const std::string kTinyStoriesDir =
+    std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
 
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -98,8 +99,8 @@ inline std::string ExpectedContinuation(const Tokenizer& tok, std::span<const in
     EXPECT_TRUE(head.ends_with(kReplacementChar)) << head;
     head.resize(head.size() - std::min(head.size(), kReplacementChar.size()));
   }
-  EXPECT_TRUE(whole.starts_with(head)) << "Decode(prompt) = \"" << head
-                                       << "\" is not a prefix of \"" << whole << "\"";
+  EXPECT_TRUE(whole.starts_with(head))
+      << "Decode(prompt) = \"" << head << "\" is not a prefix of \"" << whole << "\"";
   return whole.substr(std::min(head.size(), whole.size()));
 }
 

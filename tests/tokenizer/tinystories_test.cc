@@ -151,8 +151,7 @@ TEST_F(TinyStoriesTokenizerTest, AContinuationKeepsItsLeadingSpace) {
   // The decoder strips one leading space from the whole text ("▁The" -> "The"), not from
   // a continuation's first token.
   const std::vector<int32_t> prompt = Enc(*tok_, "The cat");
-  const int32_t and_id = tok_->TokenToId("\xE2\x96\x81"
-                                         "and\xE2\x96\x81");  // "▁and▁"
+  const int32_t and_id = tok_->TokenToId("\u2581and\u2581");
   ASSERT_GE(and_id, 0);
   const std::vector<int32_t> generated = {and_id};
   EXPECT_EQ(testing::StreamDecode(*tok_, prompt, generated), " and ");
@@ -160,8 +159,7 @@ TEST_F(TinyStoriesTokenizerTest, AContinuationKeepsItsLeadingSpace) {
   all.push_back(and_id);
   EXPECT_EQ(tok_->Decode(all), "The cat and ");
   // Only BOS before it: the continuation is the start of the text.
-  EXPECT_EQ(testing::StreamDecode(*tok_, std::vector<int32_t>{tok_->bos_id()}, generated),
-            "and ");
+  EXPECT_EQ(testing::StreamDecode(*tok_, std::vector<int32_t>{tok_->bos_id()}, generated), "and ");
 }
 
 TEST_F(TinyStoriesTokenizerTest, ACharacterSplitAcrossThePromptComesOutWhole) {

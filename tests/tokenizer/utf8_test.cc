@@ -142,8 +142,7 @@ TEST(IncrementalDetokenizerTest, APromptWithoutTextLeavesTheStripToTheContinuati
 TEST(IncrementalDetokenizerTest, DecodersThatDoNotStripIgnoreThePromptsText) {
   FakeTokenizer tok({{1, " a"}, {2, "b"}});
   EXPECT_EQ(testing::StreamDecode(tok, {}, std::vector<int32_t>{1, 2}), " ab");
-  EXPECT_EQ(testing::StreamDecode(tok, std::vector<int32_t>{2}, std::vector<int32_t>{1, 2}),
-            " ab");
+  EXPECT_EQ(testing::StreamDecode(tok, std::vector<int32_t>{2}, std::vector<int32_t>{1, 2}), " ab");
 }
 
 TEST(IncrementalDetokenizerTest, ACharacterSplitAcrossThePromptComesOutWhole) {
