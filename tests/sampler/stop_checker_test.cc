@@ -84,6 +84,8 @@ struct Output {
   int finished_at = -1;  // index of the push that finished
 };
 
+// The checkers below stream texts of their own (an empty prompt) unless a test gives one;
+// Tok() strips no leading space, so only a prompt's incomplete character could matter.
 Output PushAll(StopChecker& sc, const std::vector<int32_t>& ids) {
   Output r;
   for (size_t i = 0; i < ids.size(); ++i) {
