@@ -129,7 +129,10 @@ absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest>
     s->stream = stream;
     s->sampler = std::make_unique<SequenceSampler>(r.sampling, SeedFromRequestId(r.request_id));
     s->sampler->AddPromptTokens(s->sched.tokens);
-    s->stop = std::make_unique<StopChecker>(r.stopping, tokenizer_, eos_id_);
+    // Seeded with the prompt, so that the stream is the prompt's continuation (its first
+    // token keeps its leading space). Created once: a preempted sequence is recomputed
+    // from its tokens but keeps this checker, so its stream goes on where it was.
+    s->stop = std::make_unique<StopChecker>(r.stopping, tokenizer_, eos_id_, s->sched.tokens);
     s->request_id = std::move(r.request_id);
     s->arrival = now;
     seqs.push_back(std::move(s));

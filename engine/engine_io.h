@@ -32,8 +32,11 @@ struct EngineRequest {
 // has not taken yet are merged into one.
 struct EngineOutput {
   int32_t index = 0;
-  std::vector<int32_t> token_ids;      // new tokens
-  std::string text;                    // the text they complete (whole UTF-8 characters)
+  std::vector<int32_t> token_ids;  // new tokens
+  // The text they complete (whole UTF-8 characters). A request's texts add up to the
+  // prompt's continuation: Decode(prompt + generated) minus Decode(prompt), see
+  // IncrementalDetokenizer.
+  std::string text;
   std::vector<SampleResult> logprobs;  // one per token when sampling.logprobs > 0
   FinishReason finish = FinishReason::kNone;
   // The rest is set on the final output (finish != kNone) only.

@@ -10,8 +10,8 @@
 namespace ptxserve {
 
 StopChecker::StopChecker(const StoppingCriteria& criteria, const Tokenizer& tok, int32_t eos_id,
-                         bool skip_special_tokens)
-    : criteria_(criteria), detok_(tok, skip_special_tokens), eos_id_(eos_id) {
+                         std::span<const int32_t> prompt, bool skip_special_tokens)
+    : criteria_(criteria), detok_(tok, prompt, skip_special_tokens), eos_id_(eos_id) {
   for (const auto& s : criteria_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
   if (criteria_.max_new_tokens <= 0) finish_ = FinishReason::kLength;
 }

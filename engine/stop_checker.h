@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,15 +21,19 @@ class StopChecker {
   };
 
   // `criteria` should have passed ValidateStoppingCriteria. `eos_id` < 0 means none.
-  // `tok` must outlive the checker. With max_new_tokens == 0 the checker starts finished
-  // (kLength): the engine should not generate at all.
+  // `tok` must outlive the checker. `prompt` is what the generated ids continue: the text
+  // is Decode(prompt + generated) minus Decode(prompt), as IncrementalDetokenizer
+  // defines it (stop strings are matched in that text only, never in the prompt's).
+  // With max_new_tokens == 0 the checker starts finished (kLength): the engine should
+  // not generate at all.
   StopChecker(const StoppingCriteria& criteria, const Tokenizer& tok, int32_t eos_id,
-              bool skip_special_tokens = true);
+              std::span<const int32_t> prompt, bool skip_special_tokens = true);
 
   // Feeds one generated token. Checks, in order: EOS (unless ignore_eos) and
   // stop_token_ids (kStop; the token's text is not emitted; held-back text is), stop
   // strings (kStop; text from the match on is dropped), max_new_tokens (kLength, flushing
-  // held-back text). Text that could still be the start of a stop string is held back.
+  // held-back text). Held back, and nothing more: an incomplete UTF-8 sequence, and the
+  // longest tail of the text that is a proper prefix of a stop string.
   // After the sequence finished, returns {"", finish()} and ignores the token.
   Step Push(int32_t token);
   // Releases everything held back (incomplete UTF-8 as U+FFFD), for cancellation paths.

@@ -54,11 +54,24 @@ class Tokenizer {
 
 // Streaming detokenizer: feed ids one at a time, get the text they complete. Never emits
 // a partial UTF-8 sequence; bytes that can never complete become U+FFFD once a following
-// byte proves them invalid, or at Flush().
+// byte proves them invalid, or at Flush(). Holds back at most one incomplete UTF-8
+// sequence (3 bytes).
+//
+// The text of a continuation is Decode(prompt + generated) minus Decode(prompt): only the
+// text as a whole loses the decoder's leading space (Llama/Mistral "Strip"), so a
+// continuation's first token keeps its space unless no prompt id stood for any byte (BOS
+// alone, skipped as special). One exception, chosen so that no character is lost or
+// split: trailing bytes of the prompt that form an incomplete UTF-8 sequence (byte-fallback
+// tokens) are carried into the continuation, where Decode(prompt) shows one U+FFFD for
+// them. The continuation starts with the whole character when its first bytes complete
+// it, with U+FFFD when they prove it invalid or at Flush(): the text is
+// Decode(prompt + generated) minus Decode(prompt) without that trailing U+FFFD.
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens = true)
-      : tok_(tok), skip_special_(skip_special_tokens) {}
+  // `prompt`: the ids the streamed text continues; empty for a text of its own. Reads
+  // every prompt id once (O(prompt length)); keeps no reference to `prompt`.
+  IncrementalDetokenizer(const Tokenizer& tok, std::span<const int32_t> prompt,
+                         bool skip_special_tokens = true);
 
   // Returns the newly completed text (possibly empty).
   std::string Push(int32_t id);
@@ -68,8 +81,8 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  bool at_start_ = true;
-  std::string pending_;
+  bool at_start_ = true;  // no id so far, the prompt's included, stood for any byte
+  std::string pending_;   // an incomplete UTF-8 sequence that later bytes may complete
 };
 
 // Returns the length of the longest prefix of `s` that is complete, valid UTF-8, and

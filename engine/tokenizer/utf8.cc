@@ -2,6 +2,7 @@
 #include "engine/tokenizer/utf8.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -111,6 +112,17 @@ void AppendUtf8(char32_t c, std::string* out) {
     out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
     out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
   }
+}
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok,
+                                               std::span<const int32_t> prompt,
+                                               bool skip_special_tokens)
+    : tok_(tok), skip_special_(skip_special_tokens) {
+  // The prompt's text is the client's already; what it leaves behind is what matters:
+  // whether the text has started (then the decoder's one leading-space strip is spent)
+  // and an incomplete UTF-8 tail the continuation may complete. Pushing the prompt
+  // through the same path as generated ids gets both exactly as Decode would.
+  for (const int32_t id : prompt) Push(id);
 }
 
 std::string IncrementalDetokenizer::Push(int32_t id) {

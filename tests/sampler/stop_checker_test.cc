@@ -84,6 +84,8 @@ struct Output {
   int finished_at = -1;  // index of the push that finished
 };
 
+// The checkers below stream texts of their own (an empty prompt) unless a test gives one;
+// Tok() strips no leading space, so only a prompt's incomplete character could matter.
 Output PushAll(StopChecker& sc, const std::vector<int32_t>& ids) {
   Output r;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -99,7 +101,7 @@ Output PushAll(StopChecker& sc, const std::vector<int32_t>& ids) {
 }
 
 TEST(StopCheckerTest, StreamsTextImmediatelyWithoutStopStrings) {
-  StopChecker sc(Criteria(), Tok(), kEos);
+  StopChecker sc(Criteria(), Tok(), kEos, {});
   const Output r = PushAll(sc, {kHello, kSpace, kX});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"hello", " ", "x"}));
   EXPECT_EQ(r.finish, FinishReason::kNone);
@@ -107,14 +109,14 @@ TEST(StopCheckerTest, StreamsTextImmediatelyWithoutStopStrings) {
 }
 
 TEST(StopCheckerTest, MultiByteCharacterSplitAcrossTokens) {
-  StopChecker sc(Criteria(), Tok(), kEos);
+  StopChecker sc(Criteria(), Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kEuroHead, kEuroTail, kSmile1, kSmile2, kSmile3, kB});
   EXPECT_EQ(r.texts,
             (std::vector<std::string>{"a", "", "\xE2\x82\xAC", "", "", "\xF0\x9F\x98\x80", "b"}));
 }
 
 TEST(StopCheckerTest, StopStringSplitAcrossThreeTokens) {
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kA, kB, kC, kD});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"x", "", "", "", ""}));
   EXPECT_EQ(r.finish, FinishReason::kStop);
@@ -123,7 +125,7 @@ TEST(StopCheckerTest, StopStringSplitAcrossThreeTokens) {
 }
 
 TEST(StopCheckerTest, StopStringAtTheVeryStart) {
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kAB, kC});
   EXPECT_EQ(r.text, "");
   EXPECT_EQ(r.finish, FinishReason::kStop);
@@ -131,14 +133,14 @@ TEST(StopCheckerTest, StopStringAtTheVeryStart) {
 }
 
 TEST(StopCheckerTest, StopStringInsideOneToken) {
-  StopChecker sc(Criteria({"ll"}), Tok(), kEos);
+  StopChecker sc(Criteria({"ll"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kHello});
   EXPECT_EQ(r.text, "xhe");
   EXPECT_EQ(r.finish, FinishReason::kStop);
 }
 
 TEST(StopCheckerTest, PartialMatchIsReleasedWhenItBreaks) {
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kAB, kD, kX});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"", "abd", "x"}));
   EXPECT_EQ(r.finish, FinishReason::kNone);
@@ -147,26 +149,26 @@ TEST(StopCheckerTest, PartialMatchIsReleasedWhenItBreaks) {
 TEST(StopCheckerTest, OverlappingPartialMatches) {
   // "a" + "ab" + "c" = "aabc": the first "a" is released once "aab" shows that no stop
   // string starts there; the match starts at the second "a".
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kAB, kC});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"", "a", ""}));
   EXPECT_EQ(r.finish, FinishReason::kStop);
 
-  StopChecker sc2(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc2(Criteria({"abc"}), Tok(), kEos, {});
   const Output r2 = PushAll(sc2, {kAB, kAB, kD});  // "abab" then "ababd"
   EXPECT_EQ(r2.texts, (std::vector<std::string>{"", "ab", "abd"}));
   EXPECT_EQ(r2.finish, FinishReason::kNone);
 }
 
 TEST(StopCheckerTest, EarliestOfSeveralStopStringsWins) {
-  StopChecker sc(Criteria({"bc", "xab"}), Tok(), kEos);
+  StopChecker sc(Criteria({"bc", "xab"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kABC});  // "xabc": "xab" at 0, "bc" at 2
   EXPECT_EQ(r.text, "");
   EXPECT_EQ(r.finish, FinishReason::kStop);
 }
 
 TEST(StopCheckerTest, MultiByteStopString) {
-  StopChecker sc(Criteria({"\xE2\x82\xAC"}), Tok(), kEos);
+  StopChecker sc(Criteria({"\xE2\x82\xAC"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kEuroHead, kEuroTail, kB});
   EXPECT_EQ(r.text, "a");
   EXPECT_EQ(r.finish, FinishReason::kStop);
@@ -174,7 +176,7 @@ TEST(StopCheckerTest, MultiByteStopString) {
 }
 
 TEST(StopCheckerTest, EosFinishesAndFlushesHeldText) {
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kAB, kEos});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"x", "", "ab"}));
   EXPECT_EQ(r.finish, FinishReason::kEos);
@@ -186,7 +188,7 @@ TEST(StopCheckerTest, EosFinishesAndFlushesHeldText) {
 }
 
 TEST(StopCheckerTest, EosWithIncompleteCharacterEmitsReplacement) {
-  StopChecker sc(Criteria(), Tok(), kEos);
+  StopChecker sc(Criteria(), Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kEuroHead, kEos});
   EXPECT_EQ(r.text, "a\xEF\xBF\xBD");
   EXPECT_EQ(r.finish, FinishReason::kEos);
@@ -195,14 +197,14 @@ TEST(StopCheckerTest, EosWithIncompleteCharacterEmitsReplacement) {
 TEST(StopCheckerTest, IgnoreEosKeepsGoing) {
   StoppingCriteria c = Criteria();
   c.ignore_eos = true;
-  StopChecker sc(c, Tok(), kEos);
+  StopChecker sc(c, Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kEos, kB});
   EXPECT_EQ(r.text, "ab");  // the special token's text is skipped
   EXPECT_EQ(r.finish, FinishReason::kNone);
 }
 
 TEST(StopCheckerTest, NoEosIdMeansNoEosStop) {
-  StopChecker sc(Criteria(), Tok(), /*eos_id=*/-1);
+  StopChecker sc(Criteria(), Tok(), /*eos_id=*/-1, {});
   const Output r = PushAll(sc, {kA, kEos, kB});
   EXPECT_EQ(r.finish, FinishReason::kNone);
 }
@@ -211,7 +213,7 @@ TEST(StopCheckerTest, StopTokenIdsFinishWithoutEmittingTheToken) {
   StoppingCriteria c = Criteria({"abc"});
   c.stop_token_ids = {kD};
   c.ignore_eos = true;
-  StopChecker sc(c, Tok(), kEos);
+  StopChecker sc(c, Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kA, kD, kB});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"x", "", "a", ""}));
   EXPECT_EQ(r.finish, FinishReason::kStop);
@@ -219,7 +221,7 @@ TEST(StopCheckerTest, StopTokenIdsFinishWithoutEmittingTheToken) {
 }
 
 TEST(StopCheckerTest, MaxNewTokensFinishesWithLengthAndFlushes) {
-  StopChecker sc(Criteria({"abc"}, 3), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}, 3), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kA, kB, kC});
   EXPECT_EQ(r.texts, (std::vector<std::string>{"x", "", "ab", ""}));
   EXPECT_EQ(r.finish, FinishReason::kLength);
@@ -228,14 +230,14 @@ TEST(StopCheckerTest, MaxNewTokensFinishesWithLengthAndFlushes) {
 }
 
 TEST(StopCheckerTest, StopStringOnTheLastAllowedTokenIsStop) {
-  StopChecker sc(Criteria({"ab"}, 2), Tok(), kEos);
+  StopChecker sc(Criteria({"ab"}, 2), Tok(), kEos, {});
   const Output r = PushAll(sc, {kA, kB});
   EXPECT_EQ(r.text, "");
   EXPECT_EQ(r.finish, FinishReason::kStop);
 }
 
 TEST(StopCheckerTest, MaxNewTokensZeroStartsFinished) {
-  StopChecker sc(Criteria({}, 0), Tok(), kEos);
+  StopChecker sc(Criteria({}, 0), Tok(), kEos, {});
   EXPECT_TRUE(sc.finished());
   EXPECT_EQ(sc.finish(), FinishReason::kLength);
   const Output r = PushAll(sc, {kA});
@@ -244,12 +246,37 @@ TEST(StopCheckerTest, MaxNewTokensZeroStartsFinished) {
 }
 
 TEST(StopCheckerTest, FlushReleasesHeldTextForCancellation) {
-  StopChecker sc(Criteria({"abc"}), Tok(), kEos);
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, {});
   const Output r = PushAll(sc, {kX, kAB, kEuroHead});
   EXPECT_EQ(r.text, "x");
   // "ab" held as a stop prefix; the euro head is still an incomplete character.
   EXPECT_EQ(sc.Flush(), "ab\xEF\xBF\xBD");
   EXPECT_EQ(sc.Flush(), "");
+}
+
+TEST(StopCheckerTest, StopStringsMatchTheContinuationOnly) {
+  // "ab" is the prompt's text: "c" completes no stop string.
+  const std::vector<int32_t> prompt = {kA, kB};
+  StopChecker sc(Criteria({"abc"}), Tok(), kEos, prompt);
+  const Output r = PushAll(sc, {kC, kA});
+  EXPECT_EQ(r.texts, (std::vector<std::string>{"c", ""}));  // "a" may start "abc"
+  EXPECT_EQ(r.finish, FinishReason::kNone);
+}
+
+TEST(StopCheckerTest, ACharacterSplitAcrossThePromptIsTheContinuations) {
+  // The prompt ends with the first two bytes of U+20AC: the continuation's first token
+  // completes it, so the stream starts with the whole character and a stop string can
+  // begin with it.
+  const std::vector<int32_t> prompt = {kX, kEuroHead};
+  const std::string euro = "\xE2\x82\xAC";
+  StopChecker sc(Criteria({euro + "a"}), Tok(), kEos, prompt);
+  const Output r = PushAll(sc, {kEuroTail, kB});
+  EXPECT_EQ(r.texts, (std::vector<std::string>{"", euro + "b"}));
+  StopChecker stops(Criteria({euro + "a"}), Tok(), kEos, prompt);
+  const Output s = PushAll(stops, {kEuroTail, kA});
+  EXPECT_EQ(s.text, "");
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.finished_at, 1);
 }
 
 TEST(StopCheckerTest, NamesAreStable) {

@@ -11,8 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/client.h"
 #include "tests/server/test_server.h"
+#include "tests/tokenizer/test_util.h"
 
 namespace ptxserve {
 namespace {
@@ -164,6 +166,32 @@ TEST_F(ServerTest, StreamsTextWithUsageAndTiming) {
   Result again = Stream(*client_, req);
   EXPECT_EQ(again.tokens, r.tokens);
   EXPECT_EQ(again.text, r.text);
+}
+
+TEST_F(ServerTest, StreamedTextIsThePromptsContinuation) {
+  auto tok = Tokenizer::FromDir(testing::TestModelDir());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // A text prompt, and token ids that end inside a word.
+  v1::GenerateRequest text_req;
+  text_req.set_text("The cat");
+  text_req.mutable_stopping()->set_max_new_tokens(8);
+  auto ids = (*tok)->Encode("Once upon a ti");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  v1::GenerateRequest ids_req;
+  for (const int32_t id : *ids) ids_req.mutable_token_ids()->add_ids(id);
+  ids_req.mutable_stopping()->set_max_new_tokens(8);
+  for (const v1::GenerateRequest* req : {&text_req, &ids_req}) {
+    const Result r = Stream(*client_, *req);  // greedy: no sampling message
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    ASSERT_FALSE(r.tokens.empty());
+    std::vector<int32_t> prompt(req->token_ids().ids().begin(), req->token_ids().ids().end());
+    if (req->has_text()) prompt = *(*tok)->Encode(req->text());
+    EXPECT_EQ(r.text, testing::ExpectedContinuation(**tok, prompt, r.tokens)) << req->text();
+  }
+  if (testing::TestModelDir() == testing::kTinyStoriesDir) {
+    // The model's greedy continuation; its leading space is not the text's first.
+    EXPECT_TRUE(Stream(*client_, text_req).text.starts_with(" and"));
+  }
 }
 
 TEST_F(ServerTest, LogprobsArePerToken) {

@@ -2,14 +2,12 @@
 // Replace " " -> "▁" normalizer, no pre-tokenizer, byte-fallback decoder). Expected ids
 // were cross-checked against Hugging Face tokenizers 0.23.
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/tokenizer/test_util.h"
 
 namespace ptxserve {
@@ -18,40 +16,20 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kModelDir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::kTinyStoriesDir;
 
 class TinyStoriesTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::ifstream(kModelDir + "/tokenizer.json")) {
-      GTEST_SKIP() << "shared test model absent: " << kModelDir;
+    if (!std::ifstream(kTinyStoriesDir + "/tokenizer.json")) {
+      GTEST_SKIP() << "shared test model absent: " << kTinyStoriesDir;
     }
-    auto tok = Tokenizer::FromDir(kModelDir);
+    auto tok = Tokenizer::FromDir(kTinyStoriesDir);
     ASSERT_TRUE(tok.ok()) << tok.status();
     tok_ = *std::move(tok);
   }
 
-  // The same tokenizer with <0x00>..<0xFF> added to the vocabulary (ids 2048..2303):
-  // the shipped vocabulary has no byte tokens, so byte fallback ends in <unk>.
-  std::unique_ptr<Tokenizer> WithByteTokens() {
-    nlohmann::json j = nlohmann::json::parse(ReadFile(kModelDir + "/tokenizer.json"));
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      j["model"]["vocab"][name] = 2048 + b;
-    }
-    auto tok = Tokenizer::FromJson(j.dump(), ReadFile(kModelDir + "/tokenizer_config.json"),
-                                   "tinystories+bytes");
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    return tok.ok() ? *std::move(tok) : nullptr;
-  }
+  std::unique_ptr<Tokenizer> WithByteTokens() { return testing::TinyStoriesWithByteTokens(); }
 
   std::vector<int32_t> Enc(const Tokenizer& t, const std::string& text, bool special = true) {
     auto ids = t.Encode(text, special);
@@ -167,6 +145,35 @@ TEST_F(TinyStoriesTokenizerTest, StreamingMatchesDecodeOnEveryPrefix) {
   ids.push_back(2);  // EOS
   ids.push_back(0);  // <unk>
   testing::ExpectStreamingMatchesDecode(*tok_, ids);
+}
+
+TEST_F(TinyStoriesTokenizerTest, AContinuationKeepsItsLeadingSpace) {
+  // The decoder strips one leading space from the whole text ("▁The" -> "The"), not from
+  // a continuation's first token.
+  const std::vector<int32_t> prompt = Enc(*tok_, "The cat");
+  const int32_t and_id = tok_->TokenToId("\u2581and\u2581");
+  ASSERT_GE(and_id, 0);
+  const std::vector<int32_t> generated = {and_id};
+  EXPECT_EQ(testing::StreamDecode(*tok_, prompt, generated), " and ");
+  std::vector<int32_t> all = prompt;
+  all.push_back(and_id);
+  EXPECT_EQ(tok_->Decode(all), "The cat and ");
+  // Only BOS before it: the continuation is the start of the text.
+  EXPECT_EQ(testing::StreamDecode(*tok_, std::vector<int32_t>{tok_->bos_id()}, generated), "and ");
+}
+
+TEST_F(TinyStoriesTokenizerTest, ACharacterSplitAcrossThePromptComesOutWhole) {
+  auto tok = WithByteTokens();
+  ASSERT_NE(tok, nullptr);
+  // "日" is E6 97 A5: the prompt ends with <0xE6><0x97>, which Decode(prompt) shows as
+  // one U+FFFD. The continuation starts with the whole character.
+  std::vector<int32_t> prompt = Enc(*tok, "Hi");
+  prompt.push_back(testing::ByteToken(0xE6));
+  prompt.push_back(testing::ByteToken(0x97));
+  EXPECT_EQ(tok->Decode(prompt), "Hi\xEF\xBF\xBD");
+  const std::vector<int32_t> generated = {testing::ByteToken(0xA5), testing::ByteToken('!')};
+  EXPECT_EQ(testing::StreamDecode(*tok, prompt, generated), "\xE6\x97\xA5!");
+  EXPECT_EQ(testing::ExpectedContinuation(*tok, prompt, generated), "\xE6\x97\xA5!");
 }
 
 TEST_F(TinyStoriesTokenizerTest, InvalidByteTokensDecodeToReplacementCharacters) {

@@ -82,7 +82,7 @@ class FakeTokenizer : public Tokenizer {
 TEST(IncrementalDetokenizerTest, WaitsForCompleteSequences) {
   // U+1F600 split over four tokens, then 'A'.
   FakeTokenizer tok({{1, "\xF0"}, {2, "\x9F"}, {3, "\x98"}, {4, "\x80"}, {5, "A"}});
-  IncrementalDetokenizer d(tok);
+  IncrementalDetokenizer d(tok, {});
   EXPECT_EQ(d.Push(1), "");
   EXPECT_EQ(d.Push(2), "");
   EXPECT_EQ(d.Push(3), "");
@@ -95,7 +95,7 @@ TEST(IncrementalDetokenizerTest, ReplacesEachMaximalSubpartOnce) {
   // "\xE2\x82" can only be completed by a continuation byte: 'A' proves it invalid, and
   // the two bytes become one U+FFFD (as Python and Rust's lossy decoders do).
   FakeTokenizer tok({{1, "\xE2\x82"}, {2, "A"}, {3, "\xFF"}, {4, "\xC3"}});
-  IncrementalDetokenizer d(tok);
+  IncrementalDetokenizer d(tok, {});
   EXPECT_EQ(d.Push(1), "");
   EXPECT_EQ(d.Push(2),
             "\xEF\xBF\xBD"
@@ -108,13 +108,62 @@ TEST(IncrementalDetokenizerTest, ReplacesEachMaximalSubpartOnce) {
 
 TEST(IncrementalDetokenizerTest, StripsOneLeadingSpaceAfterSkippedSpecials) {
   FakeTokenizer tok({{0, "<s>"}, {1, " "}, {2, " Hi"}}, /*strip=*/true);
-  IncrementalDetokenizer skip(tok);
+  IncrementalDetokenizer skip(tok, {});
   EXPECT_EQ(skip.Push(0), "");  // special, skipped: the stream has not started
   EXPECT_EQ(skip.Push(2), "Hi");
   EXPECT_EQ(skip.Push(2), " Hi");
-  IncrementalDetokenizer keep(tok, /*skip_special_tokens=*/false);
+  IncrementalDetokenizer keep(tok, {}, /*skip_special_tokens=*/false);
   EXPECT_EQ(keep.Push(0), "<s>");
   EXPECT_EQ(keep.Push(1), " ");
+}
+
+TEST(IncrementalDetokenizerTest, AContinuationKeepsItsLeadingSpace) {
+  // Decode(prompt + generated) minus Decode(prompt): the decoder strips the space of the
+  // text's first token only, and that token is in the prompt.
+  FakeTokenizer tok({{0, "<s>"}, {1, " The"}, {2, " cat"}, {3, " and"}}, /*strip=*/true);
+  const std::vector<int32_t> prompt = {0, 1, 2};
+  IncrementalDetokenizer d(tok, prompt);
+  EXPECT_EQ(d.Push(3), " and");
+  EXPECT_EQ(d.Flush(), "");
+  EXPECT_EQ(testing::StreamDecode(tok, prompt, std::vector<int32_t>{3, 2}), " and cat");
+  // The same ids without the prompt are a text of their own: the space goes.
+  EXPECT_EQ(testing::StreamDecode(tok, {}, std::vector<int32_t>{3, 2}), "and cat");
+}
+
+TEST(IncrementalDetokenizerTest, APromptWithoutTextLeavesTheStripToTheContinuation) {
+  FakeTokenizer tok({{0, "<s>"}, {1, " Once"}}, /*strip=*/true);
+  const std::vector<int32_t> bos = {0};
+  EXPECT_EQ(testing::StreamDecode(tok, bos, std::vector<int32_t>{1, 1}), "Once Once");
+  // Kept as text, "<s>" starts the text: nothing is stripped after it.
+  EXPECT_EQ(testing::StreamDecode(tok, bos, std::vector<int32_t>{1}, /*skip_special=*/false),
+            " Once");
+}
+
+TEST(IncrementalDetokenizerTest, DecodersThatDoNotStripIgnoreThePromptsText) {
+  FakeTokenizer tok({{1, " a"}, {2, "b"}});
+  EXPECT_EQ(testing::StreamDecode(tok, {}, std::vector<int32_t>{1, 2}), " ab");
+  EXPECT_EQ(testing::StreamDecode(tok, std::vector<int32_t>{2}, std::vector<int32_t>{1, 2}), " ab");
+}
+
+TEST(IncrementalDetokenizerTest, ACharacterSplitAcrossThePromptComesOutWhole) {
+  // "€" is E2 82 AC. The prompt ends with E2 82: Decode(prompt) is "x" and U+FFFD, and
+  // Decode(prompt + generated) "x€ and". The continuation gets the whole character rather
+  // than the orphaned AC byte (which would be one more U+FFFD).
+  FakeTokenizer tok({{1, "x"}, {2, "\xE2"}, {3, "\x82"}, {4, "\xAC"}, {5, " and"}, {6, "A"}},
+                    /*strip=*/true);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  IncrementalDetokenizer d(tok, prompt);
+  EXPECT_EQ(d.Push(4), "\xE2\x82\xAC");
+  EXPECT_EQ(d.Push(5), " and");
+  // Bytes that prove the prompt's tail invalid: its U+FFFD is the continuation's.
+  EXPECT_EQ(testing::StreamDecode(tok, prompt, std::vector<int32_t>{6}),
+            "\xEF\xBF\xBD"
+            "A");
+  // Nothing completes it: U+FFFD at Flush, as Decode(prompt + generated) ends.
+  EXPECT_EQ(testing::StreamDecode(tok, prompt, std::vector<int32_t>{}), "\xEF\xBF\xBD");
+  // Only the tail is carried: what the prompt completed stays the prompt's.
+  EXPECT_EQ(testing::StreamDecode(tok, std::vector<int32_t>{2, 3, 4}, std::vector<int32_t>{5}),
+            " and");
 }
 
 }  // namespace
