@@ -75,7 +75,7 @@ absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> re
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
                                        const ChatRenderer* render_chat) {
   if (chat.messages().empty()) return absl::InvalidArgumentError("chat.messages is empty");
-  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (int i = 0; i < chat.messages_size(); ++i) {
     const v1::ChatMessage& m = chat.messages(i);
     if (m.role().empty()) {
@@ -90,7 +90,7 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
   }
   auto text = (*render_chat)(messages,
                              chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true,
-                             nlohmann::json::object());
+                             nlohmann::ordered_json::object());
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chat: rejected by the chat template: ", text.status().message()));

@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/chat/chat_template.h"
 #include "engine/cuda/gpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/util/log.h"
@@ -16,6 +20,59 @@
 #include "server/version.h"
 
 namespace ptxserve::server {
+
+namespace {
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The model's chat template (--chat-template, else tokenizer_config.json's), compiled
+// now so that a template the interpreter cannot run stops the start with its line and
+// construct. Empty when the model has none.
+absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Tokenizer& tok) {
+  std::string source, origin;
+  if (!o.chat_template_path.empty()) {
+    auto text = ReadText(o.chat_template_path);
+    if (!text.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", text.status().message()));
+    source = *std::move(text);
+    origin = o.chat_template_path;
+  } else {
+    const std::string config_path =
+        (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
+    auto text = ReadText(config_path);
+    if (!text.ok()) return ChatRenderer();
+    const auto config = nlohmann::ordered_json::parse(*text, nullptr, false);
+    auto found = ChatTemplateFromTokenizerConfig(config);
+    if (!found.ok()) return found.status();
+    if (!found->has_value()) return ChatRenderer();
+    source = **found;
+    origin = config_path;
+  }
+  auto compiled = ChatTemplate::Compile(source, origin);
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(compiled.status().message(),
+                     " (give a template ptxserve can render with --chat-template FILE)"));
+  }
+  std::map<std::string, std::string> special;
+  if (tok.bos_id() >= 0) special["bos_token"] = tok.IdToToken(tok.bos_id());
+  if (tok.eos_id() >= 0) special["eos_token"] = tok.IdToToken(tok.eos_id());
+  return ChatRenderer([t = *std::move(compiled), special](const nlohmann::ordered_json& messages,
+                                                          bool add_generation_prompt,
+                                                          const nlohmann::ordered_json& extra) {
+    nlohmann::ordered_json ctx = ChatTemplateContext(messages, add_generation_prompt, special);
+    for (const auto& [k, v] : extra.items()) ctx[k] = v;
+    return t.Render(ctx);
+  });
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
                                                              EngineObserver* observer) {
@@ -67,7 +124,10 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
     kernel_stats = [g] { return g->kernel_stats(); };  // the engine owns g from here on
   }
   if (o.wrap_backend) b = o.wrap_backend(std::move(b));
+  auto render_chat = LoadChatRenderer(o, **tokenizer);
+  if (!render_chat.ok()) return render_chat.status();
   auto served = std::make_shared<ServedModel>();
+  served->render_chat = *std::move(render_chat);
   served->tokenizer = *std::move(tokenizer);
   served->kernel_stats = std::move(kernel_stats);
   served->created_unix_seconds = absl::ToUnixSeconds(absl::Now());

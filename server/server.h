@@ -73,6 +73,8 @@ struct ModelOptions {
   // vLLM's --enforce-eager).
   bool cuda_graphs = true;
   int32_t block_size = 16;
+  // A Jinja chat template file overriding the model's tokenizer_config.json chat_template.
+  std::string chat_template_path;
   EngineConfig engine;
   int32_t default_max_new_tokens = 256;
   int32_t max_batch_prompts = 256;

@@ -28,6 +28,9 @@ ABSL_FLAG(int32_t, http_port, 8000,
           "0 = any free port (printed); -1 = none");
 ABSL_FLAG(int32_t, http_threads, 2,
           "serve: threads serving every HTTP connection (all socket I/O is asynchronous)");
+ABSL_FLAG(std::string, chat_template, "",
+          "serve: Jinja chat template file for chat requests, instead of the model's "
+          "tokenizer_config.json chat_template");
 ABSL_FLAG(int32_t, max_batch_size, 64, "serve: most sequences decoded together per step");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048,
           "serve: most token rows per step (decodes plus prefill chunks)");
@@ -176,6 +179,7 @@ int RunServe(int argc, char** argv) {
   mo.backend = sc.backend;
   mo.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   mo.block_size = absl::GetFlag(FLAGS_block_size);
+  mo.chat_template_path = absl::GetFlag(FLAGS_chat_template);
   if (!absl::GetFlag(FLAGS_kv_memory).empty()) {
     if (mo.kv_blocks > 0) {
       return Fail(absl::InvalidArgumentError("give --kv_blocks or --kv_memory, not both"));

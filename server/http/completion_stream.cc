@@ -225,6 +225,7 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
   }
   const bool finished = out.final() && out.finish != FinishReason::kCancelled;
   if (out.text.empty() && logprobs.is_null() && !finished) return;
+  if (job_.chat && !logprobs.is_null()) logprobs = {{"content", std::move(logprobs)}};
   json choice = {
       {"index", out.index},
       {"logprobs", std::move(logprobs)},

@@ -12,7 +12,8 @@
 namespace ptxserve::server::http {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: chat messages reach the template with their keys in the order sent.
+using json = nlohmann::ordered_json;
 
 // OpenAI's default for /v1/completions; chat completions default to the room left.
 constexpr int64_t kCompletionsDefaultMaxTokens = 16;

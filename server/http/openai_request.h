@@ -61,9 +61,10 @@ absl::StatusOr<CompletionJob> ParseCompletionJob(absl::string_view body, bool ch
 
 // The messages of a chat request as the template sees them: role and content strings
 // (text parts joined with "\n"). InvalidArgument naming messages[i].field.
-absl::StatusOr<nlohmann::json> NormalizeChatMessages(const nlohmann::json& messages);
+absl::StatusOr<nlohmann::ordered_json> NormalizeChatMessages(
+    const nlohmann::ordered_json& messages);
 
 // Parses `body` as a JSON object; InvalidArgument with the byte offset when it is not one.
-absl::StatusOr<nlohmann::json> ParseJsonObject(absl::string_view body);
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(absl::string_view body);
 
 }  // namespace ptxserve::server::http

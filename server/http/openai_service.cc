@@ -13,8 +13,8 @@
 namespace ptxserve::server::http {
 namespace {
 
-using json = nlohmann::json;
-// Output objects keep their keys in the order written, as OpenAI's do.
+// Objects keep their keys in the order written or sent, as OpenAI's do.
+using json = nlohmann::ordered_json;
 using ojson = nlohmann::ordered_json;
 
 HttpResponse JsonResponse(int status, const ojson& body) {

@@ -2,7 +2,7 @@
 // on the test model: completions and chat completions, streamed and not, n > 1, stop
 // strings, log-probs, errors, and the raw server-sent-event framing.
 //
-// node --test tests/http/openai_sdk_test.mjs -- --ptxserve BIN --model DIR --chat-template F
+// node tests/http/openai_sdk_test.mjs --ptxserve BIN --model DIR --chat-template F
 import { spawn, execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -149,6 +149,81 @@ describe('completions', () => {
       model: modelName, prompt: 'The cat', max_tokens: 3, temperature: 0, echo: true,
     });
     assert.ok(r.choices[0].text.startsWith('The cat'));
+  });
+});
+
+describe('chat completions', () => {
+  const messages = [
+    { role: 'system', content: 'Tell a story.' },
+    { role: 'user', content: 'Once upon a time there was a cat.' },
+  ];
+
+  test('non-streaming: the assistant message, usage, finish_reason', async () => {
+    const r = await client.chat.completions.create({
+      model: modelName, messages, max_completion_tokens: 10, temperature: 0,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 10);
+  });
+
+  test('streaming: role first, then deltas equal to the whole answer', async () => {
+    const params = { model: modelName, messages, max_tokens: 16, temperature: 0 };
+    const whole = await client.chat.completions.create(params);
+    const stream = await client.chat.completions.create({ ...params, stream: true });
+    let text = '';
+    let role = null;
+    let finish = null;
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      const c = chunk.choices[0];
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    assert.equal(role, 'assistant');
+    assert.equal(text, whole.choices[0].message.content);
+    assert.equal(finish, whole.choices[0].finish_reason);
+  });
+
+  test('n > 1 and logprobs with top_logprobs and token text', async () => {
+    const r = await client.chat.completions.create({
+      model: modelName, messages, max_tokens: 6, temperature: 0.9, seed: 11, n: 2,
+      logprobs: true, top_logprobs: 3,
+    });
+    assert.equal(r.choices.length, 2);
+    for (const c of r.choices) {
+      assert.equal(c.logprobs.content.length, 6);
+      for (const t of c.logprobs.content) {
+        assert.equal(typeof t.token, 'string');
+        assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+        assert.equal(t.top_logprobs.length, 3);
+      }
+    }
+    assert.equal(r.usage.completion_tokens, 12);
+  });
+
+  test('stop strings in chat', async () => {
+    const free = await client.chat.completions.create({
+      model: modelName, messages, max_tokens: 30, temperature: 0,
+    });
+    const text = free.choices[0].message.content;
+    const stop = text.trim().split(' ')[2];
+    const r = await client.chat.completions.create({
+      model: modelName, messages, max_tokens: 30, temperature: 0, stop,
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].message.content, text.slice(0, text.indexOf(stop)));
+  });
+
+  test('a role the template refuses is a 400 with its message', async () => {
+    await assert.rejects(
+      client.chat.completions.create({
+        model: modelName, messages: [{ role: 'robot', content: 'x' }], max_tokens: 2,
+      }),
+      (e) => e.status === 400 && /Unknown role: robot/.test(e.message));
   });
 });
 

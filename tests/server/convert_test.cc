@@ -168,10 +168,10 @@ TEST(ConvertTest, ChatInputIsRenderedWithTheTemplate) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("no chat template"), std::string::npos);
 
-  nlohmann::json seen;
+  nlohmann::ordered_json seen;
   bool generation_prompt = false;
-  ChatRenderer render = [&](const nlohmann::json& messages, bool add_generation_prompt,
-                            const nlohmann::json&) -> absl::StatusOr<std::string> {
+  ChatRenderer render = [&](const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                            const nlohmann::ordered_json&) -> absl::StatusOr<std::string> {
     seen = messages;
     generation_prompt = add_generation_prompt;
     return std::string("<user>hi</user>");

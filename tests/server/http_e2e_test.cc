@@ -75,9 +75,14 @@ class HttpTest : public ::testing::Test {
   }
 
   server::ServerConfig config_;
-  server::ModelOptions model_options_ = TestServer::DefaultModelOptions();
+  server::ModelOptions model_options_ = WithChatTemplate(TestServer::DefaultModelOptions());
   std::unique_ptr<TestServer> t_;
   int port_ = 0;
+
+  static server::ModelOptions WithChatTemplate(server::ModelOptions mo) {
+    mo.chat_template_path = PTXSERVE_SOURCE_DIR "/tests/http/chat_template.jinja";
+    return mo;
+  }
 };
 
 TEST_F(HttpTest, CompletionTokensEqualGrpcTokens) {
@@ -162,6 +167,8 @@ TEST_F(HttpTest, ErrorsAreOpenAiErrorObjectsNamingTheParameter) {
   req["model"] = "another-model";
   EXPECT_EQ(Post("/v1/completions", req).status, 404);
   EXPECT_EQ(Post("/v1/chat/completions", {{"messages", json::array()}}).status, 400);
+  EXPECT_EQ(Post("/v1/completions", {{"prompt", "x"}, {"logprobs", 3}, {"echo", true}}).status,
+            400);
   // The server keeps serving.
   EXPECT_EQ(Post("/v1/completions", TokenPrompt(3, 2)).status, 200);
 }
@@ -245,6 +252,82 @@ TEST_F(HttpTest, DrainLetsStreamsFinishAndRefusesNewCalls) {
   EXPECT_TRUE(done);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+}
+
+json ChatRequest() {
+  return {{"messages",
+           {{{"role", "system"}, {"content", "Tell a story."}},
+            {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Once upon"}}}}}}},
+          {"max_completion_tokens", 12},
+          {"temperature", 0}};
+}
+
+TEST_F(HttpTest, ChatCompletionRendersTheTemplate) {
+  HttpReply r = Post("/v1/chat/completions", ChatRequest());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = json::parse(r.body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_FALSE(body["choices"][0]["message"]["content"].get<std::string>().empty());
+  // The prompt is the template's rendering, tokenized without an extra BOS.
+  HttpReply tok = Post("/tokenize", {{"messages", ChatRequest()["messages"]}});
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], json::parse(tok.body)["count"]);
+  HttpReply text = Post("/tokenize", {{"prompt",
+                                       "<|system|>\nTell a story.\n<|user|>\nOnce upon\n"
+                                       "<|assistant|>\n"},
+                                      {"add_special_tokens", false}});
+  EXPECT_EQ(json::parse(tok.body)["tokens"], json::parse(text.body)["tokens"]);
+}
+
+TEST_F(HttpTest, ChatStreamStartsWithTheRoleAndCarriesLogprobs) {
+  json req = ChatRequest();
+  req["stream"] = true;
+  req["logprobs"] = true;
+  req["top_logprobs"] = 2;
+  HttpReply r = Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  bool done = false;
+  std::vector<json> events = Events(r.body, &done);
+  ASSERT_TRUE(done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  int tokens = 0;
+  std::string text;
+  for (const json& e : events) {
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (!c["logprobs"].is_null()) {
+      for (const json& entry : c["logprobs"]["content"]) {
+        ++tokens;
+        EXPECT_TRUE(entry["token"].is_string());
+        EXPECT_EQ(entry["top_logprobs"].size(), 2u);
+        EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+      }
+    }
+  }
+  EXPECT_EQ(tokens, 12);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  req.erase("stream");
+  EXPECT_EQ(json::parse(Post("/v1/chat/completions", req).body)["choices"][0]["message"]["content"],
+            text);
+}
+
+TEST_F(HttpTest, ChatErrorsNameTheMessage) {
+  json req = ChatRequest();
+  req["messages"][1]["role"] = "robot";
+  HttpReply r = Post("/v1/chat/completions", req);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("Unknown role: robot"), std::string::npos) << r.body;
+  req = ChatRequest();
+  req["messages"][1]["content"] = {{{"type", "image_url"}, {"image_url", "x"}}};
+  r = Post("/v1/chat/completions", req);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "messages[1].content[0]");
+  req = ChatRequest();
+  req["tools"] = {{{"type", "function"}}};
+  EXPECT_EQ(Post("/v1/chat/completions", req).status, 400);
 }
 
 class HttpAuthTest : public HttpTest {
