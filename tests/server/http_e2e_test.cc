@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP front end to end, in-process on loopback: the same tokens as
 // gRPC, status codes and error objects, keep-alive, a hang-up that cancels the sequence,
 // backpressure (429), loading and draining (503), engine failures (500), body limits.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -328,6 +329,58 @@ TEST_F(HttpTest, ChatErrorsNameTheMessage) {
   req = ChatRequest();
   req["tools"] = {{{"type", "function"}}};
   EXPECT_EQ(Post("/v1/chat/completions", req).status, 400);
+}
+
+TEST_F(HttpTest, GrpcChatTokenizeAndDetokenizeMatchHttp) {
+  auto channel = grpc::CreateChannel(t_->target, grpc::InsecureChannelCredentials());
+  auto stub = v1::DecodeService::NewStub(channel);
+  v1::TokenizeRequest treq;
+  auto* system = treq.mutable_chat()->add_messages();
+  system->set_role("system");
+  system->set_content("Tell a story.");
+  auto* user = treq.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content("Once upon");
+  v1::TokenizeResponse tresp;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub->Tokenize(&c1, treq, &tresp).ok());
+  HttpReply http = Post("/tokenize", {{"messages", ChatRequest()["messages"]}});
+  std::vector<int> grpc_ids(tresp.ids().begin(), tresp.ids().end());
+  EXPECT_EQ(json::parse(http.body)["tokens"].get<std::vector<int>>(), grpc_ids);
+  EXPECT_EQ(tresp.tokens_size(), tresp.ids_size());
+
+  v1::DetokenizeRequest dreq;
+  dreq.mutable_ids()->CopyFrom(tresp.ids());
+  v1::DetokenizeResponse dresp;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub->Detokenize(&c2, dreq, &dresp).ok());
+  EXPECT_EQ(dresp.text(), "<|system|>\nTell a story.\n<|user|>\nOnce upon\n<|assistant|>\n");
+  dreq.add_ids(1 << 30);
+  grpc::ClientContext c3;
+  EXPECT_EQ(stub->Detokenize(&c3, dreq, &dresp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A chat Generate streams what the HTTP chat endpoint answers, log-probs with token text.
+  v1::GenerateRequest g;
+  *g.mutable_chat() = treq.chat();
+  g.mutable_stopping()->set_max_new_tokens(12);
+  g.set_logprobs(1);
+  server::ClientOptions o;
+  o.target = t_->target;
+  server::DecodeClient client(o);
+  std::string text;
+  int with_token_text = 0;
+  ASSERT_TRUE(client
+                  .Generate(g,
+                            [&](const v1::GenerateResponse& m) {
+                              text += m.text();
+                              for (const auto& lp : m.logprobs())
+                                with_token_text += !lp.chosen().token().empty();
+                              return true;
+                            })
+                  .ok());
+  EXPECT_EQ(with_token_text, 12);
+  HttpReply chat = Post("/v1/chat/completions", ChatRequest());
+  EXPECT_EQ(json::parse(chat.body)["choices"][0]["message"]["content"], text);
 }
 
 class HttpAuthTest : public HttpTest {
