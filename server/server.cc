@@ -6,15 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/chat/chat_template.h"
 #include "engine/cuda/gpu_backend.h"
 #include "engine/model/model.h"
+#include "engine/util/file.h"
 #include "engine/util/log.h"
 #include "prometheus/exposer.h"
 #include "server/version.h"
@@ -23,21 +22,13 @@ namespace ptxserve::server {
 
 namespace {
 
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // The model's chat template (--chat-template, else tokenizer_config.json's), compiled
 // now so that a template the interpreter cannot run stops the start with its line and
 // construct. Empty when the model has none.
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Tokenizer& tok) {
   std::string source, origin;
   if (!o.chat_template_path.empty()) {
-    auto text = ReadText(o.chat_template_path);
+    auto text = ReadFileToString(o.chat_template_path);
     if (!text.ok())
       return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", text.status().message()));
     source = *std::move(text);
@@ -45,7 +36,7 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Token
   } else {
     const std::string config_path =
         (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
-    auto text = ReadText(config_path);
+    auto text = ReadFileToString(config_path);
     if (!text.ok()) return ChatRenderer();
     const auto config = nlohmann::ordered_json::parse(*text, nullptr, false);
     auto found = ChatTemplateFromTokenizerConfig(config);

@@ -1,21 +1,10 @@
 #include "server/cli/cli_util.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ptxserve::cli {
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 absl::StatusOr<std::string> ReadApiKey(const std::string& path) {
   auto key = ReadFileToString(path);

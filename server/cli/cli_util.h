@@ -5,11 +5,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/util/file.h"
 
 namespace ptxserve::cli {
 
-// The whole file, or NotFound naming it.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+using ::ptxserve::ReadFileToString;  // engine/util/file.h
 // The API key in `path`: the file's text without trailing whitespace; InvalidArgument
 // when empty.
 absl::StatusOr<std::string> ReadApiKey(const std::string& path);
