@@ -174,14 +174,14 @@ TEST(ConvertTest, ChatInputIsRenderedWithTheTemplate) {
                             const nlohmann::ordered_json&) -> absl::StatusOr<std::string> {
     seen = messages;
     generation_prompt = add_generation_prompt;
-    return std::string("<user>hi</user>");
+    return std::string("userhi");
   };
   auto r = ToEngineRequest(req, tok, Limits(), "", "x", &render);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(seen[0]["role"], "user");
   EXPECT_EQ(seen[0]["content"], "hi");
   EXPECT_TRUE(generation_prompt);
-  EXPECT_EQ(r->prompt, *tok.Encode("<user>hi</user>", /*add_special_tokens=*/false));
+  EXPECT_EQ(r->prompt, *tok.Encode("userhi", /*add_special_tokens=*/false));
 
   req.mutable_chat()->mutable_messages(0)->set_role("");
   auto bad = ToEngineRequest(req, tok, Limits(), "requests[2].", "x", &render);
