@@ -61,6 +61,21 @@ class TlsTest : public ::testing::Test {
     if (!ok_) GTEST_SKIP() << "the openssl command is not available to make test certificates";
   }
   static std::string File(const char* name) { return Read(*dir_ + "/" + name); }
+  static std::string Path(const char* name) { return *dir_ + "/" + name; }
+
+  // curl's HTTP status for a streamed completion over HTTPS ("000": no connection).
+  static std::string Curl(int port, const std::string& extra) {
+    const std::string cmd = absl::StrCat(
+        "curl -sS -N -o /dev/null -w '%{http_code}' --max-time 20 --cacert ", Path("ca.pem"), " ",
+        extra, " -d '{\"prompt\": [5], \"max_tokens\": 3, \"stream\": true}' ",
+        "https://localhost:", port, "/v1/completions 2>/dev/null");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[64];
+    for (size_t n; p && (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    if (p) pclose(p);
+    return out;
+  }
 
   static grpc::Status Call(const server::ClientOptions& o) {
     server::DecodeClient c(o);
@@ -118,6 +133,27 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificate) {
   o.tls_key_pem = File("client.key");
   grpc::Status st = Call(o);
   EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+TEST_F(TlsTest, HttpApiUsesTheSameTlsAndClientCertificates) {
+  if (std::system("curl --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no curl";
+  server::ServerConfig cfg;
+  cfg.tls.cert_pem = File("server.pem");
+  cfg.tls.key_pem = File("server.key");
+  auto t = testing::TestServer::Start(cfg);
+  ASSERT_NE(t, nullptr);
+  ASSERT_TRUE(t->Load().ok());
+  const int port = t->server->http_port();
+  EXPECT_EQ(Curl(port, ""), "200");
+
+  cfg.tls.client_ca_pem = File("ca.pem");
+  auto mutual = testing::TestServer::Start(cfg);
+  ASSERT_NE(mutual, nullptr);
+  ASSERT_TRUE(mutual->Load().ok());
+  const int mport = mutual->server->http_port();
+  EXPECT_EQ(Curl(mport, ""), "000") << "no client certificate";
+  EXPECT_EQ(Curl(mport, absl::StrCat("--cert ", Path("client.pem"), " --key ", Path("client.key"))),
+            "200");
 }
 
 }  // namespace
