@@ -131,6 +131,21 @@ TEST_F(HttpTest, StreamIsServerSentEventsEndingWithDone) {
   EXPECT_EQ(json::parse(whole.body)["choices"][0]["text"], text);
 }
 
+TEST_F(HttpTest, ContinuationKeepsItsLeadingSpace) {
+  // The text after a prompt is decode(prompt + generated) minus decode(prompt), streamed or
+  // not: "The cat" continues with " and", not "and".
+  json req = {{"prompt", "The cat"}, {"max_tokens", 4}, {"temperature", 0}};
+  HttpReply whole = Post("/v1/completions", req);
+  ASSERT_EQ(whole.status, 200);
+  EXPECT_EQ(json::parse(whole.body)["choices"][0]["text"].get<std::string>().rfind(" and", 0), 0u)
+      << whole.body;
+  req["stream"] = true;
+  bool done = false;
+  std::vector<json> events = Events(Post("/v1/completions", req).body, &done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["choices"][0]["text"].get<std::string>().rfind(" and", 0), 0u);
+}
+
 TEST_F(HttpTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   HttpConnection c(port_);
   for (int i = 0; i < 3; ++i) {
