@@ -410,9 +410,21 @@ Value ApplyFilter(const std::string& name, const Value& v, const Args& a, const 
   if (name == "safe") return v;
   if (name == "trim") return Value::Str(Strip(Str(v, "trim"), Arg(a, kw, 0, "chars"), true, true));
   if (name == "tojson") {
-    const Value indent = Arg(a, kw, 0, "indent", Value::None());
-    return Value::Str(ToJson(v, indent.kind == K::kInt ? static_cast<int>(indent.i) : -1,
-                             Arg(a, kw, 3, "sort_keys", Value::Bool(false)).Truthy()));
+    // Hugging Face's signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False); ensure_ascii is not supported (the templates leave it off).
+    if (Arg(a, kw, 0, "ensure_ascii").Truthy())
+      throw TemplateError("tojson: ensure_ascii is not supported");
+    JsonStyle style;
+    const Value indent = Arg(a, kw, 1, "indent", Value::None());
+    if (indent.kind == K::kInt) style.indent = static_cast<int>(indent.i);
+    const Value seps = Arg(a, kw, 2, "separators", Value::None());
+    if (seps.kind == K::kList && seps.list->size() == 2 && (*seps.list)[0].kind == K::kString &&
+        (*seps.list)[1].kind == K::kString) {
+      style.item_sep = (*seps.list)[0].s.c_str();
+      style.key_sep = (*seps.list)[1].s.c_str();
+    }
+    style.sort_keys = Arg(a, kw, 3, "sort_keys", Value::Bool(false)).Truthy();
+    return Value::Str(ToJson(v, style));
   }
   if (name == "length" || name == "count") return Value::Int(Length(v));
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {

@@ -135,6 +135,13 @@ class Parser {
         n.body = ParseBody({"endset"}, &stop);
         ExpectEnd();
       }
+    } else if (kw.text == "generation") {
+      // Hugging Face's {% generation %} marks the assistant's tokens for training masks;
+      // rendering passes its body through.
+      n.kind = Node::Kind::kIf;
+      ExpectEnd();
+      n.branches.emplace_back(nullptr, ParseBody({"endgeneration"}, &stop));
+      ExpectEnd();
     } else if (kw.text == "break" || kw.text == "continue") {
       n.kind = kw.text == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
       ExpectEnd();

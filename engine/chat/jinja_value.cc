@@ -48,11 +48,13 @@ void AppendJsonString(const std::string& s, std::string* out) {
   out->push_back('"');
 }
 
-void AppendJson(const Value& v, int indent, bool sort_keys, int depth, std::string* out) {
+void AppendJson(const Value& v, const JsonStyle& style, int depth, std::string* out) {
   using K = Value::Kind;
+  const int indent = style.indent;
   const std::string pad = indent < 0 ? "" : "\n" + std::string((depth + 1) * indent, ' ');
   const std::string close_pad = indent < 0 ? "" : "\n" + std::string(depth * indent, ' ');
-  const char* item_sep = indent < 0 ? ", " : ",";
+  const char* item_sep = style.item_sep ? style.item_sep : indent < 0 ? ", " : ",";
+  const char* key_sep = style.key_sep ? style.key_sep : ": ";
   switch (v.kind) {
     case K::kUndefined:
     case K::kNone:
@@ -85,7 +87,7 @@ void AppendJson(const Value& v, int indent, bool sort_keys, int depth, std::stri
       for (size_t i = 0; i < v.list->size(); ++i) {
         if (i) *out += item_sep;
         *out += pad;
-        AppendJson((*v.list)[i], indent, sort_keys, depth + 1, out);
+        AppendJson((*v.list)[i], style, depth + 1, out);
       }
       *out += close_pad;
       out->push_back(']');
@@ -96,7 +98,7 @@ void AppendJson(const Value& v, int indent, bool sort_keys, int depth, std::stri
         return;
       }
       Dict items = *v.dict;
-      if (sort_keys) {
+      if (style.sort_keys) {
         std::stable_sort(items.begin(), items.end(),
                          [](const auto& a, const auto& b) { return a.first < b.first; });
       }
@@ -105,8 +107,8 @@ void AppendJson(const Value& v, int indent, bool sort_keys, int depth, std::stri
         if (i) *out += item_sep;
         *out += pad;
         AppendJsonString(items[i].first, out);
-        *out += ": ";
-        AppendJson(items[i].second, indent, sort_keys, depth + 1, out);
+        *out += key_sep;
+        AppendJson(items[i].second, style, depth + 1, out);
       }
       *out += close_pad;
       out->push_back('}');
@@ -360,9 +362,9 @@ std::string Repr(const Value& v) {
   return "";
 }
 
-std::string ToJson(const Value& v, int indent, bool sort_keys) {
+std::string ToJson(const Value& v, const JsonStyle& style) {
   std::string out;
-  AppendJson(v, indent, sort_keys, 0, &out);
+  AppendJson(v, style, 0, &out);
   return out;
 }
 

@@ -109,8 +109,15 @@ bool Less(const Value& a, const Value& b);
 std::string ToStr(const Value& v);
 // Python's repr(v).
 std::string Repr(const Value& v);
-// json.dumps(v, ensure_ascii=False, indent=indent (< 0: none), sort_keys=sort_keys).
-std::string ToJson(const Value& v, int indent, bool sort_keys);
+// json.dumps(v, ensure_ascii=False, indent=indent (< 0: none), sort_keys=sort_keys), with
+// json.dumps' separators unless `item_sep` / `key_sep` are given.
+struct JsonStyle {
+  int indent = -1;
+  bool sort_keys = false;
+  const char* item_sep = nullptr;  // default ", " (or "," with an indent)
+  const char* key_sep = nullptr;   // default ": "
+};
+std::string ToJson(const Value& v, const JsonStyle& style);
 // Python's repr of a float ("1.0", "0.1", "1e-05").
 std::string FloatRepr(double d);
 

@@ -83,6 +83,10 @@ TEST(JinjaTest, FiltersTestsAndMethods) {
   EXPECT_EQ(R("{{ v | tojson }}", {{"v", {{"a", {1, 2.5, "\u00e9\"\n"}}, {"b", nullptr}}}}),
             "{\"a\": [1, 2.5, \"\u00e9\\\"\\n\"], \"b\": null}");
   EXPECT_EQ(R("{{ v | tojson(indent=2) }}", {{"v", {{"a", {1}}}}}), "{\n  \"a\": [\n    1\n  ]\n}");
+  EXPECT_EQ(
+      R("{{ v | tojson(separators=(',', ':'), sort_keys=true) }}", {{"v", {{"b", 1}, {"a", 2}}}}),
+      "{\"a\":2,\"b\":1}");
+  EXPECT_EQ(R("{% generation %}kept{% endgeneration %}"), "kept");
   EXPECT_EQ(R("{{ x is none }} {{ x is not none }} {{ m is mapping }} {{ s is string }}",
               {{"x", nullptr}, {"m", json::object()}, {"s", "s"}}),
             "True False True True");
