@@ -54,8 +54,8 @@ std::string JsonError(int status, std::string_view message) {
 // What every connection reaches: the handler, limits, and the live connections (so that
 // Stop can cancel their streams).
 struct HttpServer::Shared {
-  Shared(HttpServerConfig c, HttpHandler h, std::atomic<int>* a)
-      : config(std::move(c)), handler(std::move(h)), active(a), acceptor(ioc) {}
+  Shared(HttpServerConfig c, HttpHandler h)
+      : config(std::move(c)), handler(std::move(h)), acceptor(ioc) {}
 
   class Connection {
    public:
@@ -73,7 +73,7 @@ struct HttpServer::Shared {
 
   HttpServerConfig config;
   HttpHandler handler;
-  std::atomic<int>* active;
+  std::atomic<int> active{0};  // exchanges in progress
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::optional<net::ssl::context> tls;
@@ -208,7 +208,7 @@ class Session final : public Shared::Connection,
       return WriteWhole(resp.status, resp.content_type, std::move(resp.body), resp.headers);
     }
     body_ = std::move(resp.stream);
-    shared_->active->fetch_add(1);
+    shared_->active.fetch_add(1);
     head_sent_ = false;
     Lowest().expires_never();
     WatchForHangUp();
@@ -320,7 +320,7 @@ class Session final : public Shared::Connection,
   void EndExchange() {
     body_->Cancel();
     body_.reset();
-    shared_->active->fetch_sub(1);
+    shared_->active.fetch_sub(1);
   }
 
   // Ends the connection from our side. The client may still be sending (a body we
@@ -423,10 +423,12 @@ absl::Status SetUpTls(const HttpServerConfig& c, std::optional<net::ssl::context
 }  // namespace
 
 HttpServer::HttpServer(HttpServerConfig config, HttpHandler handler) : config_(config) {
-  shared_ = std::make_shared<Shared>(std::move(config), std::move(handler), &active_);
+  shared_ = std::make_shared<Shared>(std::move(config), std::move(handler));
 }
 
 HttpServer::~HttpServer() { Stop(absl::ZeroDuration()); }
+
+int HttpServer::active_exchanges() const { return shared_->active.load(); }
 
 absl::Status HttpServer::Start() {
   if (absl::Status st = SetUpTls(config_, &shared_->tls); !st.ok()) return st;
@@ -465,7 +467,9 @@ void HttpServer::Stop(absl::Duration grace) {
     s->acceptor.close(ignored);
   });
   const absl::Time deadline = absl::Now() + grace;
-  while (active_.load() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  while (shared_->active.load() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   shared_->ioc.stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();

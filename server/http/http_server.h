@@ -47,7 +47,7 @@ class HttpServer {
   absl::Status Start();
   int port() const { return port_; }
   // Requests being answered (a stream counts until its last piece is written).
-  int active_exchanges() const { return active_.load(); }
+  int active_exchanges() const;
 
   // Stops accepting connections, waits up to `grace` for the exchanges in progress to
   // finish, then cancels the rest and closes every connection. Idempotent.
@@ -60,7 +60,6 @@ class HttpServer {
   HttpServerConfig config_;
   std::shared_ptr<Shared> shared_;
   std::vector<std::thread> threads_;
-  std::atomic<int> active_{0};
   int port_ = 0;
   bool stopped_ = false;
 };
