@@ -38,7 +38,7 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Token
         (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
     auto text = ReadFileToString(config_path);
     if (!text.ok()) return ChatRenderer();
-    const auto config = nlohmann::ordered_json::parse(*text, nullptr, false);
+    const auto config = nlohmann::json::parse(*text, nullptr, false);
     auto found = ChatTemplateFromTokenizerConfig(config);
     if (!found.ok()) return found.status();
     if (!found->has_value()) return ChatRenderer();

@@ -1,130 +1,134 @@
 #include "engine/chat/chat_template.h"
 
-#include <ctime>
-#include <utility>
-
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/chat/jinja_builtins.h"
-#include "engine/chat/jinja_lexer.h"
-#include "engine/chat/jinja_parser.h"
-#include "engine/chat/jinja_render.h"
+#include "absl/strings/str_join.h"
+#include "engine/chat/ast.h"
+#include "engine/chat/builtins.h"
+#include "engine/chat/evaluator.h"
+#include "engine/chat/json_value.h"
+#include "engine/chat/lexer.h"
+#include "engine/chat/parser.h"
 
 namespace ptxserve {
+namespace chat {
+
+struct Program {
+  Body body;
+};
+
+}  // namespace chat
+
 namespace {
 
-using jinja::Expr;
-using jinja::Node;
-
-// The first filter or test outside the interpreter's set, found when the template is
-// compiled so that the server refuses it at load rather than at a user's request.
-absl::Status CheckNames(const Expr* e) {
-  if (!e) return absl::OkStatus();
-  if (e->kind == Expr::Kind::kFilter && !jinja::IsKnownFilter(e->name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", e->line, ": unsupported filter '", e->name, "'"));
-  }
-  if (e->kind == Expr::Kind::kTest && !jinja::IsKnownTest(e->name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", e->line, ": unsupported test '", e->name, "'"));
-  }
-  for (const auto& item : e->items) {
-    if (absl::Status st = CheckNames(item.get()); !st.ok()) return st;
-  }
-  for (const auto& [_, v] : e->kwargs) {
-    if (absl::Status st = CheckNames(v.get()); !st.ok()) return st;
-  }
-  return absl::OkStatus();
+std::string Where(const std::string& origin, int line) {
+  std::string where = "chat template (" + origin + ")";
+  if (line > 0) absl::StrAppend(&where, " line ", line);
+  return where;
 }
 
-absl::Status CheckNames(const jinja::Body& body) {
-  for (const Node& n : body) {
-    for (const Expr* e : {n.expr.get(), n.filter.get()}) {
-      if (absl::Status st = CheckNames(e); !st.ok()) return st;
-    }
-    for (const auto& [cond, branch] : n.branches) {
-      if (absl::Status st = CheckNames(cond.get()); !st.ok()) return st;
-      if (absl::Status st = CheckNames(branch); !st.ok()) return st;
-    }
-    for (const jinja::Body* b : {&n.body, &n.else_body}) {
-      if (absl::Status st = CheckNames(*b); !st.ok()) return st;
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string LocalTime(const std::string& format) {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[256];
-  const size_t n = std::strftime(buf, sizeof(buf), format.c_str(), &tm);
-  return std::string(buf, n);
+template <typename Json>
+Json MakeContext(const Json& messages, bool add_generation_prompt,
+                 const std::map<std::string, std::string>& special_tokens) {
+  Json context = Json::object();
+  context["messages"] = messages;
+  // apply_chat_template always passes tools= and documents= (None when not given), so
+  // templates see them defined.
+  context["tools"] = nullptr;
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = add_generation_prompt;
+  for (const auto& [name, text] : special_tokens) context[name] = text;
+  return context;
 }
 
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Compile(std::string_view source, std::string origin) {
-  auto prefix = [&](const absl::Status& st) {
-    return absl::InvalidArgumentError(absl::StrCat("chat template (", origin, ") ", st.message()));
-  };
-  auto segments = jinja::Lex(std::string(source));
-  if (!segments.ok()) return prefix(segments.status());
-  auto body = jinja::Parse(*segments);
-  if (!body.ok()) return prefix(body.status());
-  if (absl::Status st = CheckNames(*body); !st.ok()) return prefix(st);
-  ChatTemplate t;
-  t.body_ = std::make_shared<const jinja::Body>(*std::move(body));
-  t.origin_ = std::move(origin);
-  t.strftime_ = LocalTime;
-  return t;
+  auto program = std::make_shared<chat::Program>();
+  try {
+    program->body = chat::Parse(chat::Lex(source));
+  } catch (const chat::SyntaxError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(origin, e.line()), ": ", e.what()));
+  }
+  return ChatTemplate(std::move(program), std::move(origin));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::json& context) const {
+  return Render(nlohmann::ordered_json(context), RenderOptions());
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
-  if (!context.is_object())
-    return absl::InvalidArgumentError("chat template context must be an object");
-  jinja::RenderGlobals globals;
-  globals.strftime_now = strftime_;
-  try {
-    return jinja::Render(*body_, jinja::Value::FromJson(context), globals);
-  } catch (const jinja::TemplateError& e) {
-    return absl::InvalidArgumentError(e.what());
+  return Render(context, RenderOptions());
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context,
+                                                 const RenderOptions& options) const {
+  if (!context.is_object()) {
+    return absl::InvalidArgumentError(Where(origin_, 0) + ": the context must be a JSON object");
   }
+  chat::Scope globals(nullptr);
+  chat::AddGlobals(globals);
+  chat::Scope vars(&globals);
+  for (auto it = context.begin(); it != context.end(); ++it) {
+    vars.Set(it.key(), chat::ValueFromJson(it.value()));
+  }
+  chat::Clock clock = options.now;
+  if (!clock) clock = [] { return std::chrono::system_clock::now(); };
+  std::string out;
+  try {
+    chat::Evaluator(std::move(clock), &out).Run(program_->body, vars);
+  } catch (const chat::TemplateError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(origin_, e.line()), ": ", e.what()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
-    const nlohmann::ordered_json& config, std::string_view name) {
-  if (!config.is_object()) return std::optional<std::string>();
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return std::optional<std::string>();
-  if (it->is_string()) return std::optional<std::string>(it->get<std::string>());
+    const nlohmann::json& config, std::string_view name) {
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError("tokenizer_config.json: expected a JSON object");
+  }
+  const auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
   if (!it->is_array()) {
     return absl::InvalidArgumentError(
-        "tokenizer_config.json: chat_template must be a string or a list");
+        absl::StrCat("tokenizer_config.json: chat_template must be a string or a list of "
+                     "{\"name\", \"template\"} objects, got ",
+                     it->type_name()));
   }
+  std::vector<std::string> names;
+  std::optional<std::string> found;
   for (size_t i = 0; i < it->size(); ++i) {
-    const auto& entry = (*it)[i];
-    if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
-        !entry["name"].is_string() || !entry["template"].is_string()) {
+    const nlohmann::json& entry = (*it)[i];
+    const auto n = entry.is_object() ? entry.find("name") : entry.end();
+    const auto t = entry.is_object() ? entry.find("template") : entry.end();
+    if (!entry.is_object() || n == entry.end() || !n->is_string() || t == entry.end() ||
+        !t->is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer_config.json: chat_template[", i,
-                       "] must be {\"name\": ..., \"template\": ...}"));
+                       "] must be an object with string \"name\" and \"template\""));
     }
-    if (entry["name"].get<std::string>() == name) {
-      return std::optional<std::string>(entry["template"].get<std::string>());
-    }
+    names.push_back(n->get<std::string>());
+    if (names.back() == name && !found) found = t->get<std::string>();
   }
-  return std::optional<std::string>();
+  if (!found) {
+    return absl::NotFoundError(
+        absl::StrCat("tokenizer_config.json: chat_template has no template named '",
+                     std::string(name), "' (available: ", absl::StrJoin(names, ", "), ")"));
+  }
+  return found;
+}
+
+nlohmann::json ChatTemplateContext(const nlohmann::json& messages, bool add_generation_prompt,
+                                   const std::map<std::string, std::string>& special_tokens) {
+  return MakeContext(messages, add_generation_prompt, special_tokens);
 }
 
 nlohmann::ordered_json ChatTemplateContext(
     const nlohmann::ordered_json& messages, bool add_generation_prompt,
     const std::map<std::string, std::string>& special_tokens) {
-  nlohmann::ordered_json ctx = {{"messages", messages},
-                                {"tools", nullptr},
-                                {"documents", nullptr},
-                                {"add_generation_prompt", add_generation_prompt}};
-  for (const auto& [k, v] : special_tokens) ctx[k] = v;
-  return ctx;
+  return MakeContext(messages, add_generation_prompt, special_tokens);
 }
 
 }  // namespace ptxserve

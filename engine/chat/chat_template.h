@@ -1,11 +1,15 @@
-// Chat templates: the Jinja2 template in a model's tokenizer_config.json (or a file given
-// to the server) that turns a conversation into the prompt text, rendered as Hugging
-// Face's apply_chat_template does (trim_blocks, lstrip_blocks, loopcontrols, the globals
-// raise_exception and strftime_now, tojson without ASCII escaping). No C++ Jinja library
-// is packaged in Debian, so engine/chat holds an interpreter of the subset these
-// templates use (jinja_*.h).
+// Hugging Face chat templates: compiles the Jinja2 `chat_template` of a tokenizer config
+// and renders a conversation to the prompt text, byte-identical to transformers'
+// apply_chat_template (ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and
+// loopcontrols; globals raise_exception and strftime_now; tojson as json.dumps with
+// ensure_ascii=False).
+//
+// Debian packages no C++ Jinja engine, so engine/chat is our own interpreter for the
+// subset chat templates use; see the tests in tests/chat for what is covered. Anything
+// outside it fails at Compile, not at Render.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,40 +22,58 @@
 
 namespace ptxserve {
 
-namespace jinja {
-struct Node;
-}
+namespace chat {
+struct Program;
+}  // namespace chat
 
 class ChatTemplate {
  public:
+  struct RenderOptions {
+    // The clock behind strftime_now() (local time, like Python's datetime.now());
+    // unset means the system clock. Tests pin it.
+    std::function<std::chrono::system_clock::time_point()> now;
+  };
+
   // Compiles a template. A construct outside the supported subset is InvalidArgument
-  // naming `origin`, the line and the construct ("chat template (f.jinja) line 3:
-  // unsupported filter 'wordwrap'").
+  // naming `origin`, the template line (1-based) and the construct, e.g.
+  // "chat template (tokenizer_config.json) line 3: unsupported filter 'wordwrap'".
   static absl::StatusOr<ChatTemplate> Compile(std::string_view source, std::string origin);
 
-  // Renders with the variables in `context` (a JSON object). raise_exception(msg) and
-  // runtime errors are InvalidArgument with the message and line. Thread-safe.
+  // Renders with the variables in `context` (a JSON object: messages,
+  // add_generation_prompt, bos_token, eos_token, tools, ...). raise_exception(msg) in the
+  // template and runtime errors (undefined attribute call, type errors) are
+  // InvalidArgument with the message. Const and thread-safe.
+  //
+  // Key order matters to templates (`tojson`, `dict.items()`): Python keeps the request's
+  // order, so pass an ordered_json parsed from the request to match it; a plain
+  // nlohmann::json has its object keys sorted.
+  absl::StatusOr<std::string> Render(const nlohmann::json& context) const;
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                                     const RenderOptions& options) const;
 
-  // strftime_now's clock: formats the current local time (default); tests pin it.
-  void set_strftime(std::function<std::string(const std::string& format)> f) {
-    strftime_ = std::move(f);
-  }
+  const std::string& origin() const { return origin_; }
 
  private:
-  std::shared_ptr<const std::vector<jinja::Node>> body_;
+  ChatTemplate(std::shared_ptr<const chat::Program> program, std::string origin)
+      : program_(std::move(program)), origin_(std::move(origin)) {}
+
+  std::shared_ptr<const chat::Program> program_;  // immutable; copies share it
   std::string origin_;
-  std::function<std::string(const std::string&)> strftime_;
 };
 
-// The template text in a parsed tokenizer_config.json: "chat_template" as a string, or a
-// list of {"name", "template"} (the one named `name`). nullopt when absent;
-// InvalidArgument naming the field when malformed.
+// The template text from a parsed tokenizer_config.json: "chat_template" as a string, or
+// a list of {"name","template"} (the one named `name`, default "default"). nullopt when
+// absent. InvalidArgument naming the field when malformed; NotFound when the list has no
+// template of that name.
 absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
-    const nlohmann::ordered_json& config, std::string_view name = "default");
+    const nlohmann::json& config, std::string_view name = "default");
 
-// The variables apply_chat_template passes: messages, add_generation_prompt, tools and
-// documents (None), and the special tokens' strings (bos_token, eos_token, ...).
+// The context Hugging Face's apply_chat_template builds: messages,
+// add_generation_prompt, tools and documents (None unless the caller sets them), and the
+// special-token strings (bos_token, eos_token, unk_token, pad_token when given).
+nlohmann::json ChatTemplateContext(const nlohmann::json& messages, bool add_generation_prompt,
+                                   const std::map<std::string, std::string>& special_tokens);
 nlohmann::ordered_json ChatTemplateContext(
     const nlohmann::ordered_json& messages, bool add_generation_prompt,
     const std::map<std::string, std::string>& special_tokens);

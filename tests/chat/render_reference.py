@@ -1,52 +1,48 @@
 #!/usr/bin/env python3
-"""Renders chat templates exactly as Hugging Face transformers' apply_chat_template does,
-with Debian's python3-jinja2: the reference ptxserve's own interpreter is compared with.
+"""Renders chat templates exactly as Hugging Face transformers does (the reference for
+tests/chat): jinja2's ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+extensions=[loopcontrols]) with the globals raise_exception and strftime_now and the
+json.dumps-based tojson filter, as in transformers' _compile_jinja_template.
 
-usage: render_reference.py CASES.json   (a list of {"template": PATH, "context": {...}})
-prints a JSON list of {"text": ...} or {"error": ...}, one per case, in order."""
-import datetime
+Reads a JSON list of cases from stdin, each {"template": str, "context": {...}, "now":
+unix seconds or null}; writes a JSON list of {"output": str} or {"error": str}.
+"""
+
 import json
 import sys
+from datetime import datetime
 
-from jinja2.exceptions import TemplateError
-from jinja2.ext import loopcontrols
+import jinja2
+import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-# The fixed clock of the tests (ChatTemplate::set_strftime in the C++ test).
-FIXED_NOW = datetime.datetime(2024, 7, 26, 13, 5, 9)
 
+def render(case):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
 
-def raise_exception(message):
-    raise TemplateError(message)
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
 
+    def strftime_now(format):
+        now = case.get("now")
+        return (datetime.now() if now is None else datetime.fromtimestamp(now)).strftime(format)
 
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # transformers overrides Jinja's tojson: no HTML escaping, non-ASCII kept.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
-def strftime_now(fmt):
-    return FIXED_NOW.strftime(fmt)
-
-
-def main():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    with open(sys.argv[1], encoding="utf-8") as f:
-        cases = json.load(f)
-    out = []
-    for case in cases:
-        with open(case["template"], encoding="utf-8") as f:
-            source = f.read()
-        try:
-            out.append({"text": env.from_string(source).render(**case["context"])})
-        except Exception as e:  # noqa: BLE001 - every failure is an expected error path
-            out.append({"error": f"{type(e).__name__}: {e}"})
-    json.dump(out, sys.stdout, ensure_ascii=False)
+    try:
+        return {"output": env.from_string(case["template"]).render(**case["context"])}
+    except Exception as e:  # any failure is an error the C++ side must also report
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def main():
+    cases = json.load(sys.stdin)
+    json.dump([render(c) for c in cases], sys.stdout, ensure_ascii=True)
 
 
 if __name__ == "__main__":

@@ -306,7 +306,7 @@ TEST_F(HttpTest, ChatStreamStartsWithTheRoleAndCarriesLogprobs) {
   bool done = false;
   std::vector<json> events = Events(r.body, &done);
   ASSERT_TRUE(done);
-  ASSERT_GE(events.size(), 3u);
+  ASSERT_GE(events.size(), 2u);  // the role, then the content (one chunk when merged)
   EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
   int tokens = 0;
