@@ -246,7 +246,8 @@ def check_dockerignore(root):
     inputs = ["CMakeLists.txt", ".clang-format"]
     for d in sorted(dirs):
         for dirpath, dirnames, names in os.walk(os.path.join(root, d)):
-            dirnames[:] = [x for x in dirnames if x != "__pycache__"]
+            # Installed packages (npm) are not sources: scripts/setup puts them in place.
+            dirnames[:] = [x for x in dirnames if x not in ("__pycache__", "node_modules")]
             inputs += [os.path.relpath(os.path.join(dirpath, n), root) for n in names
                        if not n.endswith(".swp")]
     kept_out = [p for p in inputs if dockerignore_excludes(patterns, p)]
