@@ -115,6 +115,12 @@ absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest>
     }
   }
   if (requests.empty()) return absl::InvalidArgumentError("no requests");
+  if (static_cast<int64_t>(requests.size()) > config_.max_queued) {
+    // Never admissible, however empty the queue: a retrying client must not wait for it.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the call has ", requests.size(),
+                     " requests, more than --max-queued=", config_.max_queued, " can ever hold"));
+  }
   const Clock::time_point now = Clock::now();
   std::vector<std::unique_ptr<Sequence>> seqs;
   seqs.reserve(requests.size());

@@ -93,6 +93,25 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 }
 
 absl::Status ValidateStoppingCriteria(const StoppingCriteria& c, int32_t vocab_size) {
+  // Every new token is checked against every stop string and id on the engine thread: the
+  // limits keep one request from slowing the whole batch.
+  if (c.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("stopping.stop has ", c.stop.size(),
+                                                   " strings, at most ", kMaxStopStrings,
+                                                   " are allowed"));
+  }
+  if (c.stop_token_ids.size() > kMaxStopTokenIds) {
+    return absl::InvalidArgumentError(absl::StrCat("stopping.stop_token_ids has ",
+                                                   c.stop_token_ids.size(), " ids, at most ",
+                                                   kMaxStopTokenIds, " are allowed"));
+  }
+  for (size_t i = 0; i < c.stop.size(); ++i) {
+    if (c.stop[i].size() > kMaxStopStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stopping.stop[", i, "] is ", c.stop[i].size(),
+                                                     " bytes, at most ", kMaxStopStringBytes,
+                                                     " are allowed"));
+    }
+  }
   if (c.max_new_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("stopping.max_new_tokens must be >= 0, got ", c.max_new_tokens));

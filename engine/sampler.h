@@ -47,8 +47,14 @@ struct SampleResult {
 
 // InvalidArgument naming the field ("sampling.top_p must be in (0, 1], got 1.5").
 absl::Status ValidateSamplingParams(const SamplingParams& p);
-// InvalidArgument naming the field; stop strings must be non-empty valid UTF-8 and
-// stop_token_ids inside [0, vocab_size).
+// Per-request limits on stopping criteria (every token is checked against all of them).
+inline constexpr size_t kMaxStopStrings = 64;
+inline constexpr size_t kMaxStopStringBytes = 512;
+inline constexpr size_t kMaxStopTokenIds = 256;
+
+// InvalidArgument naming the field; stop strings must be non-empty valid UTF-8 (at most
+// kMaxStopStrings of at most kMaxStopStringBytes) and stop_token_ids (at most
+// kMaxStopTokenIds) inside [0, vocab_size).
 absl::Status ValidateStoppingCriteria(const StoppingCriteria& c, int32_t vocab_size);
 
 // Small, portable, seedable generator (see the file comment).

@@ -3,7 +3,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/auth.h"
 #include "server/status_util.h"
 
@@ -143,7 +145,10 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp>, public Pumpab
 
 DecodeServiceImpl::DecodeServiceImpl(ServerMetrics* metrics, Dispatcher* dispatcher,
                                      std::string api_key)
-    : metrics_(metrics), dispatcher_(dispatcher), api_key_(std::move(api_key)) {}
+    : metrics_(metrics),
+      dispatcher_(dispatcher),
+      api_key_(std::move(api_key)),
+      boot_tag_(absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()))) {}
 
 void DecodeServiceImpl::SetModel(std::shared_ptr<ServedModel> model) {
   absl::MutexLock lock(&mu_);
@@ -156,7 +161,8 @@ std::shared_ptr<ServedModel> DecodeServiceImpl::model() const {
 }
 
 std::string DecodeServiceImpl::NextRequestId() {
-  return absl::StrCat("ptx-", next_id_.fetch_add(1, std::memory_order_relaxed));
+  // The boot tag makes ids (and the seeds derived from them) differ across restarts.
+  return absl::StrCat("ptx-", boot_tag_, "-", next_id_.fetch_add(1, std::memory_order_relaxed));
 }
 
 grpc::Status DecodeServiceImpl::Admit(grpc::CallbackServerContext* ctx,

@@ -71,6 +71,7 @@ class DecodeServiceImpl final : public v1::DecodeService::CallbackService {
   ServerMetrics* metrics_;
   Dispatcher* dispatcher_;
   const std::string api_key_;
+  const std::string boot_tag_;  // random per process: request ids unique across restarts
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
   mutable absl::Mutex mu_;

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -102,6 +103,39 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
+// Flags whose values cannot work, refused before anything binds or loads (an out-of-range
+// port would otherwise be truncated, a NaN timeout would never fire).
+absl::Status CheckRanges() {
+  struct IntRange {
+    const char* name;
+    int64_t value, lo, hi;
+  };
+  const IntRange ints[] = {
+      {"port", absl::GetFlag(FLAGS_port), 0, 65535},
+      {"metrics_port", absl::GetFlag(FLAGS_metrics_port), -1, 65535},
+      {"http_port", absl::GetFlag(FLAGS_http_port), -1, 65535},
+      {"http_threads", absl::GetFlag(FLAGS_http_threads), 1, 256},
+      {"writer_threads", absl::GetFlag(FLAGS_writer_threads), 1, 256},
+      {"kv_blocks", absl::GetFlag(FLAGS_kv_blocks), 0, int64_t{1} << 30},
+      {"block_size", absl::GetFlag(FLAGS_block_size), 1, 4096},
+      {"max_request_bytes", absl::GetFlag(FLAGS_max_request_bytes), 1, int64_t{1} << 30},
+  };
+  for (const IntRange& r : ints) {
+    if (r.value < r.lo || r.value > r.hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", r.name, "=", r.value, ": want ", r.lo, " to ", r.hi));
+    }
+  }
+  for (auto [name, value] : {std::pair{"drain_timeout", absl::GetFlag(FLAGS_drain_timeout)},
+                             {"stall_timeout", absl::GetFlag(FLAGS_stall_timeout)}}) {
+    if (!std::isfinite(value) || value < 0 || value > 86400) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "=", value, ": want seconds in [0, 86400]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunServe(int argc, char** argv) {
@@ -138,6 +172,7 @@ int RunServe(int argc, char** argv) {
     std::_Exit(1);
   }).detach();
 
+  if (absl::Status st = CheckRanges(); !st.ok()) return Fail(st);
   server::ServerConfig sc;
   sc.host = absl::GetFlag(FLAGS_host);
   sc.port = absl::GetFlag(FLAGS_port);
@@ -145,14 +180,6 @@ int RunServe(int argc, char** argv) {
   sc.http_port = absl::GetFlag(FLAGS_http_port);
   sc.http_threads = absl::GetFlag(FLAGS_http_threads);
   sc.max_http_body_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-  if (sc.http_port < -1 || sc.http_port > 65535) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--http_port=", sc.http_port, ": want a port in [0, 65535], or -1 for none")));
-  }
-  if (sc.http_threads < 1 || sc.http_threads > 256) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--http_threads=", sc.http_threads, ": want 1 to 256")));
-  }
   sc.backend = absl::GetFlag(FLAGS_backend);
   sc.writer_threads = absl::GetFlag(FLAGS_writer_threads);
   sc.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout));

@@ -100,6 +100,23 @@ TEST(CliTest, TheContinuationKeepsItsLeadingSpace) {
   EXPECT_TRUE(continuation.starts_with(" and")) << continuation;
 }
 
+TEST(CliTest, ServeRefusesFlagsThatCannotWorkNamingThem) {
+  // Each is refused before anything binds or loads (no --model needed).
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--port 70000", "--port=70000"},
+           {"--metrics-port -2", "--metrics_port=-2"},
+           {"--kv-blocks -5", "--kv_blocks=-5"},
+           {"--max-request-bytes 0", "--max_request_bytes=0"},
+           {"--stall-timeout nan", "--stall_timeout=nan"},
+           {"--drain-timeout -1", "--drain_timeout=-1"},
+           {"--writer-threads 0", "--writer_threads=0"},
+       }) {
+    const CliRun r = RunPtxserve("serve " + args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 TEST(CliTest, BadModelPathExitsNonZeroWithTheStatus) {
   const CliRun r = RunPtxserve("generate --model /nonexistent/model --prompt hi");
   EXPECT_NE(r.exit_code, 0);

@@ -471,6 +471,26 @@ TEST(SamplerValidationTest, NamesTheField) {
   EXPECT_TRUE(ValidateSamplingParams(p).ok());
 }
 
+TEST(SamplerValidationTest, StoppingCriteriaAreBounded) {
+  StoppingCriteria c;
+  c.stop.assign(kMaxStopStrings, "x");
+  EXPECT_TRUE(ValidateStoppingCriteria(c, 10).ok());
+  c.stop.push_back("y");
+  absl::Status st = ValidateStoppingCriteria(c, 10);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("stopping.stop has 65 strings, at most 64"));
+
+  c = {};
+  c.stop = {"ok", std::string(kMaxStopStringBytes + 1, 'a')};
+  EXPECT_THAT(ValidateStoppingCriteria(c, 10).message(),
+              HasSubstr("stopping.stop[1] is 513 bytes, at most 512"));
+
+  c = {};
+  c.stop_token_ids.assign(kMaxStopTokenIds + 1, 3);
+  EXPECT_THAT(ValidateStoppingCriteria(c, 10).message(),
+              HasSubstr("stopping.stop_token_ids has 257 ids, at most 256"));
+}
+
 TEST(SamplerValidationTest, StoppingNamesTheField) {
   StoppingCriteria c;
   c.max_new_tokens = -1;

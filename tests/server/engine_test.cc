@@ -145,6 +145,19 @@ TEST_F(EngineTest, CancelRemovesTheSequenceAndFreesItsBlocks) {
   engine_->Cancel((*ids)[0]);  // again: harmless
 }
 
+TEST_F(EngineTest, ACallLargerThanTheQueueIsInvalidEvenWhenItIsEmpty) {
+  EngineConfig cfg;
+  cfg.max_queued = 2;
+  Make(cfg);
+  ASSERT_TRUE(engine_->Start().ok());
+  auto stream = std::make_shared<ResultStream>();
+  auto st = engine_->Enqueue({Req(4, 5, 1, 0), Req(4, 5, 2, 1), Req(4, 5, 3, 2)}, stream);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.status().message().find("--max-queued=2"), absl::string_view::npos);
+  ASSERT_TRUE(engine_->Enqueue({Req(4, 5, 1, 0), Req(4, 5, 2, 1)}, stream).ok());
+  EXPECT_EQ(Drain(*stream, 2).size(), 2u);
+}
+
 TEST_F(EngineTest, RefusesBeyondMaxQueuedAtOnce) {
   EngineConfig cfg;
   cfg.max_queued = 2;

@@ -129,6 +129,25 @@ TEST(ServerLifecycleTest, NotServingUntilTheModelIsLoaded) {
   EXPECT_FALSE(info.dtype().empty());
 }
 
+TEST(ServerIdsTest, AssignedRequestIdsDifferAcrossRestarts) {
+  // An unnamed, unseeded request's seed comes from its id: the first one after a restart
+  // must not repeat the previous process's.
+  std::vector<std::string> ids;
+  for (int boot = 0; boot < 2; ++boot) {
+    auto t = TestServer::Start();
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(t->Load().ok());
+    server::DecodeClient c(Options(*t));
+    v1::GenerateRequest req = TokenRequest(3, 2, 1);
+    req.clear_request_id();
+    Result r = Stream(c, req);
+    ASSERT_TRUE(r.status.ok());
+    ids.push_back(r.last.request_id());
+  }
+  EXPECT_TRUE(ids[0].rfind("ptx-", 0) == 0) << ids[0];
+  EXPECT_NE(ids[0], ids[1]);
+}
+
 TEST_F(ServerTest, StreamsTextWithUsageAndTiming) {
   v1::GenerateRequest req;
   req.set_text("Once upon a time");
