@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "server/cli/subcommands.h"
+#include "server/version.h"
 
 namespace {
 
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
   if (argc < 2) return Usage(stderr);
   const std::string_view cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return Usage(stdout);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("ptxserve %s\n", ptxserve::server::kVersion);
+    return 0;
+  }
   for (const auto& s : kSubcommands) {
     if (s.name == cmd) return s.run(argc - 1, argv + 1);
   }

@@ -1,5 +1,10 @@
 #include "server/cli/cli_util.h"
 
+#include <cstdio>
+#include <map>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,7 +22,35 @@ absl::StatusOr<std::string> ReadApiKey(const std::string& path) {
   return key;
 }
 
+namespace {
+
+std::vector<std::string>& HelpFiles() {
+  static std::vector<std::string> files;
+  return files;
+}
+
+}  // namespace
+
+void PrintSubcommandHelp(const char* usage) {
+  // Abseil's own --help exits 1 and names the flags' build paths; a user asked for help
+  // and gets it on stdout with exit 0, in Abseil's line format (tools parse it).
+  std::printf("%s\n\nFlags (dashes and underscores are the same):\n", usage);
+  std::map<std::string, const absl::CommandLineFlag*> shown;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    for (const auto& f : HelpFiles()) {
+      if (absl::EndsWith(flag->Filename(), f)) shown[std::string(name)] = flag;
+    }
+  }
+  for (const auto& [name, flag] : shown) {
+    const std::string value = flag->IsOfType<std::string>()
+                                  ? absl::StrCat("\"", flag->DefaultValue(), "\"")
+                                  : flag->DefaultValue();
+    std::printf("    --%s (%s); default: %s;\n", name.c_str(), flag->Help().c_str(), value.c_str());
+  }
+}
+
 void ShowFlagsInHelp(std::vector<std::string> files) {
+  HelpFiles() = files;
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [files](absl::string_view path) {
     for (const auto& f : files) {

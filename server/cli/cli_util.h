@@ -10,6 +10,8 @@
 namespace ptxserve::cli {
 
 using ::ptxserve::ReadFileToString;  // engine/util/file.h
+// Prints `usage` and the flags of the files given to ShowFlagsInHelp, to stdout.
+void PrintSubcommandHelp(const char* usage);
 // The API key in `path`: the file's text without trailing whitespace; InvalidArgument
 // when empty.
 absl::StatusOr<std::string> ReadApiKey(const std::string& path);

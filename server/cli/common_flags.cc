@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/synthetic.h"
 #include "engine/util/log.h"
+#include "server/cli/cli_util.h"
 
 ABSL_FLAG(std::string, model, "",
           "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); empty: "
@@ -90,6 +91,14 @@ std::vector<char*> ParseSubcommandFlags(int argc, char** argv, const char* usage
     if (a[2] == '\0') break;  // "--": the rest is positional
     for (char* c = a + 2; *c != '\0' && *c != '='; ++c) {
       if (*c == '-') *c = '_';
+    }
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "--help" || a == "-h" || a == "--helpfull" || a == "--helpshort") {
+      PrintSubcommandHelp(usage);
+      std::exit(0);
     }
   }
   return absl::ParseCommandLine(argc, argv);

@@ -117,6 +117,18 @@ TEST(CliTest, ServeRefusesFlagsThatCannotWorkNamingThem) {
   }
 }
 
+TEST(CliTest, HelpExitsZeroWithoutBuildPathsAndVersionPrints) {
+  for (const char* sub : {"serve", "generate", "bench", "client"}) {
+    const CliRun r = RunPtxserve(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.err;
+    EXPECT_NE(r.out.find("default:"), std::string::npos) << sub << ": " << r.out;
+    EXPECT_EQ(r.out.find("server/cli"), std::string::npos) << sub << ": " << r.out;
+  }
+  const CliRun v = RunPtxserve("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.out.rfind("ptxserve ", 0), 0u) << v.out;
+}
+
 TEST(CliTest, BadModelPathExitsNonZeroWithTheStatus) {
   const CliRun r = RunPtxserve("generate --model /nonexistent/model --prompt hi");
   EXPECT_NE(r.exit_code, 0);
