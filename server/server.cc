@@ -22,6 +22,29 @@ namespace ptxserve::server {
 
 namespace {
 
+// A model and tokenizer that load but could not serve a single request are refused here,
+// naming the field, instead of failing every request later.
+absl::Status CheckServable(const ModelConfig& mc, const Tokenizer& tok) {
+  if (mc.max_position_embeddings < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: max_position_embeddings = ", mc.max_position_embeddings,
+        ": a model needs a context of at least 2 tokens (a prompt and one new token)"));
+  }
+  if (tok.vocab_size() > mc.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer has ", tok.vocab_size(), " ids, more than config.json vocab_size = ",
+        mc.vocab_size, ": prompts could hold ids the model has no embedding for"));
+  }
+  for (auto [name, id] : {std::pair{"bos", tok.bos_id()}, {"eos", tok.eos_id()}}) {
+    if (id >= mc.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tokenizer's ", name, " token id ", id,
+                       " is outside config.json vocab_size = ", mc.vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The model's chat template (--chat-template, else tokenizer_config.json's), compiled
 // now so that a template the interpreter cannot run stops the start with its line and
 // construct. Empty when the model has none.
@@ -79,6 +102,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   auto tokenizer = Tokenizer::FromDir(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   const ModelConfig& mc = model->config;
+  if (absl::Status st = CheckServable(mc, **tokenizer); !st.ok()) return st;
 
   KvCacheConfig kv;
   kv.block_size = o.block_size;
@@ -106,7 +130,17 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
     gpu.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
   }
   std::string note;
-  auto backend = cuda::CreateBackend(o.backend, *model, kv, std::move(gpu), &note);
+  absl::StatusOr<std::unique_ptr<Backend>> backend = absl::InternalError("");
+  try {
+    backend = cuda::CreateBackend(o.backend, *model, kv, std::move(gpu), &note);
+  } catch (const std::bad_alloc&) {
+    // A KV cache larger than the host can give (--kv-blocks / --kv-memory) is a refusal
+    // with the sizes, never an abort.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the KV cache: ", kv.num_blocks, " blocks of ", block_bytes,
+                     " bytes (", static_cast<double>(kv.num_blocks) * block_bytes / (1 << 30),
+                     " GiB); lower --kv-blocks or --kv-memory"));
+  }
   if (!backend.ok()) return backend.status();
 
   std::unique_ptr<Backend> b = *std::move(backend);

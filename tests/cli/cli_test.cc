@@ -12,6 +12,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/reference/reference_model.h"
 
 namespace ptxserve {
@@ -127,6 +128,27 @@ TEST(CliTest, HelpExitsZeroWithoutBuildPathsAndVersionPrints) {
   const CliRun v = RunPtxserve("--version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_EQ(v.out.rfind("ptxserve ", 0), 0u) << v.out;
+}
+
+TEST(CliTest, ServeRefusesWhatCannotServeInsteadOfAborting) {
+  // A KV cache the host cannot give: a clear refusal, not std::bad_alloc (exit 134).
+  const CliRun kv = RunPtxserve("serve --model " + kTinyStories +
+                                " --port 0 --http-port 0 --metrics-port -1 --kv-blocks 100000000");
+  EXPECT_EQ(kv.exit_code, 1) << kv.err;
+  EXPECT_NE(kv.err.find("cannot allocate the KV cache"), std::string::npos) << kv.err;
+
+  // A model whose context holds no new token loads but could serve nothing: refused.
+  const auto dir = std::filesystem::temp_directory_path() / "ptxserve-cli-context-1";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(RunPtxserve("make-model --out " + dir.string() + " --preset tiny").exit_code, 0);
+  auto config = nlohmann::json::parse(Slurp((dir / "config.json").string()));
+  config["max_position_embeddings"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  const CliRun r =
+      RunPtxserve("serve --model " + dir.string() + " --port 0 --http-port 0 --metrics-port -1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("max_position_embeddings = 1"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, BadModelPathExitsNonZeroWithTheStatus) {
