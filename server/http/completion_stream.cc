@@ -4,12 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/http/api_error.h"
 
 namespace ptxserve::server::http {
 namespace {
-
-// Output objects keep their keys in the order written ("id" first), as OpenAI's do.
-using json = nlohmann::ordered_json;
 
 // JSON has no -inf: vLLM reports impossible tokens at this floor, and so do we.
 constexpr float kLogprobFloor = -9999.0f;
@@ -22,29 +20,6 @@ json Bytes(const std::string& raw) {
   json out = json::array();
   for (unsigned char c : raw) out.push_back(static_cast<int>(c));
   return out;
-}
-
-const char* ErrorType(int status) {
-  switch (status) {
-    case 401:
-      return "authentication_error";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "service_unavailable_error";
-    case 500:
-      return "internal_error";
-    default:
-      return "invalid_request_error";
-  }
-}
-
-json ErrorObject(const ApiError& e) {
-  return {{"error",
-           {{"message", e.message},
-            {"type", ErrorType(e.status)},
-            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-            {"code", e.status}}}};
 }
 
 // The failure a sequence's final output reports, if the server (not the client) ended it.
@@ -64,8 +39,6 @@ absl::Status ServerFailure(const EngineOutput& out) {
 const char* FinishReasonString(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";
 }
-
-std::string ErrorBody(const ApiError& error) { return Dump(ErrorObject(error)); }
 
 absl::StatusOr<std::unique_ptr<CompletionStream>> CompletionStream::Create(
     std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity) {

@@ -86,7 +86,5 @@ class CompletionStream final : public ResponseStream {
 
 // The OpenAI finish_reason of a finished sequence.
 const char* FinishReasonString(FinishReason reason);
-// {"error": {...}} for an ApiError.
-std::string ErrorBody(const ApiError& error);
 
 }  // namespace ptxserve::server::http

@@ -8,65 +8,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "engine/sampler.h"
+#include "server/http/json_fields.h"
 
 namespace ptxserve::server::http {
 namespace {
-
-// Ordered: chat messages reach the template with their keys in the order sent.
-using json = nlohmann::ordered_json;
 
 // OpenAI's default for /v1/completions; chat completions default to the room left.
 constexpr int64_t kCompletionsDefaultMaxTokens = 16;
 constexpr int32_t kMaxLogprobs = 20;
 constexpr int64_t kMaxN = 128;
-
-absl::Status Invalid(absl::string_view param, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(param, " ", what));
-}
-
-const char* TypeName(const json& v) {
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  if (v.is_object()) return "an object";
-  return "null";
-}
-
-// Optional fields: absent and null both mean "not given", as in OpenAI's SDKs.
-const json* Field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::StatusOr<std::optional<double>> OptNumber(const json& obj, const char* name) {
-  const json* v = Field(obj, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) return Invalid(name, absl::StrCat("must be a number, got ", TypeName(*v)));
-  return v->get<double>();
-}
-
-absl::StatusOr<std::optional<int64_t>> OptInt(const json& obj, const char* name) {
-  const json* v = Field(obj, name);
-  if (!v) return std::nullopt;
-  if (v->is_number_integer()) {
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
-      return Invalid(name, "is out of range");
-    }
-    return v->get<int64_t>();
-  }
-  return Invalid(name, absl::StrCat("must be an integer, got ", TypeName(*v)));
-}
-
-absl::StatusOr<bool> OptBool(const json& obj, const char* name, bool fallback) {
-  const json* v = Field(obj, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) {
-    return Invalid(name, absl::StrCat("must be a boolean, got ", TypeName(*v)));
-  }
-  return v->get<bool>();
-}
 
 // Reads `name` into *out when given (a float field of the engine's params).
 absl::Status ReadFloat(const json& obj, const char* name, float* out) {
@@ -293,17 +243,6 @@ absl::Status RenameEngineFields(const absl::Status& st) {
 
 }  // namespace
 
-absl::StatusOr<json> ParseJsonObject(absl::string_view body) {
-  json parsed;
-  try {
-    parsed = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON body: error at byte ", e.byte));
-  }
-  if (!parsed.is_object()) return absl::InvalidArgumentError("The body must be a JSON object");
-  return parsed;
-}
-
 absl::StatusOr<json> NormalizeChatMessages(const json& messages) {
   if (!messages.is_array() || messages.empty()) {
     return Invalid("messages", "must be a non-empty array");
@@ -474,42 +413,6 @@ absl::StatusOr<CompletionJob> ParseCompletionJob(absl::string_view body_text, bo
     job.prompt_texts.push_back(std::move(p.text));
   }
   return job;
-}
-
-ApiError ToApiError(const absl::Status& status) {
-  ApiError e;
-  e.message = std::string(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      e.status = 400;
-      break;
-    case absl::StatusCode::kNotFound:
-      e.status = 404;
-      break;
-    case absl::StatusCode::kUnauthenticated:
-      e.status = 401;
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      e.status = 429;
-      break;
-    case absl::StatusCode::kUnavailable:
-      e.status = 503;
-      break;
-    default:
-      e.status = 500;
-      break;
-  }
-  if (e.status == 400 || e.status == 404) {
-    // Messages start with the parameter they are about ("top_p must be ...",
-    // "messages[1].content must ...", "model: ...").
-    const size_t end = e.message.find_first_of(" :");
-    const absl::string_view head = absl::string_view(e.message).substr(0, end);
-    const bool is_param =
-        !head.empty() && head.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789.[]") ==
-                             absl::string_view::npos;
-    if (is_param) e.param = std::string(head);
-  }
-  return e;
 }
 
 }  // namespace ptxserve::server::http

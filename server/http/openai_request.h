@@ -15,20 +15,10 @@
 #include "nlohmann/json.hpp"
 #include "server/chat_renderer.h"
 #include "server/convert.h"
+#include "server/http/api_error.h"
+#include "server/http/json_fields.h"
 
 namespace ptxserve::server::http {
-
-// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string param;  // empty = null
-};
-
-// A refusal as an ApiError: InvalidArgument is 400 (the param taken from the message when
-// it starts with one), ResourceExhausted 429, Unavailable 503, NotFound 404,
-// Unauthenticated 401, anything else 500.
-ApiError ToApiError(const absl::Status& status);
 
 // What one call asks for, ready to enqueue.
 struct CompletionJob {
@@ -63,8 +53,5 @@ absl::StatusOr<CompletionJob> ParseCompletionJob(absl::string_view body, bool ch
 // (text parts joined with "\n"). InvalidArgument naming messages[i].field.
 absl::StatusOr<nlohmann::ordered_json> NormalizeChatMessages(
     const nlohmann::ordered_json& messages);
-
-// Parses `body` as a JSON object; InvalidArgument with the byte offset when it is not one.
-absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(absl::string_view body);
 
 }  // namespace ptxserve::server::http

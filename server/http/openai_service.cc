@@ -13,14 +13,10 @@
 namespace ptxserve::server::http {
 namespace {
 
-// Objects keep their keys in the order written or sent, as OpenAI's do.
-using json = nlohmann::ordered_json;
-using ojson = nlohmann::ordered_json;
-
-HttpResponse JsonResponse(int status, const ojson& body) {
+HttpResponse JsonResponse(int status, const json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
 
@@ -188,9 +184,9 @@ HttpResponse OpenAiService::Tokenize(const HttpRequest& req) {
   if (!ids.ok()) {
     return Refuse(absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message())));
   }
-  ojson token_strs = nullptr;
+  json token_strs = nullptr;
   if (body->value("return_token_strs", json(false)) == json(true)) {
-    token_strs = ojson::array();
+    token_strs = json::array();
     for (int32_t id : *ids) token_strs.push_back(tok.IdToToken(id));
   }
   return JsonResponse(200, {{"count", ids->size()},
