@@ -121,6 +121,17 @@ absl::Status ValidateEngineRequest(const EngineRequest& r, int64_t vocab_size,
   return absl::OkStatus();
 }
 
+absl::Status ServerFailure(const EngineOutput& out) {
+  if (out.finish == FinishReason::kError) {
+    return out.error.ok() ? absl::InternalError("the engine failed") : out.error;
+  }
+  if (out.finish == FinishReason::kCancelled && !out.error.ok() &&
+      out.error.code() != absl::StatusCode::kCancelled) {
+    return out.error;
+  }
+  return absl::OkStatus();
+}
+
 uint64_t SeedFromRequestId(std::string_view request_id) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : request_id) {

@@ -90,6 +90,11 @@ class ResultStream {
 absl::Status ValidateEngineRequest(const EngineRequest& r, int64_t vocab_size,
                                    int64_t context_length, int64_t kv_capacity_tokens);
 
+// The failure a final output reports when the server (not the client) ended the request:
+// the engine's error (kError), or a cancellation the server decided, such as the drain
+// timeout (kCancelled with a non-CANCELLED error). OK otherwise.
+absl::Status ServerFailure(const EngineOutput& out);
+
 // The sampler's seed when a request gives none: a stable hash (FNV-1a) of its id.
 uint64_t SeedFromRequestId(std::string_view request_id);
 

@@ -20,19 +20,6 @@ void Fill(EngineOutput&& out, const Tokenizer& tok, v1::GenerateBatchResponse* r
   ToProto(out, tok, resp->mutable_response());
 }
 
-// The call's status once every sequence finished: the first failure the server
-// decided (an engine error, a cancellation by the server), else OK.
-absl::Status FinalStatus(const EngineOutput& out) {
-  if (out.finish == FinishReason::kError) {
-    return out.error.ok() ? absl::InternalError("the engine failed") : out.error;
-  }
-  if (out.finish == FinishReason::kCancelled && !out.error.ok() &&
-      out.error.code() != absl::StatusCode::kCancelled) {
-    return out.error;  // e.g. UNAVAILABLE: cancelled by the drain timeout
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 // One Generate or GenerateBatch call. Threading: the constructor runs on a gRPC thread;
@@ -96,7 +83,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp>, public Pumpab
     resp_.Clear();
     if (out.final()) {
       --remaining_;
-      if (status_.ok()) status_ = FinalStatus(out);
+      if (status_.ok()) status_ = ServerFailure(out);
     }
     Fill(std::move(out), *engine_->tokenizer, &resp_);
     if (remaining_ == 0) {

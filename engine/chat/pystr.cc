@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace ptxserve::chat {
 namespace {
 
@@ -67,20 +69,8 @@ std::u32string DecodeUtf8(std::string_view s) {
 void AppendUtf8(char32_t c, std::string* out) {
   if (c >= kEscapeBase && c < kEscapeBase + 0x80) {
     out->push_back(static_cast<char>(c - kEscapeBase + 0x80));
-  } else if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
   } else {
-    out->push_back(static_cast<char>(0xf0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+    ::ptxserve::AppendUtf8(c, out);  // engine/tokenizer/utf8.h
   }
 }
 

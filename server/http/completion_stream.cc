@@ -22,18 +22,6 @@ json Bytes(const std::string& raw) {
   return out;
 }
 
-// The failure a sequence's final output reports, if the server (not the client) ended it.
-absl::Status ServerFailure(const EngineOutput& out) {
-  if (out.finish == FinishReason::kError) {
-    return out.error.ok() ? absl::InternalError("the engine failed") : out.error;
-  }
-  if (out.finish == FinishReason::kCancelled && !out.error.ok() &&
-      out.error.code() != absl::StatusCode::kCancelled) {
-    return out.error;  // the drain timeout
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const char* FinishReasonString(FinishReason reason) {
