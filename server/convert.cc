@@ -30,15 +30,6 @@ SamplingParams FromProto(const v1::SamplingParams& p) {
 
 }  // namespace
 
-absl::Status CheckRequestSize(size_t bytes, const RequestLimits& limits) {
-  if (static_cast<int64_t>(bytes) > limits.max_request_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request is ", bytes, " bytes, more than the limit of ",
-                     limits.max_request_bytes, " (--max-request-bytes)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> requested,
                                             int64_t default_max, const RequestLimits& limits,
                                             absl::string_view prompt_field,

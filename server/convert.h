@@ -24,7 +24,6 @@ struct RequestLimits {
   int64_t kv_capacity_tokens = 0;
   int32_t default_max_new_tokens = 256;  // when stopping.max_new_tokens is absent
   int32_t max_batch_prompts = 256;       // prompts per GenerateBatch call
-  int64_t max_request_bytes = 4 << 20;   // serialized size of one call's request
   size_t max_request_id_bytes = 256;
 };
 
@@ -54,9 +53,6 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
 
 // A token's text for log-probs: its bytes, ill-formed UTF-8 replaced by U+FFFD.
 std::string TokenText(const Tokenizer& tokenizer, int32_t id);
-
-// Checks the size of a serialized request (InvalidArgument when over the limit).
-absl::Status CheckRequestSize(size_t bytes, const RequestLimits& limits);
 
 // Converts a whole batch; request i gets index i and id `id_base` + "-" + i when it has
 // none. InvalidArgument for an empty or too large batch or any bad request.

@@ -1,9 +1,11 @@
-// ptxserve.v1.DecodeService on the gRPC callback API: one reactor per call. A stream
-// reactor converts and validates the request, enqueues it in the engine, and writes
-// the engine's outputs as they come: one write in flight at a time, the next one
-// started by OnWriteDone or, when the reactor was idle, by the engine's notification
-// (run on a Dispatcher thread, never on the engine thread).
+// ptxserve.v1.DecodeService on the gRPC callback API: one reactor per call. A generating
+// call converts and validates the request, enqueues it in the engine, and writes the
+// engine's outputs as they come: one write in flight at a time, the next one started by
+// OnWriteDone or, when the reactor was idle, by the engine's notification (run on a
+// Dispatcher thread, never on the engine thread).
 #pragma once
+
+#include <grpcpp/generic/async_generic_service.h>
 
 #include <atomic>
 #include <functional>
@@ -19,6 +21,7 @@
 #include "server/convert.h"
 #include "server/dispatcher.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 
 namespace ptxserve::server {
 
@@ -35,11 +38,25 @@ struct ServedModel {
   int64_t created_unix_seconds = 0;  // when it was loaded (the OpenAI model list's "created")
 };
 
-class DecodeServiceImpl final : public v1::DecodeService::CallbackService {
+// Every method but GetModelInfo is served through the gRPC callback generic API, as raw
+// bytes: a call's metadata is checked (API key, readiness) before its message is read,
+// so an unauthenticated client costs no more than gRPC's flow-control window, and the
+// message is parsed here, so a malformed one gets INVALID_ARGUMENT saying what is wrong
+// (gRPC's typed path answers UNIMPLEMENTED with no message and logs a libprotobuf ERROR).
+// GetModelInfo stays a typed callback method (its request has no fields) so that the
+// service, with all its methods, is registered under its name and listed by reflection.
+using DecodeServiceBase = v1::DecodeService::WithGenericMethod_Generate<
+    v1::DecodeService::WithGenericMethod_GenerateBatch<
+        v1::DecodeService::WithGenericMethod_Tokenize<
+            v1::DecodeService::WithGenericMethod_Detokenize<
+                v1::DecodeService::WithCallbackMethod_GetModelInfo<v1::DecodeService::Service>>>>>;
+
+class DecodeServiceImpl final : public DecodeServiceBase, public grpc::CallbackGenericService {
  public:
-  // `metrics` and `dispatcher` must outlive the service. An empty `api_key` disables
-  // authentication.
-  DecodeServiceImpl(ServerMetrics* metrics, Dispatcher* dispatcher, std::string api_key);
+  // `metrics`, `dispatcher` and `request_log` must outlive the service. An empty
+  // `api_key` disables authentication.
+  DecodeServiceImpl(ServerMetrics* metrics, Dispatcher* dispatcher, const RequestLog* request_log,
+                    std::string api_key);
 
   // Serving starts once a model is set; until then calls get UNAVAILABLE.
   void SetModel(std::shared_ptr<ServedModel> model);
@@ -47,29 +64,21 @@ class DecodeServiceImpl final : public v1::DecodeService::CallbackService {
   // New calls get UNAVAILABLE from now on.
   void StartDraining() { draining_.store(true); }
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
-                                                           const v1::GenerateRequest* req) override;
-  grpc::ServerWriteReactor<v1::GenerateBatchResponse>* GenerateBatch(
-      grpc::CallbackServerContext* ctx, const v1::GenerateBatchRequest* req) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
                                          const v1::GetModelInfoRequest* req,
                                          v1::ModelInfo* resp) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const v1::TokenizeRequest* req,
-                                     v1::TokenizeResponse* resp) override;
-  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
-                                       const v1::DetokenizeRequest* req,
-                                       v1::DetokenizeResponse* resp) override;
+  // The generic methods (and any method no service registered: UNIMPLEMENTED).
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override;
 
  private:
-  template <typename Resp>
-  friend class StreamReactor;
+  friend class DecodeCall;
   // OK, or the status a new call is refused with (auth, not ready, draining).
-  grpc::Status Admit(grpc::CallbackServerContext* ctx, std::shared_ptr<ServedModel>* model);
+  grpc::Status Admit(const grpc::ServerContextBase& ctx, std::shared_ptr<ServedModel>* model);
   std::string NextRequestId();
 
   ServerMetrics* metrics_;
   Dispatcher* dispatcher_;
+  const RequestLog* request_log_;
   const std::string api_key_;
   const std::string boot_tag_;  // random per process: request ids unique across restarts
   std::atomic<bool> draining_{false};

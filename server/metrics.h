@@ -23,6 +23,7 @@ namespace ptxserve::server {
 inline constexpr const char* kOutcomeInvalid = "invalid";    // INVALID_ARGUMENT
 inline constexpr const char* kOutcomeRejected = "rejected";  // queue full / unavailable
 inline constexpr const char* kOutcomeUnauthenticated = "unauthenticated";
+inline constexpr const char* kOutcomeMalformed = "malformed";  // a message gRPC could not parse
 
 class ServerMetrics : public EngineObserver {
  public:

@@ -2,6 +2,8 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +23,21 @@
 namespace ptxserve::server {
 
 namespace {
+
+// Drops the reflection service, which InitProtoReflectionServerBuilderPlugin adds to every
+// ServerBuilder of the process, from a server that must not serve it.
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    if (enabled_) return;
+    std::erase_if(*plugins, [](const auto& p) { return p->name() == "proto_server_reflection"; });
+  }
+
+ private:
+  const bool enabled_;
+};
 
 // A model and tokenizer that load but could not serve a single request are refused here,
 // naming the field, instead of failing every request later.
@@ -165,7 +182,6 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   l.kv_capacity_tokens = served->engine->kv_capacity_tokens();
   l.default_max_new_tokens = o.default_max_new_tokens;
   l.max_batch_prompts = o.max_batch_prompts;
-  l.max_request_bytes = o.max_request_bytes;
 
   v1::ModelInfo& info = served->info;
   std::string name = o.model_name;
@@ -193,10 +209,11 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
   metrics_ = std::make_unique<ServerMetrics>(kVersion, config_.backend);
   dispatcher_ = std::make_unique<Dispatcher>(config_.writer_threads);
   health_ = std::make_unique<HealthService>();
-  service_ =
-      std::make_unique<DecodeServiceImpl>(metrics_.get(), dispatcher_.get(), config_.api_key);
+  request_log_ = std::make_unique<RequestLog>(config_.log_requests);
+  service_ = std::make_unique<DecodeServiceImpl>(metrics_.get(), dispatcher_.get(),
+                                                 request_log_.get(), config_.api_key);
   openai_ = std::make_unique<http::OpenAiService>(
-      metrics_.get(), config_.api_key,
+      metrics_.get(), request_log_.get(), config_.api_key,
       http::OpenAiService::Hooks{[this] { return service_->model(); },
                                  [this] { return health_->serving(); }});
   metrics_->SetStatsSource([this]() -> std::optional<EngineStats> {
@@ -211,11 +228,17 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
 absl::Status Server::Start() {
+  http::HttpServerConfig hc;
+  hc.host = config_.host;
+  hc.port = config_.http_port;
+  hc.threads = config_.http_threads;
+  hc.tls_cert_pem = config_.tls.cert_pem;
+  hc.tls_key_pem = config_.tls.key_pem;
+  hc.tls_client_ca_pem = config_.tls.client_ca_pem;
+  hc.max_body_bytes = config_.max_request_bytes;
+  if (absl::Status st = http::CheckTlsFiles(hc); !st.ok()) return st;
   std::shared_ptr<grpc::ServerCredentials> creds;
-  if (!config_.tls.cert_pem.empty() || !config_.tls.key_pem.empty()) {
-    if (config_.tls.cert_pem.empty() || config_.tls.key_pem.empty()) {
-      return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
-    }
+  if (!config_.tls.cert_pem.empty()) {
     grpc::SslServerCredentialsOptions opts(
         config_.tls.client_ca_pem.empty()
             ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
@@ -226,12 +249,19 @@ absl::Status Server::Start() {
   } else {
     creds = grpc::InsecureServerCredentials();
   }
+  // The plugin is process-wide once initialized; ours decides per server whether it
+  // adds the reflection service.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  builder.SetOption(std::make_unique<ReflectionOption>(config_.reflection));
   builder.AddListeningPort(absl::StrCat(config_.host, ":", config_.port), creds, &port_);
+  // Without this gRPC binds with SO_REUSEPORT: a second server on a port in use would
+  // start, say ready, and share the port with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
+  builder.RegisterCallbackGenericService(service_.get());
   builder.RegisterService(health_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_receive_message_bytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_request_bytes));
   // Pings find clients that vanished without closing their connection (a dead host, a
   // cut network), so their streams are cancelled instead of generating for nobody.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
@@ -239,8 +269,9 @@ absl::Status Server::Start() {
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || port_ == 0) {
     grpc_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", config_.host, ":", config_.port));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", config_.host, ":", config_.port,
+        " (gRPC): the address is in use or not an address of this host (--host, --port)"));
   }
   if (config_.metrics_port >= 0) {
     try {
@@ -255,14 +286,6 @@ absl::Status Server::Start() {
     metrics_port_ = ports.empty() ? config_.metrics_port : ports[0];
   }
   if (config_.http_port >= 0) {
-    http::HttpServerConfig hc;
-    hc.host = config_.host;
-    hc.port = config_.http_port;
-    hc.threads = config_.http_threads;
-    hc.tls_cert_pem = config_.tls.cert_pem;
-    hc.tls_key_pem = config_.tls.key_pem;
-    hc.tls_client_ca_pem = config_.tls.client_ca_pem;
-    hc.max_body_bytes = config_.max_http_body_bytes;
     http_ = std::make_unique<http::HttpServer>(
         hc, [svc = openai_.get()](http::HttpRequest&& req) { return svc->Handle(std::move(req)); });
     if (absl::Status st = http_->Start(); !st.ok()) return st;

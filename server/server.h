@@ -52,8 +52,13 @@ struct ServerConfig {
   // A stream of work not progressing for this long marks the server NOT_SERVING.
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration watchdog_period = absl::Milliseconds(100);
-  int64_t max_receive_message_bytes = 64 << 20;  // gRPC's own limit (RESOURCE_EXHAUSTED)
-  int64_t max_http_body_bytes = 4 << 20;         // larger HTTP bodies get 413
+  // The largest request message (gRPC: RESOURCE_EXHAUSTED from gRPC's receive limit)
+  // or body (HTTP: 413) accepted.
+  int64_t max_request_bytes = 4 << 20;
+  // Reflection (grpc.reflection.v1alpha) lists and describes the services to anyone who
+  // can connect, so by default it is served only when no API key is set.
+  bool reflection = true;
+  bool log_requests = true;  // one log line per finished request (request_log.h)
 };
 
 // Loads, on the calling thread, what SetModel needs: model, tokenizer, CPU backend,
@@ -78,7 +83,6 @@ struct ModelOptions {
   EngineConfig engine;
   int32_t default_max_new_tokens = 256;
   int32_t max_batch_prompts = 256;
-  int64_t max_request_bytes = 4 << 20;
   // GPU backends: called after each kernel compilation with its seconds (the
   // kernel_compile_seconds histogram).
   std::function<void(double seconds)> on_kernel_compile;
@@ -117,6 +121,7 @@ class Server {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<RequestLog> request_log_;
   std::unique_ptr<DecodeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/step_batch_check.h"
+#include "engine/util/host_memory.h"
 
 namespace ptxserve {
 namespace {
@@ -72,6 +74,16 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   const ModelConfig& c = model.config;
   const ModelTensors& mt = model.tensors;
   if (absl::Status s = CheckConfig(c, mt, kv); !s.ok()) return s;
+  // Both pools (K and V) of every layer, allocated below: refused up front when the host
+  // cannot give them, rather than an out-of-memory kill halfway through.
+  const int64_t kv_bytes = 2 * c.num_layers * static_cast<int64_t>(kv.num_blocks) * c.num_kv_heads *
+                           kv.block_size * c.head_dim * DTypeSize(kv.dtype);
+  if (const std::optional<int64_t> avail = AvailableHostMemoryBytes(); avail && kv_bytes > *avail) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the KV cache (%d blocks of %d tokens) needs %.2f GiB of host memory, more than the "
+        "%.2f GiB available (MemAvailable); lower --kv-blocks or --kv-memory",
+        kv.num_blocks, kv.block_size, kv_bytes / double(1 << 30), *avail / double(1 << 30)));
+  }
   std::unique_ptr<CpuBackend> b(new CpuBackend(c, kv));
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.q_dim(), KD = c.kv_dim();

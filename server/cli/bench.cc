@@ -228,8 +228,8 @@ Sample RunHttp(int port, const BenchRequest& b, double timeout,
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  ShowFlagsInHelp(
-      {"server/cli/bench.cc", "server/cli/client_flags.cc", "server/cli/sampling_flags.cc"});
+  SetSubcommandFlags({"server/cli/bench.cc", "server/cli/client_flags.cc", "max_tokens",
+                      "temperature", "seed", "api_key_file", "tls_cert", "tls_key"});
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "

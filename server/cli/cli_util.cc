@@ -5,7 +5,6 @@
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -24,12 +23,21 @@ absl::StatusOr<std::string> ReadApiKey(const std::string& path) {
 
 namespace {
 
-std::vector<std::string>& HelpFiles() {
-  static std::vector<std::string> files;
-  return files;
+std::vector<std::string>& Sources() {
+  static std::vector<std::string> sources;
+  return sources;
 }
 
 }  // namespace
+
+bool IsSubcommandFlag(const absl::CommandLineFlag& flag) {
+  for (const std::string& s : Sources()) {
+    if (absl::EndsWith(s, ".cc") ? absl::EndsWith(flag.Filename(), s) : flag.Name() == s) {
+      return true;
+    }
+  }
+  return false;
+}
 
 void PrintSubcommandHelp(const char* usage) {
   // Abseil's own --help exits 1 and names the flags' build paths; a user asked for help
@@ -37,9 +45,7 @@ void PrintSubcommandHelp(const char* usage) {
   std::printf("%s\n\nFlags (dashes and underscores are the same):\n", usage);
   std::map<std::string, const absl::CommandLineFlag*> shown;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    for (const auto& f : HelpFiles()) {
-      if (absl::EndsWith(flag->Filename(), f)) shown[std::string(name)] = flag;
-    }
+    if (IsSubcommandFlag(*flag)) shown[std::string(name)] = flag;
   }
   for (const auto& [name, flag] : shown) {
     const std::string value = flag->IsOfType<std::string>()
@@ -49,17 +55,10 @@ void PrintSubcommandHelp(const char* usage) {
   }
 }
 
-void ShowFlagsInHelp(std::vector<std::string> files) {
-  HelpFiles() = files;
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = [files](absl::string_view path) {
-    for (const auto& f : files) {
-      if (absl::EndsWith(path, f)) return true;
-    }
-    return false;
-  };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  absl::SetFlagsUsageConfig(config);
+void SetSubcommandFlags(std::vector<std::string> sources) {
+  sources.push_back("log_level");
+  sources.push_back("log_format");
+  Sources() = std::move(sources);
 }
 
 }  // namespace ptxserve::cli

@@ -177,8 +177,9 @@ int Info(server::DecodeClient& client) {
 }  // namespace
 
 int RunClient(int argc, char** argv) {
-  ShowFlagsInHelp({"server/cli/client.cc", "server/cli/client_flags.cc",
-                   "server/cli/common_flags.cc", "server/cli/sampling_flags.cc"});
+  SetSubcommandFlags({"server/cli/client.cc", "server/cli/client_flags.cc",
+                      "server/cli/sampling_flags.cc", "seed", "api_key_file", "tls_cert",
+                      "tls_key"});
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;

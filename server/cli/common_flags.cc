@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/synthetic.h"
 #include "engine/util/log.h"
@@ -36,6 +39,10 @@ ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(std::string, backend, "auto",
           "the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated (the "
           "PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
+ABSL_FLAG(std::string, log_level, "info",
+          "log messages at this level and above: debug, info, warning or error");
+ABSL_FLAG(std::string, log_format, "text",
+          "log lines as text or json (one JSON object per line, for log collectors)");
 ABSL_FLAG(bool, cuda_graphs, true,
           "GPU backends: run decode-only steps as CUDA graphs, captured once per padded batch "
           "size; false launches kernel by kernel (vLLM's --enforce-eager)");
@@ -101,7 +108,43 @@ std::vector<char*> ParseSubcommandFlags(int argc, char** argv, const char* usage
       std::exit(0);
     }
   }
-  return absl::ParseCommandLine(argc, argv);
+  // Every flag of every subcommand is defined in this one binary; one given to the wrong
+  // subcommand would otherwise be accepted and silently ignored.
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-') continue;
+    a.remove_prefix(a[1] == '-' ? 2 : 1);
+    a = a.substr(0, a.find('='));
+    const absl::CommandLineFlag* flag =
+        absl::FindCommandLineFlag(absl::string_view(a.data(), a.size()));
+    if (flag == nullptr && a.substr(0, 2) == "no") {  // --noflag for a bool
+      flag = absl::FindCommandLineFlag(absl::string_view(a.data() + 2, a.size() - 2));
+    }
+    // Unknown names are Abseil's to report; --flagfile and friends are Abseil's own.
+    if (flag == nullptr || IsSubcommandFlag(*flag) ||
+        absl::StrContains(flag->Filename(), "absl/flags/")) {
+      continue;
+    }
+    std::fprintf(stderr, "%s: --%s is not a flag of this subcommand (--help lists them)\n", argv[0],
+                 std::string(flag->Name()).c_str());
+    std::exit(1);
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  LogLevel level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    std::fprintf(stderr, "%s: --log_level=%s: want debug, info, warning or error\n", argv[0],
+                 absl::GetFlag(FLAGS_log_level).c_str());
+    std::exit(1);
+  }
+  SetMinLogLevel(level);
+  const std::string format = absl::GetFlag(FLAGS_log_format);
+  if (format != "text" && format != "json") {
+    std::fprintf(stderr, "%s: --log_format=%s: want text or json\n", argv[0], format.c_str());
+    std::exit(1);
+  }
+  SetLogFormat(format == "json" ? LogFormat::kJson : LogFormat::kText);
+  return positional;
 }
 
 }  // namespace ptxserve::cli

@@ -19,8 +19,9 @@
 namespace ptxserve::cli {
 
 int RunGenerate(int argc, char** argv) {
-  ShowFlagsInHelp(
-      {"server/cli/generate.cc", "server/cli/common_flags.cc", "server/cli/sampling_flags.cc"});
+  SetSubcommandFlags({"server/cli/generate.cc", "server/cli/sampling_flags.cc", "model",
+                      "model_cache_dir", "seed", "kv_blocks", "block_size", "backend",
+                      "cuda_graphs"});
   ParseSubcommandFlags(argc, argv,
                        "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S] "

@@ -19,7 +19,7 @@ int RunMakeModel(int argc, char** argv) {
   const std::string usage =
       "ptxserve make-model --out DIR --preset NAME [--seed N] [--dtype f32|f16|bf16]\npresets: " +
       absl::StrJoin(SyntheticPresetNames(), ", ");
-  ShowFlagsInHelp({"server/cli/make_model.cc", "server/cli/common_flags.cc"});
+  SetSubcommandFlags({"server/cli/make_model.cc", "seed", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {

@@ -56,7 +56,7 @@ int RunPtx(int argc, char** argv) {
     if (eq == std::string::npos || eq == 0) return Fail("--set wants key=value, got " + value);
     settings[value.substr(0, eq)] = value.substr(eq + 1);
   }
-  ShowFlagsInHelp({"server/cli/ptx.cc"});
+  SetSubcommandFlags({"server/cli/ptx.cc", "out"});
   ParseSubcommandFlags(static_cast<int>(rest.size()), rest.data(), kUsage);
   const std::string out = absl::GetFlag(FLAGS_out);
 

@@ -64,6 +64,12 @@ ABSL_FLAG(double, stall_timeout, 30,
           "serve: seconds without engine progress, with work queued, before health says "
           "NOT_SERVING");
 ABSL_FLAG(int32_t, writer_threads, 2, "serve: threads writing token streams");
+ABSL_FLAG(std::string, reflection, "auto",
+          "serve: gRPC server reflection: on, off, or auto (on unless --api-key-file is set: "
+          "reflection answers without a key)");
+ABSL_FLAG(bool, log_requests, true,
+          "serve: one log line per finished request (id, api, peer, tokens, queue time, TTFT, "
+          "finish) at level info");
 
 namespace ptxserve::cli {
 
@@ -139,7 +145,8 @@ absl::Status CheckRanges() {
 }  // namespace
 
 int RunServe(int argc, char** argv) {
-  ShowFlagsInHelp({"server/cli/serve.cc", "server/cli/common_flags.cc"});
+  SetSubcommandFlags({"server/cli/serve.cc", "model", "model_cache_dir", "kv_blocks", "block_size",
+                      "backend", "cuda_graphs"});
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
@@ -179,7 +186,7 @@ int RunServe(int argc, char** argv) {
   sc.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   sc.http_port = absl::GetFlag(FLAGS_http_port);
   sc.http_threads = absl::GetFlag(FLAGS_http_threads);
-  sc.max_http_body_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  sc.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   sc.backend = absl::GetFlag(FLAGS_backend);
   sc.writer_threads = absl::GetFlag(FLAGS_writer_threads);
   sc.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout));
@@ -201,6 +208,13 @@ int RunServe(int argc, char** argv) {
     if (!key.ok()) return Fail(key.status());
     sc.api_key = *key;
   }
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--reflection=", reflection, ": want on, off or auto")));
+  }
+  sc.reflection = reflection == "on" || (reflection == "auto" && sc.api_key.empty());
+  sc.log_requests = absl::GetFlag(FLAGS_log_requests);
 
   server::ModelOptions mo;
   mo.backend = sc.backend;
@@ -227,7 +241,6 @@ int RunServe(int argc, char** argv) {
   mo.engine.max_queued = absl::GetFlag(FLAGS_max_queued);
   mo.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   mo.max_batch_prompts = absl::GetFlag(FLAGS_max_batch_prompts);
-  mo.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   if (mo.engine.max_batch_size < 1 || mo.engine.max_batch_tokens < 1 ||
       mo.engine.prefill_chunk < 1 || mo.engine.max_queued < 1 || mo.max_batch_prompts < 1 ||
       mo.default_max_new_tokens < 1) {

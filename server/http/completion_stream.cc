@@ -29,9 +29,10 @@ const char* FinishReasonString(FinishReason reason) {
 }
 
 absl::StatusOr<std::unique_ptr<CompletionStream>> CompletionStream::Create(
-    std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity) {
-  std::unique_ptr<CompletionStream> s(
-      new CompletionStream(std::move(model), std::move(job), std::move(identity)));
+    std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity,
+    OnFinished on_finished) {
+  std::unique_ptr<CompletionStream> s(new CompletionStream(
+      std::move(model), std::move(job), std::move(identity), std::move(on_finished)));
   std::vector<EngineRequest> requests = std::move(s->job_.requests);
   s->job_.requests.clear();
   CompletionStream* raw = s.get();
@@ -46,8 +47,11 @@ absl::StatusOr<std::unique_ptr<CompletionStream>> CompletionStream::Create(
 }
 
 CompletionStream::CompletionStream(std::shared_ptr<ServedModel> model, CompletionJob job,
-                                   ResponseIdentity identity)
-    : model_(std::move(model)), job_(std::move(job)), identity_(std::move(identity)) {
+                                   ResponseIdentity identity, OnFinished on_finished)
+    : model_(std::move(model)),
+      job_(std::move(job)),
+      identity_(std::move(identity)),
+      on_finished_(std::move(on_finished)) {
   choices_.resize(job_.requests.size());
   remaining_ = static_cast<int>(job_.requests.size());
   for (size_t k = 0; k < choices_.size(); ++k) {
@@ -163,6 +167,7 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
     c.finish = out.finish;
     c.generated = out.generated_tokens;
     --remaining_;
+    if (on_finished_) on_finished_(out);
     failure = ServerFailure(out);
     if (!failure.ok() && error_.ok()) error_ = failure;
   }

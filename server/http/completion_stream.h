@@ -28,10 +28,13 @@ struct ResponseIdentity {
 
 class CompletionStream final : public ResponseStream {
  public:
+  // Called with each sequence's final output (the request log), on the stream's thread.
+  using OnFinished = std::function<void(const EngineOutput& final)>;
   // Enqueues the job's requests. Errors are the engine's refusal (queue full, draining,
   // invalid) as a Status.
   static absl::StatusOr<std::unique_ptr<CompletionStream>> Create(
-      std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity);
+      std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity,
+      OnFinished on_finished);
   ~CompletionStream() override;
 
   void Start(std::function<void()> wake) override;
@@ -52,8 +55,8 @@ class CompletionStream final : public ResponseStream {
     int32_t generated = 0;  // tokens so far
   };
 
-  CompletionStream(std::shared_ptr<ServedModel> model, CompletionJob job,
-                   ResponseIdentity identity);
+  CompletionStream(std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity,
+                   OnFinished on_finished);
   // Adds one engine output to the choice; appends its event when streaming.
   void Apply(EngineOutput& out, std::string* events);
   // The log-probs of `out`'s tokens in the endpoint's shape (an object for completions, the
@@ -69,6 +72,7 @@ class CompletionStream final : public ResponseStream {
   std::shared_ptr<ServedModel> model_;
   CompletionJob job_;
   ResponseIdentity identity_;
+  OnFinished on_finished_;
   std::shared_ptr<ResultStream> results_;
   std::vector<uint64_t> ids_;
   std::vector<Choice> choices_;

@@ -412,6 +412,9 @@ absl::Status SetUpTls(const HttpServerConfig& c, std::optional<net::ssl::context
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls_cert: ", ec.message()));
   ctx.use_private_key(net::buffer(c.tls_key_pem), net::ssl::context::pem, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls_key: ", ec.message()));
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return absl::InvalidArgumentError("--tls_key is not the private key of --tls_cert");
+  }
   if (!c.tls_client_ca_pem.empty()) {
     ctx.add_certificate_authority(net::buffer(c.tls_client_ca_pem), ec);
     if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls_client_ca: ", ec.message()));
@@ -421,6 +424,11 @@ absl::Status SetUpTls(const HttpServerConfig& c, std::optional<net::ssl::context
 }
 
 }  // namespace
+
+absl::Status CheckTlsFiles(const HttpServerConfig& config) {
+  std::optional<net::ssl::context> tls;
+  return SetUpTls(config, &tls);
+}
 
 HttpServer::HttpServer(HttpServerConfig config, HttpHandler handler) : config_(config) {
   shared_ = std::make_shared<Shared>(std::move(config), std::move(handler));

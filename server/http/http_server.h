@@ -35,6 +35,11 @@ struct HttpServerConfig {
   absl::Duration write_timeout = absl::Seconds(60);  // one write to a slow client
 };
 
+// Whether the certificate, key and client CA of `config` can serve TLS: InvalidArgument
+// naming the flag when one does not parse or the key is not the certificate's. Both
+// fronts use the same files; checking first turns "cannot listen" into the reason.
+absl::Status CheckTlsFiles(const HttpServerConfig& config);
+
 class HttpServer {
  public:
   HttpServer(HttpServerConfig config, HttpHandler handler);

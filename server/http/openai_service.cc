@@ -42,8 +42,12 @@ const char* OutcomeOf(int status) {
 
 }  // namespace
 
-OpenAiService::OpenAiService(ServerMetrics* metrics, std::string api_key, Hooks hooks)
-    : metrics_(metrics), api_key_(std::move(api_key)), hooks_(std::move(hooks)) {}
+OpenAiService::OpenAiService(ServerMetrics* metrics, const RequestLog* request_log,
+                             std::string api_key, Hooks hooks)
+    : metrics_(metrics),
+      request_log_(request_log),
+      api_key_(std::move(api_key)),
+      hooks_(std::move(hooks)) {}
 
 bool OpenAiService::Authorized(const HttpRequest& req) const {
   return api_key_.empty() || BearerTokenMatches(req.authorization, api_key_);
@@ -117,7 +121,11 @@ HttpResponse OpenAiService::Completions(const HttpRequest& req, bool chat) {
   auto job = ParseCompletionJob(req.body, chat, ctx);
   if (!job.ok()) return Refuse(job.status());
   ResponseIdentity identity{ctx.id, ctx.model_name, static_cast<int64_t>(std::time(nullptr))};
-  auto stream = CompletionStream::Create(model, *std::move(job), std::move(identity));
+  auto stream =
+      CompletionStream::Create(model, *std::move(job), std::move(identity),
+                               [log = request_log_, peer = req.peer](const EngineOutput& final) {
+                                 log->Finished(final, "http", peer);
+                               });
   if (!stream.ok()) return Refuse(stream.status());
   HttpResponse r;
   r.stream = *std::move(stream);

@@ -13,6 +13,7 @@
 #include "server/decode_service.h"
 #include "server/http/http_types.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 
 namespace ptxserve::server::http {
 
@@ -22,8 +23,10 @@ class OpenAiService {
     std::function<std::shared_ptr<ServedModel>()> model;  // null until loaded
     std::function<bool()> serving;                        // health says SERVING
   };
-  // `metrics` must outlive the service. An empty `api_key` disables authentication.
-  OpenAiService(ServerMetrics* metrics, std::string api_key, Hooks hooks);
+  // `metrics` and `request_log` must outlive the service. An empty `api_key` disables
+  // authentication.
+  OpenAiService(ServerMetrics* metrics, const RequestLog* request_log, std::string api_key,
+                Hooks hooks);
 
   // New generation calls get 503 from now on.
   void StartDraining() { draining_.store(true); }
@@ -41,6 +44,7 @@ class OpenAiService {
   HttpResponse Refuse(const absl::Status& status);
 
   ServerMetrics* metrics_;
+  const RequestLog* request_log_;
   const std::string api_key_;
   Hooks hooks_;
   std::atomic<bool> draining_{false};

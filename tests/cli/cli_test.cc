@@ -118,6 +118,42 @@ TEST(CliTest, ServeRefusesFlagsThatCannotWorkNamingThem) {
   }
 }
 
+TEST(CliTest, EachSubcommandAcceptsOnlyItsOwnFlags) {
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"serve --max-tokens 10 --prompt x", "--max_tokens"},
+           {"generate --port 5", "--port"},
+           {"ptx --list --model /nonexistent", "--model"},
+           {"make-model --out /tmp/x --nocuda_graphs", "--cuda_graphs"},
+           {"client info --kv-blocks 5", "--kv_blocks"},
+       }) {
+    const CliRun r = RunPtxserve(args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag + " is not a flag of this subcommand"), std::string::npos)
+        << args << ": " << r.err;
+  }
+  // Flags every subcommand shares.
+  const CliRun bad_level = RunPtxserve("generate --log-level loud");
+  EXPECT_EQ(bad_level.exit_code, 1);
+  EXPECT_NE(bad_level.err.find("--log_level=loud"), std::string::npos) << bad_level.err;
+  const CliRun quiet = RunPtxserve("generate --model " + kTinyStories +
+                                   " --prompt hi --max-tokens 2 --log-level error");
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("I "), std::string::npos) << quiet.err;  // no info lines
+  const CliRun json = RunPtxserve("generate --model " + kTinyStories +
+                                  " --prompt hi --max-tokens 2 --log-format json");
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  std::istringstream lines(json.err);
+  int parsed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("{") && !line.starts_with("I ")) continue;  // generate's own report
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    EXPECT_TRUE(j.contains("time") && j.contains("level") && j.contains("msg")) << line;
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 0);
+}
+
 TEST(CliTest, HelpExitsZeroWithoutBuildPathsAndVersionPrints) {
   for (const char* sub : {"serve", "generate", "bench", "client"}) {
     const CliRun r = RunPtxserve(std::string(sub) + " --help");
@@ -131,11 +167,14 @@ TEST(CliTest, HelpExitsZeroWithoutBuildPathsAndVersionPrints) {
 }
 
 TEST(CliTest, ServeRefusesWhatCannotServeInsteadOfAborting) {
-  // A KV cache the host cannot give: a clear refusal, not std::bad_alloc (exit 134).
+  // A KV cache the host cannot give: refused before allocating, with the sizes (not
+  // std::bad_alloc, exit 134, nor an out-of-memory kill).
   const CliRun kv = RunPtxserve("serve --model " + kTinyStories +
                                 " --port 0 --http-port 0 --metrics-port -1 --kv-blocks 100000000");
   EXPECT_EQ(kv.exit_code, 1) << kv.err;
-  EXPECT_NE(kv.err.find("cannot allocate the KV cache"), std::string::npos) << kv.err;
+  EXPECT_NE(kv.err.find("RESOURCE_EXHAUSTED: the KV cache (100000000 blocks"), std::string::npos)
+      << kv.err;
+  EXPECT_NE(kv.err.find("GiB available"), std::string::npos) << kv.err;
 
   // A model whose context holds no new token loads but could serve nothing: refused.
   const auto dir = std::filesystem::temp_directory_path() / "ptxserve-cli-context-1";

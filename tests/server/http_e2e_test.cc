@@ -110,6 +110,20 @@ TEST_F(HttpTest, CompletionTokensEqualGrpcTokens) {
   EXPECT_EQ(body["choices"][0]["text"], grpc_text);
 }
 
+TEST_F(HttpTest, EachFinishedRequestIsOneLogLine) {
+  ::testing::internal::CaptureStderr();
+  HttpReply r = Post("/v1/completions", TokenPrompt(5, 7));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t at = log.find("request finished");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  for (const char* field : {"api=http", "peer=127.0.0.1:", "prompt_tokens=5", "generated_tokens=7",
+                            "finish=length", "ttft_ms=", "queue_ms="}) {
+    EXPECT_NE(line.find(field), std::string::npos) << field << " in " << line;
+  }
+}
+
 TEST_F(HttpTest, StreamIsServerSentEventsEndingWithDone) {
   json req = TokenPrompt(4, 12);
   req["stream"] = true;

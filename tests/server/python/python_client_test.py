@@ -6,6 +6,7 @@ reflection, the C++ client agreeing with it, and a SIGTERM drain that exits 0.
 usage: python_client_test.py --ptxserve BIN --proto-dir DIR --shared-models DIR"""
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def main():
     from ptx_health import health_pb2, health_pb2_grpc
     from ptx_reflection import reflection_pb2, reflection_pb2_grpc
 
-    srv = lib.Server(args.ptxserve, shared_models=args.shared_models)
+    srv = lib.Server(args.ptxserve, extra_args=["--log-format", "json"],
+                     shared_models=args.shared_models)
     try:
         channel = grpc.insecure_channel(srv.target)
         stub = pb_grpc.DecodeServiceStub(channel)
@@ -62,6 +64,24 @@ def main():
         assert last.usage.generated_tokens == 400 and last.usage.prompt_tokens > 0, last.usage
         assert all(m.finish_reason == pb.FINISH_REASON_UNSPECIFIED for m in msgs[:-1])
         assert text, "no text streamed"
+
+        # One structured log line per finished request (--log-format json).
+        def request_lines():
+            out = []
+            for line in list(srv.stderr_lines):
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue  # gRPC's own lines are not ours to format
+                if j.get("msg") == "request finished":
+                    out.append(j)
+            return out
+        assert lib.wait_until(lambda: request_lines(), 10), srv.stderr_lines
+        logged = request_lines()[0]
+        assert logged["api"] == "grpc" and logged["generated_tokens"] == 400, logged
+        assert logged["prompt_tokens"] == last.usage.prompt_tokens, logged
+        assert logged["finish"] == "length" and logged["id"].startswith("ptx-"), logged
+        assert "127.0.0.1" in logged["peer"] and logged["ttft_ms"] > 0, logged
 
         # The C++ client prints prompt + the same continuation.
         out = subprocess.run([args.ptxserve, "client", "generate", "--target", srv.target,
