@@ -289,6 +289,14 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   }
   PTX_MODEL_RETURN_IF_ERROR(r.OptionalTokenId("bos_token_id", &c->bos_token_id));
   PTX_MODEL_RETURN_IF_ERROR(r.OptionalTokenId("eos_token_id", &c->eos_token_id));
+  // A special id without an embedding would fail every request that reaches it.
+  for (auto [key, id] :
+       {std::pair{"bos_token_id", c->bos_token_id}, {"eos_token_id", c->eos_token_id}}) {
+    if (id >= c->vocab_size) {
+      return r.Error(key,
+                     absl::StrCat("token id ", id, " is outside vocab_size = ", c->vocab_size));
+    }
+  }
   // Newer transformers write "dtype"; the tensors' own dtypes are authoritative, so an
   // unknown name (e.g. an fp8 variant) is left to fail on the tensors themselves.
   const json* dt = r.Get("torch_dtype");

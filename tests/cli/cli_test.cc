@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/model/model.h"
@@ -176,17 +177,22 @@ TEST(CliTest, ServeRefusesWhatCannotServeInsteadOfAborting) {
       << kv.err;
   EXPECT_NE(kv.err.find("GiB available"), std::string::npos) << kv.err;
 
-  // A model whose context holds no new token loads but could serve nothing: refused.
-  const auto dir = std::filesystem::temp_directory_path() / "ptxserve-cli-context-1";
-  std::filesystem::remove_all(dir);
-  ASSERT_EQ(RunPtxserve("make-model --out " + dir.string() + " --preset tiny").exit_code, 0);
-  auto config = nlohmann::json::parse(Slurp((dir / "config.json").string()));
-  config["max_position_embeddings"] = 1;
-  std::ofstream(dir / "config.json") << config.dump();
-  const CliRun r =
-      RunPtxserve("serve --model " + dir.string() + " --port 0 --http-port 0 --metrics-port -1");
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("max_position_embeddings = 1"), std::string::npos) << r.err;
+  // Models that load but could serve nothing (a context without room for a new token, an
+  // EOS id without an embedding): refused at load, naming the field.
+  const auto dir = std::filesystem::temp_directory_path() / "ptxserve-cli-unservable";
+  for (const auto& [key, value, expected] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"max_position_embeddings", 1, "max_position_embeddings = 1"},
+           {"eos_token_id", 1 << 20, "'eos_token_id': token id 1048576 is outside vocab_size"}}) {
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(RunPtxserve("make-model --out " + dir.string() + " --preset tiny").exit_code, 0);
+    auto config = nlohmann::json::parse(Slurp((dir / "config.json").string()));
+    config[key] = value;
+    std::ofstream(dir / "config.json") << config.dump();
+    const CliRun r =
+        RunPtxserve("serve --model " + dir.string() + " --port 0 --http-port 0 --metrics-port -1");
+    EXPECT_EQ(r.exit_code, 1) << key << ": " << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
   std::filesystem::remove_all(dir);
 }
 
