@@ -4,39 +4,24 @@
 #include "engine/stop_checker.h"
 
 #include <algorithm>
-#include <string_view>
 #include <utility>
 
 namespace ptxserve {
 
 StopChecker::StopChecker(const StoppingCriteria& criteria, const Tokenizer& tok, int32_t eos_id,
                          std::span<const int32_t> prompt, bool skip_special_tokens)
-    : criteria_(criteria), detok_(tok, prompt, skip_special_tokens), eos_id_(eos_id) {
-  for (const auto& s : criteria_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
-  if (criteria_.max_new_tokens <= 0) finish_ = FinishReason::kLength;
+    : max_new_tokens_(criteria.max_new_tokens),
+      ignore_eos_(criteria.ignore_eos),
+      stop_ids_(criteria.stop_token_ids),
+      stops_(criteria.stop),
+      detok_(tok, prompt, skip_special_tokens),
+      eos_id_(eos_id) {
+  std::sort(stop_ids_.begin(), stop_ids_.end());
+  if (max_new_tokens_ <= 0) finish_ = FinishReason::kLength;
 }
 
 bool StopChecker::IsStopToken(int32_t token) const {
-  return std::find(criteria_.stop_token_ids.begin(), criteria_.stop_token_ids.end(), token) !=
-         criteria_.stop_token_ids.end();
-}
-
-size_t StopChecker::ReleasableLength() const {
-  if (max_stop_len_ == 0) return held_.size();
-  // Only a tail shorter than the longest stop string can be a proper prefix of one.
-  const size_t from = held_.size() >= max_stop_len_ ? held_.size() - (max_stop_len_ - 1) : 0;
-  for (size_t q = from; q < held_.size(); ++q) {
-    const std::string_view tail = std::string_view(held_).substr(q);
-    for (const auto& s : criteria_.stop) {
-      if (s.size() > tail.size() && std::string_view(s).substr(0, tail.size()) == tail) {
-        // Valid UTF-8 stop strings start on a character boundary; stepping back to one
-        // only matters for stop strings that skipped validation.
-        while (q > 0 && (static_cast<unsigned char>(held_[q]) & 0xC0) == 0x80) --q;
-        return q;
-      }
-    }
-  }
-  return held_.size();
+  return std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
 }
 
 StopChecker::Step StopChecker::Finish(FinishReason reason, std::string text) {
@@ -47,30 +32,34 @@ StopChecker::Step StopChecker::Finish(FinishReason reason, std::string text) {
 StopChecker::Step StopChecker::Push(int32_t token) {
   if (finished()) return Step{"", finish_};
   ++num_generated_;
-  if (eos_id_ >= 0 && token == eos_id_ && !criteria_.ignore_eos) {
+  if (eos_id_ >= 0 && token == eos_id_ && !ignore_eos_) {
     return Finish(FinishReason::kEos, Flush());
   }
   if (IsStopToken(token)) return Finish(FinishReason::kStop, Flush());
 
-  held_ += detok_.Push(token);
+  std::string piece = detok_.Push(token);
   std::string out;
-  if (max_stop_len_ > 0) {
-    // Earliest match wins, whichever stop string it is: everything before it is output.
-    size_t match = std::string::npos;
-    for (const auto& s : criteria_.stop) match = std::min(match, held_.find(s));
-    if (match != std::string::npos) {
-      out = held_.substr(0, match);
+  if (stops_.empty()) {
+    out = std::move(piece);
+  } else {
+    held_ += piece;
+    if (const size_t back = stops_.Feed(piece); back != StopMatcher::kNoMatch) {
+      // Earliest match wins, whichever stop string it is: everything before it is output.
+      out = held_.substr(0, held_.size() - back);
       held_.clear();
       return Finish(FinishReason::kStop, std::move(out));
     }
-    const size_t n = ReleasableLength();
+    // No stop string can begin before the tail that is still a prefix of one.
+    size_t n = held_.size() - stops_.PartialLength();
+    if (n < held_.size()) {
+      // Valid UTF-8 stop strings start on a character boundary; stepping back to one only
+      // matters for stop strings that skipped validation.
+      while (n > 0 && (static_cast<unsigned char>(held_[n]) & 0xC0) == 0x80) --n;
+    }
     out = held_.substr(0, n);
     held_.erase(0, n);
-  } else {
-    out = std::move(held_);
-    held_.clear();
   }
-  if (num_generated_ >= criteria_.max_new_tokens) {
+  if (num_generated_ >= max_new_tokens_) {
     out += Flush();
     return Finish(FinishReason::kLength, std::move(out));
   }
@@ -80,6 +69,7 @@ StopChecker::Step StopChecker::Push(int32_t token) {
 std::string StopChecker::Flush() {
   std::string out = std::move(held_);
   held_.clear();
+  stops_.Reset();
   out += detok_.Flush();
   return out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/stop_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ptxserve {
@@ -46,17 +47,19 @@ class StopChecker {
 
  private:
   bool IsStopToken(int32_t token) const;
-  // Length of the prefix of held_ that can be released (no stop string can start there).
-  size_t ReleasableLength() const;
   Step Finish(FinishReason reason, std::string text);
 
-  StoppingCriteria criteria_;
+  int32_t max_new_tokens_;
+  bool ignore_eos_;
+  std::vector<int32_t> stop_ids_;  // sorted
+  StopMatcher stops_;
   IncrementalDetokenizer detok_;
   int32_t eos_id_;
-  size_t max_stop_len_ = 0;
   int32_t num_generated_ = 0;
   FinishReason finish_ = FinishReason::kNone;
-  std::string held_;  // detokenized text not yet emitted (a possible stop-string prefix)
+  // Detokenized text not yet emitted: a possible stop-string prefix, the text stops_ was
+  // last fed ending it.
+  std::string held_;
 };
 
 }  // namespace ptxserve
