@@ -1,11 +1,14 @@
 #include "engine/stop_checker.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/sampler/stop_reference.h"
 
 namespace ptxserve {
 namespace {
@@ -277,6 +280,64 @@ TEST(StopCheckerTest, ACharacterSplitAcrossThePromptIsTheContinuations) {
   EXPECT_EQ(s.text, "");
   EXPECT_EQ(s.finish, FinishReason::kStop);
   EXPECT_EQ(s.finished_at, 1);
+}
+
+TEST(StopCheckerTest, ManyStopTokenIdsInAnyOrder) {
+  StoppingCriteria c = Criteria({"abc"});
+  c.stop_token_ids = {kX, kHello, kD, kSmile3, kD, kSpace};
+  StopChecker sc(c, Tok(), kEos, {});
+  const Output r = PushAll(sc, {kA, kB, kC, kSpace});
+  EXPECT_EQ(r.finish, FinishReason::kStop);
+  EXPECT_EQ(r.finished_at, 2);  // "abc"
+  StopChecker ids(c, Tok(), kEos, {});
+  const Output s = PushAll(ids, {kA, kB, kSmile3});
+  EXPECT_EQ(s.text, "ab");
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.finished_at, 2);
+}
+
+// Random tokens over a few symbols (one of them two bytes), random stop strings: after
+// every push, what was emitted is the text up to the earliest stop string once one
+// occurs, and before that the text less its longest tail that is a prefix of one.
+TEST(StopCheckerTest, AgreesWithFindOverTheWholeText) {
+  const std::vector<std::string> symbols = {"a", "b", "c", "\xC3\xA9"};
+  std::mt19937 rng(2024);
+  auto uniform = [&](size_t lo, size_t hi) {
+    return std::uniform_int_distribution<size_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<std::string> alphabet = symbols;
+    std::shuffle(alphabet.begin(), alphabet.end(), rng);
+    alphabet.resize(uniform(1, alphabet.size()));
+    auto random_text = [&](size_t min_symbols, size_t max_symbols) {
+      std::string s;
+      for (size_t n = uniform(min_symbols, max_symbols); n > 0; --n) {
+        s += alphabet[uniform(0, alphabet.size() - 1)];
+      }
+      return s;
+    };
+    std::vector<std::string> pieces = {"</s>"};
+    for (int i = 0; i < 6; ++i) pieces.push_back(random_text(0, 3));
+    const BytesTokenizer tok(pieces);
+    std::vector<std::string> stops(uniform(1, 5));
+    for (std::string& s : stops) s = random_text(1, 5);
+    StopChecker sc(Criteria(stops, 1000), tok, kEos, {});
+    std::string text, emitted;
+    for (size_t n = uniform(1, 15); n > 0; --n) {
+      const auto id = static_cast<int32_t>(uniform(1, pieces.size() - 1));
+      const StopChecker::Step step = sc.Push(id);
+      text += pieces[id];
+      emitted += step.text;
+      if (const size_t at = EarliestStopString(stops, text); at != std::string::npos) {
+        ASSERT_EQ(step.finish, FinishReason::kStop) << "trial " << trial;
+        ASSERT_EQ(emitted, text.substr(0, at)) << "trial " << trial;
+        break;
+      }
+      ASSERT_EQ(step.finish, FinishReason::kNone) << "trial " << trial;
+      ASSERT_EQ(emitted, text.substr(0, text.size() - LongestStopPrefixTail(stops, text)))
+          << "trial " << trial;
+    }
+  }
 }
 
 TEST(StopCheckerTest, NamesAreStable) {
