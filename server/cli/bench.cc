@@ -1,7 +1,9 @@
 // `ptxserve bench`: a closed-loop load generator. N workers each run one streaming
 // request at a time until M requests are done; it reports request and token
 // throughput, time to first token, inter-token latency and end-to-end latency
-// percentiles, and errors, as a table and optionally as JSON.
+// percentiles, and errors, as a table and optionally as JSON. With --stop-load every
+// request also carries the most stopping criteria a request may, none of which ever
+// matches: what such requests cost the others (bench/noisy_neighbour.sh).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "engine/sampler.h"
 #include "nlohmann/json.hpp"
 #include "server/cli/cli_util.h"
 #include "server/cli/client_flags.h"
@@ -36,6 +39,10 @@ ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this 
 ABSL_FLAG(std::string, api, "grpc",
           "bench: grpc (DecodeService.Generate at --target) or http (streamed /v1/completions "
           "of the OpenAI-compatible API at --target, plain HTTP on 127.0.0.1)");
+ABSL_FLAG(bool, stop_load, false,
+          "bench: every request carries the most stopping criteria allowed, none of which "
+          "ever matches: 64 stop strings of 512 bytes (story words ending in U+0001) and 256 "
+          "stop ids (all id 0, <unk> in SentencePiece vocabularies); gRPC only");
 
 namespace ptxserve::cli {
 namespace {
@@ -44,8 +51,9 @@ using Clock = std::chrono::steady_clock;
 
 struct Sample {
   bool ok = false;
-  std::string error;  // gRPC code name
-  double ttft = 0;    // seconds
+  std::string error;     // gRPC code name
+  bool stopped = false;  // finished by a stop string or id
+  double ttft = 0;       // seconds
   double latency = 0;
   int64_t tokens = 0;
   std::vector<double> itl;  // per token after the first
@@ -95,7 +103,16 @@ struct BenchRequest {
   uint64_t seed = 0;
   int max_tokens = 0;
   float temperature = 0;
+  const StoppingCriteria* stop_load = nullptr;  // --stop-load's stop strings and ids
 };
+
+// One xorshift64 step: cheap numbers, the same in every run.
+uint64_t XorShift(uint64_t* x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
 
 // Random prompt ids (deterministic per request), avoiding the low special ids.
 std::vector<int32_t> RandomPrompt(uint64_t seed, int i, int len, int64_t vocab) {
@@ -103,12 +120,36 @@ std::vector<int32_t> RandomPrompt(uint64_t seed, int i, int len, int64_t vocab) 
   uint64_t x = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(i) + 1;
   const int64_t lo = std::min<int64_t>(3, vocab - 1);
   for (int t = 0; t < len; ++t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    ids.push_back(static_cast<int32_t>(lo + static_cast<int64_t>(x % (vocab - lo))));
+    ids.push_back(static_cast<int32_t>(lo + static_cast<int64_t>(XorShift(&x) % (vocab - lo))));
   }
   return ids;
+}
+
+// --stop-load's criteria: as many stop strings and ids as a request may carry, each as
+// long as allowed. The strings are common story words, so the text keeps running a few
+// words into them, and end in U+0001, a control character a story model does not emit
+// (the shared tinystories model cannot: its vocabulary lacks it). A model samples every
+// ordinary id now and then, and with ignore_eos even BOS after EOS, so the stop ids are
+// all id 0, <unk> in SentencePiece vocabularies, which a model does not generate; the
+// checker's cost does not depend on the ids being distinct. bench/noisy_neighbour.sh
+// checks that no request stopped.
+StoppingCriteria StopLoad() {
+  static constexpr const char* kWords[] = {"the",  "a",    "and",    "was", "to",    "she",
+                                           "he",   "they", "little", "big", "happy", "said",
+                                           "play", "with", "her",    "his", "day",   "time"};
+  StoppingCriteria c;
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (size_t i = 0; i < kMaxStopStrings; ++i) {
+    std::string s;
+    while (s.size() < kMaxStopStringBytes - 1) {
+      s += ' ';
+      s += kWords[XorShift(&x) % std::size(kWords)];
+    }
+    s.resize(kMaxStopStringBytes - 1);
+    c.stop.push_back(s + '\x01');
+  }
+  c.stop_token_ids.assign(kMaxStopTokenIds, 0);
+  return c;
 }
 
 // Records the arrival of `n` tokens at `now`.
@@ -135,6 +176,10 @@ Sample RunGrpc(server::DecodeClient& client, const BenchRequest& b, double timeo
   req.mutable_sampling()->set_seed(b.seed);
   req.mutable_stopping()->set_max_new_tokens(b.max_tokens);
   req.mutable_stopping()->set_ignore_eos(true);
+  if (b.stop_load != nullptr) {
+    for (const std::string& stop : b.stop_load->stop) req.mutable_stopping()->add_stop(stop);
+    for (int32_t id : b.stop_load->stop_token_ids) req.mutable_stopping()->add_stop_token_ids(id);
+  }
   Sample s;
   const Clock::time_point t0 = Clock::now();
   Clock::time_point prev = t0;
@@ -142,6 +187,7 @@ Sample RunGrpc(server::DecodeClient& client, const BenchRequest& b, double timeo
       req,
       [&](const v1::GenerateResponse& r) {
         CountTokens(&s, r.token_ids_size(), t0, &prev);
+        s.stopped |= r.finish_reason() == v1::FINISH_REASON_STOP;
         return true;
       },
       timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());
@@ -230,10 +276,10 @@ Sample RunHttp(int port, const BenchRequest& b, double timeout,
 int RunBench(int argc, char** argv) {
   SetSubcommandFlags({"server/cli/bench.cc", "server/cli/client_flags.cc", "max_tokens",
                       "temperature", "seed", "api_key_file", "tls_cert", "tls_key"});
-  ParseSubcommandFlags(
-      argc, argv,
-      "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "
-      "--requests M --prompt-len P --max-tokens T [--temperature T] [--json FILE]");
+  ParseSubcommandFlags(argc, argv,
+                       "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "
+                       "--requests M --prompt-len P --max-tokens T [--temperature T] [--stop-load] "
+                       "[--json FILE]");
   const int concurrency = std::max(1, absl::GetFlag(FLAGS_concurrency));
   const int total = std::max(1, absl::GetFlag(FLAGS_requests));
   const int prompt_len = std::max(1, absl::GetFlag(FLAGS_prompt_len));
@@ -274,6 +320,12 @@ int RunBench(int argc, char** argv) {
     }
     model = {info.name(), info.backend(), info.vocab_size()};
   }
+  const bool with_stop_load = absl::GetFlag(FLAGS_stop_load);
+  if (with_stop_load && http) {
+    std::fprintf(stderr, "bench: --stop-load needs --api grpc\n");
+    return 2;
+  }
+  const StoppingCriteria stop_load = with_stop_load ? StopLoad() : StoppingCriteria{};
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const double timeout = absl::GetFlag(FLAGS_timeout);
   const float temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
@@ -290,6 +342,7 @@ int RunBench(int argc, char** argv) {
       req.seed = seed + static_cast<uint64_t>(i);
       req.max_tokens = max_tokens;
       req.temperature = temperature;
+      if (with_stop_load) req.stop_load = &stop_load;
       samples[i] = http ? RunHttp(http_port, req, timeout, &connection)
                         : RunGrpc(*grpc_client, req, timeout);
     }
@@ -301,10 +354,11 @@ int RunBench(int argc, char** argv) {
 
   std::vector<double> ttft, itl, lat;
   int64_t tokens = 0;
-  int ok = 0;
+  int ok = 0, stopped = 0;
   std::map<std::string, int> errors;
   for (const Sample& s : samples) {
     tokens += s.tokens;
+    stopped += s.stopped;
     if (!s.ok) {
       ++errors[s.error];
       continue;
@@ -322,6 +376,7 @@ int RunBench(int argc, char** argv) {
       model.backend.c_str(), concurrency, total, prompt_len, max_tokens);
   std::printf("  duration          %10.3f s\n", wall);
   std::printf("  requests          %10d ok, %d errors\n", ok, total - ok);
+  if (with_stop_load) std::printf("  stop load         %10d stopped early\n", stopped);
   std::printf("  request rate      %10.2f req/s\n", ok / wall);
   std::printf("  token throughput  %10.1f tokens/s (generated)\n", tokens / wall);
   std::printf("  %-16s %10s %10s %10s %10s\n", "latency (ms)", "p50", "p90", "p99", "mean");
@@ -346,6 +401,8 @@ int RunBench(int argc, char** argv) {
                         {"max_tokens", max_tokens},
                         {"duration_s", wall},
                         {"ok", ok},
+                        {"stop_load", with_stop_load},
+                        {"stopped", stopped},
                         {"errors", errors},
                         {"request_throughput", ok / wall},
                         {"token_throughput", tokens / wall},
