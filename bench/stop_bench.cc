@@ -8,6 +8,7 @@
 //                     window)
 //   strings_N_random  N random lowercase strings of that length: partial matches stay short
 //   ids_N             N stop token ids that never occur
+// and the cost of building a checker at the limits (BM_StopCheckerNew).
 //
 //   build/bench/stop_bench
 #include <benchmark/benchmark.h>
@@ -105,6 +106,21 @@ void BM_StopPush(benchmark::State& state, int strings, bool from_text, int ids) 
       static_cast<double>(bytes) / static_cast<double>(state.iterations());
 }
 
+// Building a checker at the limits, once per request (on the caller's thread, in
+// Engine::Enqueue, not on the engine thread).
+void BM_StopCheckerNew(benchmark::State& state, bool from_text) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("tinystories-656k tokenizer unavailable");
+  const StoppingCriteria c =
+      Criteria(*f, static_cast<int>(kMaxStopStrings), from_text, kMaxStopTokenIds);
+  for (auto _ : state) {
+    StopChecker checker(c, *f->tok, /*eos_id=*/-1, {});
+    benchmark::DoNotOptimize(checker);
+  }
+}
+
+BENCHMARK_CAPTURE(BM_StopCheckerNew, limits_text, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_StopCheckerNew, limits_random, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_StopPush, none, 0, false, 0);
 BENCHMARK_CAPTURE(BM_StopPush, strings_1_text, 1, true, 0);
 BENCHMARK_CAPTURE(BM_StopPush, strings_64_text, 64, true, 0);

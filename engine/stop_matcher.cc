@@ -2,83 +2,84 @@
 // each with a failure link to the node of its longest proper suffix that is also a prefix.
 // The state after the text is the node of the longest tail of the text that is a prefix
 // of a stop string, so it carries across pieces and tells what must be held back. Edges
-// are kept sparse (sorted per node): a dense 256-wide table per node would cost a request
-// at the limits (64 x 512 bytes) tens of megabytes.
+// are kept sparse (each node's children by ascending byte, searched by bisection): a dense
+// 256-wide table per node would cost a request at the limits (64 x 512 bytes) tens of
+// megabytes.
 #include "engine/stop_matcher.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 namespace ptxserve {
 
 StopMatcher::StopMatcher(std::span<const std::string> stops) {
   std::vector<std::string_view> sorted;
+  size_t total = 0;
   for (const std::string& s : stops) {
     if (!s.empty()) sorted.emplace_back(s);
+    total += s.size();
   }
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
 
-  // The trie, inserted in sorted order: a string shares the previous one's path up to
-  // their common prefix and branches off it on a larger byte, so every node gets its
-  // children in ascending byte order.
-  struct Edge {
-    int32_t parent;
-    uint8_t byte;
-    int32_t child;
-  };
-  std::vector<Edge> edges;
+  // The trie a depth at a time: the nodes of depth d + 1 are the distinct (d + 1)-byte
+  // prefixes, met in sorted order, so a node's children are made one after the other in
+  // ascending byte order (bytes compare unsigned in std::string_view's order too).
+  nodes_.reserve(total + 1);
+  byte_.reserve(total + 1);
+  child_begin_.reserve(total + 2);
   nodes_.emplace_back();
-  std::vector<int32_t> path = {0};  // path[d]: the previous string's node at depth d
-  std::string_view prev;
-  for (std::string_view s : sorted) {
-    const size_t common = static_cast<size_t>(
-        std::mismatch(prev.begin(), prev.end(), s.begin(), s.end()).first - prev.begin());
-    path.resize(common + 1);
-    for (size_t d = common; d < s.size(); ++d) {
-      const auto child = static_cast<int32_t>(nodes_.size());
-      nodes_.push_back(Node{.fail = 0, .depth = static_cast<uint32_t>(d + 1), .longest_hit = 0});
-      edges.push_back(Edge{path[d], static_cast<uint8_t>(s[d]), child});
-      path.push_back(child);
+  byte_.push_back(0);
+  child_begin_.push_back(-1);
+  std::vector<size_t> active(sorted.size());  // the strings longer than d, in order
+  for (size_t i = 0; i < active.size(); ++i) active[i] = i;
+  std::vector<int32_t> at(sorted.size(), 0);  // each string's node at depth d
+  for (uint32_t d = 0; !active.empty(); ++d) {
+    int32_t parent = -1, child = 0;
+    size_t kept = 0;
+    for (const size_t i : active) {
+      const auto byte = static_cast<uint8_t>(sorted[i][d]);
+      if (at[i] != parent || byte != byte_[child]) {
+        if (at[i] != parent) child_begin_[at[i]] = static_cast<int32_t>(nodes_.size());
+        parent = at[i];
+        child = static_cast<int32_t>(nodes_.size());
+        nodes_.push_back(Node{.fail = 0, .depth = d + 1, .longest_hit = 0});
+        byte_.push_back(byte);
+        child_begin_.push_back(-1);
+      }
+      at[i] = child;
+      if (sorted[i].size() == d + 1) {
+        nodes_[child].longest_hit = d + 1;
+      } else {
+        active[kept++] = i;
+      }
     }
-    nodes_[path.back()].longest_hit = static_cast<uint32_t>(s.size());
-    prev = s;
+    active.resize(kept);
   }
-
-  // Edges grouped by parent (a stable counting sort keeps each node's ascending order).
-  edge_begin_.assign(nodes_.size() + 1, 0);
-  for (const Edge& e : edges) ++edge_begin_[e.parent + 1];
-  for (size_t u = 1; u < edge_begin_.size(); ++u) edge_begin_[u] += edge_begin_[u - 1];
-  edge_byte_.resize(edges.size());
-  edge_child_.resize(edges.size());
-  std::vector<uint32_t> fill(edge_begin_.begin(), edge_begin_.end() - 1);
-  for (const Edge& e : edges) {
-    const uint32_t at = fill[e.parent]++;
-    edge_byte_[at] = e.byte;
-    edge_child_[at] = e.child;
+  // A childless node's (empty) range starts where the next node's children do.
+  child_begin_.push_back(static_cast<int32_t>(nodes_.size()));
+  for (size_t u = nodes_.size(); u-- > 0;) {
+    if (child_begin_[u] < 0) child_begin_[u] = child_begin_[u + 1];
   }
-  for (uint32_t i = edge_begin_[0]; i < edge_begin_[1]; ++i)
-    root_next_[edge_byte_[i]] = edge_child_[i];
+  for (int32_t v = 1; v < child_begin_[1]; ++v) root_next_[byte_[v]] = v;
 
-  // Failure links breadth-first: a node's link is shallower than it, so is done before it.
-  std::vector<int32_t> queue = {0};
-  for (size_t head = 0; head < queue.size(); ++head) {
-    const int32_t u = queue[head];
-    for (uint32_t i = edge_begin_[u]; i < edge_begin_[u + 1]; ++i) {
-      const int32_t v = edge_child_[i];
+  // Failure links in node order: a node's link is shallower than it, so is done before it.
+  for (int32_t u = 0; u < static_cast<int32_t>(nodes_.size()); ++u) {
+    for (int32_t v = child_begin_[u]; v < child_begin_[u + 1]; ++v) {
       Node& n = nodes_[v];
-      n.fail = u == 0 ? 0 : Next(nodes_[u].fail, edge_byte_[i]);
+      n.fail = u == 0 ? 0 : Next(nodes_[u].fail, byte_[v]);
       if (n.longest_hit == 0) n.longest_hit = nodes_[n.fail].longest_hit;
-      queue.push_back(v);
     }
   }
 }
 
 int32_t StopMatcher::Child(int32_t node, uint8_t byte) const {
-  const auto first = edge_byte_.begin() + edge_begin_[node];
-  const auto last = edge_byte_.begin() + edge_begin_[node + 1];
-  const auto it = std::lower_bound(first, last, byte);
-  return it != last && *it == byte ? edge_child_[it - edge_byte_.begin()] : -1;
+  // A node has at most 256 children and most have one: a vectorized scan beats bisection.
+  const uint8_t* first = byte_.data() + child_begin_[node];
+  const auto* hit = static_cast<const uint8_t*>(
+      std::memchr(first, byte, static_cast<size_t>(child_begin_[node + 1] - child_begin_[node])));
+  return hit == nullptr ? -1 : static_cast<int32_t>(hit - byte_.data());
 }
 
 int32_t StopMatcher::Next(int32_t node, uint8_t byte) const {

@@ -51,11 +51,12 @@ class StopMatcher {
   int32_t Next(int32_t node, uint8_t byte) const;
   int32_t Child(int32_t node, uint8_t byte) const;
 
+  // Nodes in breadth-first order, and within a depth in the order of their strings, so
+  // that a node's children are consecutive and by ascending byte: node u's children are
+  // [child_begin_[u], child_begin_[u + 1]); byte_[v] is the byte on the edge into v.
   std::vector<Node> nodes_;  // nodes_[0] is the root (the empty prefix)
-  // Node u's edges are [edge_begin_[u], edge_begin_[u + 1]), by ascending byte.
-  std::vector<uint32_t> edge_begin_;
-  std::vector<uint8_t> edge_byte_;
-  std::vector<int32_t> edge_child_;
+  std::vector<int32_t> child_begin_;
+  std::vector<uint8_t> byte_;
   std::array<int32_t, 256> root_next_{};  // Next(root, byte), the most frequent step
   int32_t state_ = 0;
 };
