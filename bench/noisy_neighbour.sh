@@ -17,7 +17,7 @@ BIN=$BUILD/server/ptxserve
 TMP=$(mktemp -d)
 PID=
 BG=
-trap 'for p in $BG $PID; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$TMP"' EXIT
+trap 'for p in $BG $PID; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT
 
 "$BIN" serve --model "$MODEL" --backend cpu --port 0 --http-port -1 --metrics-port -1 \
   >"$TMP/serve.log" 2>&1 &
