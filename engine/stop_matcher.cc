@@ -2,9 +2,9 @@
 // each with a failure link to the node of its longest proper suffix that is also a prefix.
 // The state after the text is the node of the longest tail of the text that is a prefix
 // of a stop string, so it carries across pieces and tells what must be held back. Edges
-// are kept sparse (each node's children by ascending byte, searched by bisection): a dense
-// 256-wide table per node would cost a request at the limits (64 x 512 bytes) tens of
-// megabytes.
+// are kept sparse (each node's children side by side, found by a scan of their bytes): a
+// dense 256-wide table per node would cost a request at the limits (64 x 512 bytes) tens
+// of megabytes.
 #include "engine/stop_matcher.h"
 
 #include <algorithm>
@@ -24,8 +24,7 @@ StopMatcher::StopMatcher(std::span<const std::string> stops) {
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
 
   // The trie a depth at a time: the nodes of depth d + 1 are the distinct (d + 1)-byte
-  // prefixes, met in sorted order, so a node's children are made one after the other in
-  // ascending byte order (bytes compare unsigned in std::string_view's order too).
+  // prefixes, met in sorted order, so a node's children are made one after the other.
   nodes_.reserve(total + 1);
   byte_.reserve(total + 1);
   child_begin_.reserve(total + 2);

@@ -52,7 +52,7 @@ class StopMatcher {
   int32_t Child(int32_t node, uint8_t byte) const;
 
   // Nodes in breadth-first order, and within a depth in the order of their strings, so
-  // that a node's children are consecutive and by ascending byte: node u's children are
+  // that a node's children are consecutive: node u's children are
   // [child_begin_[u], child_begin_[u + 1]); byte_[v] is the byte on the edge into v.
   std::vector<Node> nodes_;  // nodes_[0] is the root (the empty prefix)
   std::vector<int32_t> child_begin_;

@@ -72,7 +72,7 @@ TEST(StopMatcherTest, MultiByteUtf8SplitAcrossPieces) {
   EXPECT_EQ(m.Feed("\x82\xAC"), kNoMatch);
   EXPECT_EQ(m.PartialLength(), 3u);
   EXPECT_EQ(m.Feed("2" + yen), 2u);
-  // Bytes above 0x7F order after ASCII ones in the trie as they do in the text.
+  // Bytes above 0x7F are bytes like the others (a signed char must not turn them negative).
   StopMatcher high(
       std::vector<std::string>{"\xFF"
                                "a",
