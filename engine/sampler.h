@@ -47,7 +47,9 @@ struct SampleResult {
 
 // InvalidArgument naming the field ("sampling.top_p must be in (0, 1], got 1.5").
 absl::Status ValidateSamplingParams(const SamplingParams& p);
-// Per-request limits on stopping criteria (every token is checked against all of them).
+// Per-request limits on stopping criteria. A token costs the same whatever their number (the
+// stop strings are one automaton, engine/stop_matcher.h); the limits bound the automaton's
+// memory and build time per request.
 inline constexpr size_t kMaxStopStrings = 64;
 inline constexpr size_t kMaxStopStringBytes = 512;
 inline constexpr size_t kMaxStopTokenIds = 256;
