@@ -52,7 +52,6 @@ RUN apt-get update \
       libgrpc29 \
       libpcre2-8-0 \
       libprometheus-cpp-core1.0 \
-      libprometheus-cpp-pull1.0 \
       libprotobuf32 \
       libre2-9 \
       libssl3 \

@@ -10,7 +10,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "engine/engine_stats.h"
-#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -33,18 +32,18 @@ class ServerMetrics : public EngineObserver {
   // Where counters and gauges come from at scrape time; returns nullopt while no engine
   // runs (the values then stay as they are).
   void SetStatsSource(std::function<std::optional<EngineStats>()> source);
-  // Relabels build_info with the backend actually serving (e.g. after --backend=auto).
-  void SetBackend(const std::string& backend);
+  // Relabels build_info with the backend actually serving (e.g. after --backend=auto) and
+  // the served model's name.
+  void SetServedModel(const std::string& backend, const std::string& model);
   // One kernel compilation (PTX generation + JIT load) of a GPU backend.
   void ObserveKernelCompile(double seconds) { kernel_compile_seconds_.Observe(seconds); }
   // The health service's status for the whole server (ptxserve_health_serving 1 / 0).
   void SetServing(bool serving) { health_serving_.Set(serving ? 1 : 0); }
-  // Counts `n` requests that ended before reaching the engine.
-  void CountServerOutcome(const char* outcome, int n = 1);
+  // Counts a call refused before its requests reached the engine (once per call, however
+  // many prompts it carried).
+  void CountServerOutcome(const char* outcome);
 
-  // What an Exposer registers: refreshes from the stats source, then collects.
-  std::shared_ptr<prometheus::Collectable> collectable() { return collectable_; }
-  // The text exposition format, as /metrics serves it.
+  // The text exposition format, as /metrics serves it (refreshed from the stats source).
   std::string Serialize();
 
   // EngineObserver (engine thread).
@@ -55,12 +54,10 @@ class ServerMetrics : public EngineObserver {
   void OnFinished(const RequestObservation& request) override;
 
  private:
-  class Refreshing;
   void Refresh();
   prometheus::Counter& Outcome(const std::string& outcome);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<prometheus::Collectable> collectable_;
 
   // Serving.
   prometheus::Family<prometheus::Counter>& requests_total_;
@@ -77,7 +74,10 @@ class ServerMetrics : public EngineObserver {
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& batch_tokens_;
   prometheus::Gauge& kv_blocks_used_;
-  prometheus::Counter& kv_blocks_total_;
+  prometheus::Gauge& kv_capacity_blocks_;
+  prometheus::Gauge& kv_usage_;
+  prometheus::Histogram& request_prompt_tokens_;
+  prometheus::Histogram& request_generation_tokens_;
   prometheus::Counter& preemptions_total_;
   prometheus::Counter& step_failures_total_;
   prometheus::Gauge& engine_failed_;

@@ -17,7 +17,7 @@
 #include "engine/model/model.h"
 #include "engine/util/file.h"
 #include "engine/util/log.h"
-#include "prometheus/exposer.h"
+#include "server/http/metrics_route.h"
 #include "server/version.h"
 
 namespace ptxserve::server {
@@ -274,16 +274,17 @@ absl::Status Server::Start() {
         " (gRPC): the address is in use or not an address of this host (--host, --port)"));
   }
   if (config_.metrics_port >= 0) {
-    try {
-      exposer_ = std::make_unique<prometheus::Exposer>(
-          absl::StrCat(config_.host, ":", config_.metrics_port), /*num_threads=*/2);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", config_.host, ":",
-                                                 config_.metrics_port, ": ", e.what()));
-    }
-    exposer_->RegisterCollectable(metrics_->collectable());
-    const std::vector<int> ports = exposer_->GetListeningPorts();
-    metrics_port_ = ports.empty() ? config_.metrics_port : ports[0];
+    http::HttpServerConfig mc;
+    mc.host = config_.metrics_host.empty() ? config_.host : config_.metrics_host;
+    mc.port = config_.metrics_port;
+    mc.threads = 1;            // asynchronous: slow or silent clients hold no thread
+    mc.max_body_bytes = 4096;  // scrapes have no body
+    mc.idle_timeout = absl::Seconds(10);
+    mc.write_timeout = absl::Seconds(10);
+    metrics_http_ =
+        std::make_unique<http::HttpServer>(mc, http::MetricsOnlyHandler(metrics_.get()));
+    if (absl::Status st = metrics_http_->Start(); !st.ok()) return st;
+    metrics_port_ = metrics_http_->port();
   }
   if (config_.http_port >= 0) {
     http_ = std::make_unique<http::HttpServer>(
@@ -296,7 +297,7 @@ absl::Status Server::Start() {
 }
 
 void Server::SetModel(std::shared_ptr<ServedModel> model) {
-  metrics_->SetBackend(model->info.backend());
+  metrics_->SetServedModel(model->info.backend(), model->info.name());
   service_->SetModel(std::move(model));
   // The watchdog decides SERVING from the engine's state; do it now rather than at its
   // next tick so that callers can rely on it when SetModel returns.
@@ -357,7 +358,7 @@ void Server::Shutdown(absl::Duration drain_timeout) {
     grpc_->Wait();
   }
   if (m) m->engine->Stop();
-  exposer_.reset();  // civetweb's stop can take up to its 2 s poll quantum
+  if (metrics_http_) metrics_http_->Stop(absl::ZeroDuration());
 }
 
 }  // namespace ptxserve::server

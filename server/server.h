@@ -1,6 +1,6 @@
 // The ptxserve server: gRPC (DecodeService, Health, reflection), the OpenAI-compatible
-// HTTP API and the Prometheus exposer, around an Engine that is installed once the model is loaded.
-// Used by `ptxserve serve` and, in-process, by the tests.
+// HTTP API and the Prometheus /metrics endpoint, around an Engine that is installed once the model
+// is loaded. Used by `ptxserve serve` and, in-process, by the tests.
 //
 // Life cycle: Start() binds the ports with health NOT_SERVING; SetModel() installs a
 // started engine and health turns SERVING; a watchdog keeps health NOT_SERVING while
@@ -27,9 +27,6 @@
 namespace grpc {
 class Server;
 }
-namespace prometheus {
-class Exposer;
-}
 
 namespace ptxserve::server {
 
@@ -41,10 +38,11 @@ struct TlsConfig {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 50051;         // 0 = any free port (see Server::port())
-  int metrics_port = 9464;  // 0 = any free port; -1 = no metrics endpoint
-  int http_port = 8000;     // the OpenAI-compatible HTTP API; 0 = any free port; -1 = none
-  int http_threads = 2;     // threads serving every HTTP connection
+  int port = 50051;          // 0 = any free port (see Server::port())
+  int metrics_port = 9464;   // 0 = any free port; -1 = no metrics endpoint
+  std::string metrics_host;  // the metrics port's address; empty = host
+  int http_port = 8000;      // the OpenAI-compatible HTTP API; 0 = any free port; -1 = none
+  int http_threads = 2;      // threads serving every HTTP connection
   TlsConfig tls;
   std::string api_key;          // non-empty: calls need "authorization: Bearer <key>"
   std::string backend = "cpu";  // for build_info
@@ -124,7 +122,7 @@ class Server {
   std::unique_ptr<RequestLog> request_log_;
   std::unique_ptr<DecodeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<http::HttpServer> metrics_http_;  // --metrics-port: GET /metrics
   std::unique_ptr<http::OpenAiService> openai_;
   std::unique_ptr<http::HttpServer> http_;
   int http_port_ = -1;

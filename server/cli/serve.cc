@@ -22,6 +22,8 @@
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on (gRPC and metrics)");
 ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port; 0 = any free port (printed)");
+ABSL_FLAG(std::string, metrics_host, "",
+          "serve: address of the metrics port (e.g. an internal interface); empty = --host");
 ABSL_FLAG(int32_t, metrics_port, 9464,
           "serve: Prometheus /metrics port; 0 = any free port (printed); -1 = none");
 ABSL_FLAG(int32_t, http_port, 8000,
@@ -184,6 +186,7 @@ int RunServe(int argc, char** argv) {
   sc.host = absl::GetFlag(FLAGS_host);
   sc.port = absl::GetFlag(FLAGS_port);
   sc.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  sc.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   sc.http_port = absl::GetFlag(FLAGS_http_port);
   sc.http_threads = absl::GetFlag(FLAGS_http_threads);
   sc.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
@@ -267,7 +270,8 @@ int RunServe(int argc, char** argv) {
                 sc.tls.cert_pem.empty() ? "http" : "https", sc.host.c_str(), srv.http_port());
   }
   if (srv.metrics_port() >= 0) {
-    std::printf("ptxserve: metrics on http://%s:%d/metrics\n", sc.host.c_str(), srv.metrics_port());
+    std::printf("ptxserve: metrics on http://%s:%d/metrics\n",
+                (sc.metrics_host.empty() ? sc.host : sc.metrics_host).c_str(), srv.metrics_port());
   }
   std::fflush(stdout);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "server/auth.h"
 #include "server/http/completion_stream.h"
+#include "server/http/metrics_route.h"
 #include "server/http/openai_request.h"
 
 namespace ptxserve::server::http {
@@ -76,7 +77,8 @@ HttpResponse OpenAiService::Handle(HttpRequest&& req) {
   };
   static constexpr Route kRoutes[] = {{"/health", "GET"},          {"/v1/models", "GET"},
                                       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                                      {"/tokenize", "POST"},       {"/detokenize", "POST"}};
+                                      {"/tokenize", "POST"},       {"/detokenize", "POST"},
+                                      {kMetricsPath, "GET"}};
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
     if (req.path == r.path) route = &r;
@@ -89,6 +91,8 @@ HttpResponse OpenAiService::Handle(HttpRequest&& req) {
     r.headers.emplace_back("Allow", route->method);
     return r;
   }
+  // Like vLLM's: /metrics and /health answer without the API key (scrapers and probes).
+  if (req.path == kMetricsPath) return ServeMetrics(*metrics_, req);
   if (req.path == "/health") {
     HttpResponse r;
     r.status = hooks_.serving() ? 200 : 503;

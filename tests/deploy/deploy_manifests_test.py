@@ -519,7 +519,7 @@ def check_rules_and_dashboard(root, metrics):
     # The six situations, each covered by an alert on the metric that shows it.
     for what, metric in (("server down", "up"), ("queue growing", "ptxserve_requests_waiting"),
                          ("TTFT p99 high", "ptxserve_time_to_first_token_seconds_bucket"),
-                         ("KV cache near full", "ptxserve_kv_cache_blocks_used"),
+                         ("KV cache near full", "ptxserve_kv_cache_usage_ratio"),
                          ("kernel cache misses after warm-up",
                           "ptxserve_kernel_cache_misses_total"),
                          ("health NOT_SERVING", "ptxserve_health_serving")):

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include "server/process_metrics.h"
 #include "tests/server/test_server.h"
 
 namespace ptxserve::server {
@@ -21,29 +24,35 @@ TEST(MetricsTest, CountersFollowTheStatsSource) {
   s.finished[OutcomeIndex(FinishReason::kCancelled)] = 1;
   m.SetStatsSource([&]() -> std::optional<EngineStats> { return s; });
   std::string text = m.Serialize();
-  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_total"), 100);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_capacity_blocks"), 100);
   EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_used"), 7);
+  EXPECT_DOUBLE_EQ(MetricValue(text, "ptxserve_kv_cache_usage_ratio"), 0.07);
+  EXPECT_NE(text.find("# TYPE ptxserve_kv_cache_capacity_blocks gauge"), std::string::npos);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_running"), 2);
   EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 10);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"cancelled\"}"), 1);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"eos\"}"), 0);
-  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",version=\"1.2.3\"} 1"),
-            std::string::npos);
+  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",model_name=\"\",version=\"1.2.3\"} 1"),
+            std::string::npos)
+      << text;
 
-  m.SetBackend("cuda");
+  m.SetServedModel("cuda", "llama-3.2-1b");
   text = m.Serialize();
-  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cuda\",version=\"1.2.3\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "ptxserve_build_info{backend=\"cuda\",model_name=\"llama-3.2-1b\",version=\"1.2.3\"} 1"),
+      std::string::npos);
   EXPECT_EQ(text.find("backend=\"cpu\""), std::string::npos) << "one build_info series";
 
   s.generated_tokens_total = 25;
   s.kv_blocks_used = 0;
-  m.CountServerOutcome(kOutcomeInvalid, 3);
+  m.CountServerOutcome(kOutcomeInvalid);
   text = m.Serialize();
   EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 25);
   EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_used"), 0);
-  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_total"), 100) << "not added twice";
-  EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"invalid\"}"), 3);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_capacity_blocks"), 100);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_usage_ratio"), 0);
+  EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"invalid\"}"), 1);
 }
 
 TEST(MetricsTest, KernelFamiliesFilledFromKernelStats) {
@@ -89,7 +98,12 @@ TEST(MetricsTest, HistogramsFollowTheObserver) {
   m.OnInterToken(0.003);
   RequestObservation r;
   r.total_seconds = 1.5;
+  r.scheduled = true;
+  r.prompt_tokens = 300;
+  r.generated_tokens = 7;
   m.OnFinished(r);
+  RequestObservation refused;  // never reached the batch: no lengths to count
+  m.OnFinished(refused);
   m.OnScheduled(0.01, 5);
   const std::string text = m.Serialize();
   EXPECT_EQ(MetricValue(text, "ptxserve_batch_size_sum"), 64);
@@ -99,6 +113,47 @@ TEST(MetricsTest, HistogramsFollowTheObserver) {
   EXPECT_EQ(MetricValue(text, "ptxserve_request_duration_seconds_sum"), 1.5);
   EXPECT_EQ(MetricValue(text, "ptxserve_queue_time_seconds_count"), 1);
   EXPECT_EQ(MetricValue(text, "ptxserve_inter_token_latency_seconds_count"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_prompt_tokens_count"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_prompt_tokens_sum"), 300);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_prompt_tokens_bucket{le=\"200\"}"), 0);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_prompt_tokens_bucket{le=\"500\"}"), 1);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_generation_tokens_sum"), 7);
+  EXPECT_EQ(MetricValue(text, "ptxserve_request_generation_tokens_bucket{le=\"10\"}"), 1);
+}
+
+TEST(MetricsTest, ProcessMetricsAreThisProcesssOwn) {
+  ServerMetrics m("v", "cpu");
+  const std::string before = m.Serialize();
+  EXPECT_GT(MetricValue(before, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(MetricValue(before, "process_virtual_memory_bytes"),
+            MetricValue(before, "process_resident_memory_bytes"));
+  EXPECT_GE(MetricValue(before, "process_cpu_seconds_total"), 0);
+  EXPECT_GT(MetricValue(before, "process_max_fds"), 0);
+  const double start = MetricValue(before, "process_start_time_seconds");
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_GT(start, now - 3600) << "started within the hour";
+  EXPECT_LE(start, now + 1);
+  // Three more open files: three more descriptors.
+  FILE* files[3];
+  for (FILE*& f : files) f = std::fopen("/proc/self/stat", "r");
+  const double opened = MetricValue(m.Serialize(), "process_open_fds");
+  for (FILE* f : files) std::fclose(f);
+  EXPECT_EQ(opened - MetricValue(m.Serialize(), "process_open_fds"), 3);
+}
+
+TEST(MetricsTest, ProcStatFieldsAfterACommandWithSpacesAndParentheses) {
+  // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice threads itrealvalue starttime vsize rss ...
+  const std::string stat =
+      "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1000 123456789 "
+      "2048 18446744073709551615";
+  const auto s = ParseProcStat(stat, 100, 4096, 1.7e9);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_DOUBLE_EQ(s->cpu_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(s->start_time_seconds, 1.7e9 + 10);
+  EXPECT_DOUBLE_EQ(s->virtual_bytes, 123456789);
+  EXPECT_DOUBLE_EQ(s->resident_bytes, 2048.0 * 4096);
+  EXPECT_FALSE(ParseProcStat("42 (x) S 1", 100, 4096, 0).has_value());
 }
 
 }  // namespace

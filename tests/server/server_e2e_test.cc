@@ -600,7 +600,14 @@ TEST_F(ServerTest, MetricsHaveEveryDesignedName) {
                            "ptxserve_step_duration_seconds",
                            "ptxserve_batch_size",
                            "ptxserve_kv_cache_blocks_used",
-                           "ptxserve_kv_cache_blocks_total",
+                           "ptxserve_kv_cache_capacity_blocks",
+                           "ptxserve_kv_cache_usage_ratio",
+                           "ptxserve_request_prompt_tokens",
+                           "ptxserve_request_generation_tokens",
+                           "process_cpu_seconds_total",
+                           "process_resident_memory_bytes",
+                           "process_open_fds",
+                           "process_start_time_seconds",
                            "ptxserve_preemptions_total",
                            "ptxserve_build_info",
                            "ptxserve_kernel_cache_hits_total",
@@ -614,8 +621,12 @@ TEST_F(ServerTest, MetricsHaveEveryDesignedName) {
   // (metrics_test covers it).
   EXPECT_EQ(MetricValue(m, "ptxserve_prompt_tokens_total"), 4);
   EXPECT_EQ(MetricValue(m, "ptxserve_generated_tokens_total"), 4);
-  EXPECT_EQ(MetricValue(m, "ptxserve_kv_cache_blocks_total"), 2048);
-  EXPECT_NE(m.find("ptxserve_build_info{backend=\"cpu\",version=\""), std::string::npos);
+  EXPECT_EQ(MetricValue(m, "ptxserve_kv_cache_capacity_blocks"), 2048);
+  EXPECT_NE(m.find("ptxserve_build_info{backend=\"cpu\",model_name=\"" +
+                   t_->server->model()->info.name() + "\",version=\""),
+            std::string::npos);
+  EXPECT_EQ(MetricValue(m, "ptxserve_request_prompt_tokens_sum"), 4);
+  EXPECT_EQ(MetricValue(m, "ptxserve_request_generation_tokens_sum"), 4);
   EXPECT_NE(m.find("ptxserve_time_to_first_token_seconds_bucket{le=\"600\"}"), std::string::npos);
   EXPECT_NE(m.find("ptxserve_time_to_first_token_seconds_bucket{le=\"0.001\"}"), std::string::npos);
 }
