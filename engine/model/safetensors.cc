@@ -131,7 +131,10 @@ absl::Status SafetensorsFile::ParseHeader() {
         absl::StrCat(path_, ": header is a JSON ", header.type_name(), ", not an object"));
   }
 
-  for (const auto& [name, value] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named variables, not a structured binding: clang before 16 cannot capture those.
+    const std::string& name = item.key();
+    const json& value = item.value();
     auto bad = [&](const std::string& problem) {
       return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "': ", problem));
     };
