@@ -324,6 +324,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": invalid JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const json::exception& e) {
+    // A number beyond double's range (1e309) is out_of_range, which has no byte offset.
+    return absl::InvalidArgumentError(absl::StrCat(file, ": invalid JSON: ", e.what()));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(

@@ -80,6 +80,9 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& dir) {
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": invalid JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const json::exception& e) {
+    // A number beyond double's range (1e309) is out_of_range, which has no byte offset.
+    return absl::InvalidArgumentError(absl::StrCat(index_path, ": invalid JSON: ", e.what()));
   }
   if (!index.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(index_path, ": not a JSON object"));

@@ -58,6 +58,9 @@ absl::StatusOr<json> ParseJsonObject(absl::string_view body) {
     parsed = json::parse(body);
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat("Invalid JSON body: error at byte ", e.byte));
+  } catch (const json::exception& e) {
+    // A number beyond double's range (1e309) is out_of_range, which has no byte offset.
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON body: ", e.what()));
   }
   if (!parsed.is_object()) return absl::InvalidArgumentError("The body must be a JSON object");
   return parsed;

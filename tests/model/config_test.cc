@@ -307,6 +307,15 @@ TEST(ModelConfigTest, BadJsonNamesTheByteOffset) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("invalid JSON"));
 }
 
+TEST(ModelConfigTest, NumberBeyondDoubleIsAnErrorNotAnException) {
+  // nlohmann throws out_of_range (not parse_error) for it; it used to escape (terminate).
+  auto c = ParseModelConfig("{\"rope_theta\": 1e309}", kFile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("invalid JSON"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("1e309"));
+}
+
 TEST(ModelConfigTest, DeeplyNestedValueDoesNotBlowTheStack) {
   // A field holding 100k nested lists must produce an error, not a recursive dump.
   json j = BaseConfig();

@@ -515,6 +515,13 @@ std::vector<BadCase> BadCases() {
              d.Write("model.safetensors.index.json", "{\"weight_map\": ");
            },
        .mentions = {kIndex, "invalid JSON at byte"}},
+      {.name = "index_number_beyond_double",  // out_of_range, not parse_error: it escaped
+       .overwrite =
+           [](auto&, auto& d) {
+             std::filesystem::remove(d.path() + "/model.safetensors");
+             d.Write("model.safetensors.index.json", "{\"metadata\": {\"total_size\": 1e999}}");
+           },
+       .mentions = {kIndex, "invalid JSON", "1e999"}},
       {.name = "index_without_weight_map",
        .overwrite =
            [](auto&, auto& d) {
