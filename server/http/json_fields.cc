@@ -52,7 +52,39 @@ absl::StatusOr<bool> OptBool(const json& obj, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
+namespace {
+
+// The offset of the first '[' or '{' (outside strings) that opens level max_depth + 1, or
+// npos. Malformed text is left to the parser.
+size_t FindTooDeep(absl::string_view s, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+}  // namespace
+
 absl::StatusOr<json> ParseJsonObject(absl::string_view body) {
+  if (const size_t at = FindTooDeep(body, kMaxJsonDepth); at != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON body: nested deeper than ",
+                                                   kMaxJsonDepth, " levels at byte ", at));
+  }
   json parsed;
   try {
     parsed = json::parse(body);

@@ -28,7 +28,13 @@ absl::StatusOr<std::optional<double>> OptNumber(const json& obj, const char* nam
 absl::StatusOr<std::optional<int64_t>> OptInt(const json& obj, const char* name);
 absl::StatusOr<bool> OptBool(const json& obj, const char* name, bool fallback);
 
-// Parses `body` as a JSON object; InvalidArgument with the byte offset when it is not one.
+// Arrays and objects nested deeper than this are refused before parsing: copying, dumping
+// or rendering a value recurses once per level, and a 4 MiB body could nest two million
+// levels, far past any thread's stack. (Python's json stops near 1000.)
+inline constexpr int kMaxJsonDepth = 256;
+
+// Parses `body` as a JSON object; InvalidArgument with the byte offset when it is not one
+// or nests deeper than kMaxJsonDepth.
 absl::StatusOr<json> ParseJsonObject(absl::string_view body);
 
 }  // namespace ptxserve::server::http

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "tests/server/fakes.h"
 
 namespace ptxserve::server::http {
@@ -37,6 +38,33 @@ TEST(OpenAiRequestTest, NumberBeyondDoubleIsA400) {
     EXPECT_THAT(std::string(job.status().message()), HasSubstr("Invalid JSON body")) << body;
     EXPECT_EQ(ToApiError(job.status()).status, 400) << body;
   }
+}
+
+// The request's chat_template_kwargs nested a million levels deep (a 2 MB body): copying it
+// for the template recursed once per level and overflowed the HTTP thread's stack, which
+// killed the server. Bodies nested deeper than kMaxJsonDepth are now refused up front.
+TEST(OpenAiRequestTest, DeeplyNestedBodyIsA400NotAStackOverflow) {
+  testing::FakeTokenizer tok;
+  JobContext ctx = Context(&tok);
+  ctx.render_chat = [](const json&, bool, const json& extra) -> absl::StatusOr<std::string> {
+    json copy = extra;  // what the server's renderer does with it
+    return std::string("abc");
+  };
+  auto body = [](int depth) {
+    return absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, )",
+                        R"("chat_template_kwargs": {"a": )", std::string(depth, '['),
+                        std::string(depth, ']'), "}}");
+  };
+  auto job = ParseCompletionJob(body(1000000), /*chat=*/true, ctx);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr(absl::StrCat("nested deeper than ", kMaxJsonDepth, " levels at byte ")));
+  // The limit counts levels outside strings only, and a body at the limit passes.
+  auto ok = ParseCompletionJob(body(kMaxJsonDepth - 2), /*chat=*/true, ctx);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(
+      ParseJsonObject(absl::StrCat(R"({"a": ")", std::string(100000, '['), R"(\""})")).ok());
 }
 
 }  // namespace
