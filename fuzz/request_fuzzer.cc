@@ -27,6 +27,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/file.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "server/http/api_error.h"
 #include "server/http/openai_request.h"
@@ -73,6 +74,9 @@ server::ChatRenderer Renderer(const char* path, const Tokenizer& tok) {
 
 const Fixture& GetFixture() {
   static const Fixture* f = [] {
+    // Bytes that are no protobuf (invalid UTF-8 in a string) make libprotobuf log a line
+    // each; gRPC refuses them before the conversion anyway.
+    google::protobuf::SetLogHandler(nullptr);
     auto* f = new Fixture;
     f->tokenizer = LoadTokenizer();
     // serve's defaults on a 2048-token model with a smaller KV cache (so both length checks
