@@ -13,6 +13,7 @@
 //   4 model.safetensors.index.json; when present and not empty the weights are written as the shard
 //     kShardName instead of model.safetensors
 //   5 a text to encode besides the fixed ones
+//   6 a chat template file as --chat-template reads it (raw Jinja, no JSON escaping)
 // Missing sections are absent files. The files go to a scratch directory (in /dev/shm
 // when there is one), rewritten for every input.
 #include <algorithm>
@@ -155,13 +156,9 @@ void UseTokenizer(const Tokenizer& tok, std::string_view extra_text) {
   tok.Decode(all, /*skip_special_tokens=*/false);
 }
 
-// tokenizer_config.json's chat template, as serve compiles it at load and renders it.
-void UseChatTemplate(std::string_view config_text, const Tokenizer* tok) {
-  const auto config = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
-  auto source = ChatTemplateFromTokenizerConfig(config);
-  Note("chat_template", source.status());
-  if (!source.ok() || !source->has_value()) return;
-  auto compiled = ChatTemplate::Compile(**source, "tokenizer_config.json");
+// A chat template as serve compiles it at load and renders it for a request.
+void UseChatTemplate(std::string_view source, const char* origin, const Tokenizer* tok) {
+  auto compiled = ChatTemplate::Compile(source, origin);
   Note("ChatTemplate::Compile", compiled.status());
   if (!compiled.ok()) return;
   std::map<std::string, std::string> special;
@@ -173,6 +170,14 @@ void UseChatTemplate(std::string_view config_text, const Tokenizer* tok) {
   auto text = compiled->Render(ChatTemplateContext(messages, true, special));
   Note("ChatTemplate::Render", text.status());
   if (text.ok() && tok != nullptr) tok->Encode(*text, /*add_special_tokens=*/false).IgnoreError();
+}
+
+// tokenizer_config.json's chat_template (a string or a list of named ones).
+void UseConfigChatTemplate(std::string_view config_text, const Tokenizer* tok) {
+  const auto config = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  auto source = ChatTemplateFromTokenizerConfig(config);
+  Note("chat_template", source.status());
+  if (source.ok() && source->has_value()) UseChatTemplate(**source, "tokenizer_config.json", tok);
 }
 
 }  // namespace
@@ -196,6 +201,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tok = ptxserve::Tokenizer::FromDir(dir);
   Note("Tokenizer::FromDir", tok.status());
   if (tok.ok()) UseTokenizer(**tok, part(5));
-  if (parts.size() > 2) UseChatTemplate(parts[2], tok.ok() ? tok->get() : nullptr);
+  const ptxserve::Tokenizer* t = tok.ok() ? tok->get() : nullptr;
+  if (parts.size() > 2) UseConfigChatTemplate(parts[2], t);
+  if (parts.size() > 6) UseChatTemplate(parts[6], "--chat-template", t);
   return 0;
 }

@@ -8,8 +8,9 @@ Each gets the selector byte request_fuzzer.cc reads; chat inputs once per chat t
 
 model_dir seeds pack model directories in model_dir_fuzzer.cc's format: the shared test
 model (its real safetensors header, and a shrunk copy whose weights fit a few KB), small
-hand-made ones (byte-level BPE, Qwen2 with biases and shards, Mistral with llama3 RoPE)
-and every directory given with --model-dir (e.g. synthetic models from make-model).
+hand-made ones (byte-level BPE, Qwen2 with biases and shards, Mistral with llama3 RoPE),
+every directory given with --model-dir (e.g. synthetic models from make-model), and the
+chat templates and interpreter cases of tests/chat as raw --chat-template files.
 """
 import argparse
 import json
@@ -68,12 +69,10 @@ def read_model_dir(d):
     return files
 
 
-def pack(config, tokenizer, tokenizer_config, weights, index=None, text=None):
-    parts = [config, tokenizer, tokenizer_config, weights]
-    if index is not None or text is not None:
-        parts.append(index if index is not None else b"")
-    if text is not None:
-        parts.append(text)
+def pack(config, tokenizer, tokenizer_config, weights, index=None, text=None, template=None):
+    parts = [config, tokenizer, tokenizer_config, weights, index, text, template]
+    while parts[-1] is None:
+        parts.pop()
     return SEP.join(p if p is not None else b"" for p in parts)
 
 
@@ -238,6 +237,14 @@ def model_dir_seeds(out, shared, extra_dirs):
     seeds["bytelevel-mistral"] = pack(dumps(c), dumps(bl), dumps(bl_config),
                                       dumps(llama_tensors(c, "F32")))
 
+    # Every test template raw (--chat-template), beside a small model, so that mutations
+    # reach the Jinja lexer, parser and evaluator without breaking a JSON string first.
+    for t in sorted(TEMPLATES.glob("*.jinja")):
+        seeds[f"template-{t.stem}"] = pack(b"", b"", b"", b"", template=t.read_bytes())
+    # And the interpreter's test cases (their templates; the target renders a fixed chat).
+    cases = json.loads((ROOT / "tests" / "chat" / "interpreter_cases.json").read_text())
+    for case in cases:
+        seeds[f"jinja-{case['name']}"] = pack(b"", b"", b"", b"", template=case["template"].encode())
     for d in extra_dirs:
         files = read_model_dir(d)
         seeds[d.name] = pack(files["config.json"], files["tokenizer.json"],
