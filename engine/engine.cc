@@ -20,6 +20,19 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The root of the prefix cache's block hashes: everything besides the tokens that decides
+// what a block's K/V hold. One engine serves one model, so this only guards against a
+// cache that would some day outlive or be shared beyond its engine.
+uint64_t PrefixCacheSalt(const ModelConfig& m, const KvCacheConfig& kv) {
+  const std::string id =
+      absl::StrCat(m.architecture, "/", m.vocab_size, "/", m.hidden_size, "/", m.num_layers, "/",
+                   m.num_kv_heads, "/", m.head_dim, "/", m.rope_theta, "/",
+                   std::string(DTypeName(kv.dtype)), "/", kv.block_size);
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : id) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
@@ -54,7 +67,8 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer& tokenizer, Eng
       config_(config),
       observer_(observer),
       eos_id_(tokenizer.eos_id() >= 0 ? tokenizer.eos_id() : backend_->config().eos_token_id),
-      kv_(backend_->kv_config().num_blocks, backend_->kv_config().block_size),
+      kv_(backend_->kv_config().num_blocks, backend_->kv_config().block_size, config.prefix_caching,
+          PrefixCacheSalt(backend_->config(), backend_->kv_config())),
       scheduler_(
           SchedulerConfig{config.max_batch_size, config.max_batch_tokens, config.prefill_chunk},
           &kv_) {}
@@ -528,7 +542,11 @@ void Engine::PublishGauges() {
   }
   stats_.requests_running = scheduler_.num_running();
   stats_.kv_blocks_used = kv_.used_blocks();
+  stats_.kv_blocks_cached = kv_.cached_blocks();
   stats_.kv_blocks_total = kv_.num_blocks();
+  stats_.prefix_cache_query_tokens_total = scheduler_.prefix_query_tokens();
+  stats_.prefix_cache_hit_tokens_total = scheduler_.prefix_hit_tokens();
+  stats_.prefix_cache_evictions_total = kv_.evictions();
   waiting_ = static_cast<int32_t>(inbox_.size()) + scheduler_.num_waiting();
 }
 

@@ -43,6 +43,9 @@ struct EngineConfig {
   // health turns NOT_SERVING). 1: the first failed step (a device error leaves the device
   // in an unknown state, so serving on would risk wrong tokens).
   int32_t max_step_failures = 1;
+  // Keep the K/V of full blocks after their sequences end and start new sequences from
+  // the longest cached run of their leading tokens (scheduler.h, kv_block_manager.h).
+  bool prefix_caching = true;
 };
 
 class Engine {

@@ -58,13 +58,20 @@ struct EngineStats {
   // Gauges.
   int32_t requests_running = 0;  // sequences admitted to the batch (prefilling or decoding)
   int32_t requests_waiting = 0;  // queued or preempted, not in the batch
-  int32_t kv_blocks_used = 0;
-  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;    // referenced by live sequences
+  int32_t kv_blocks_cached = 0;  // free, but holding K/V the prefix cache can reuse
+  int32_t kv_blocks_total = 0;   // used + cached + empty
   // Counters since start.
   std::array<int64_t, kNumOutcomes> finished{};  // by OutcomeIndex(finish reason)
   int64_t prompt_tokens_total = 0;               // prompt tokens of admitted requests (once each)
   int64_t generated_tokens_total = 0;            // tokens sampled and delivered
   int64_t preemptions_total = 0;
+  // Prefix cache: tokens looked up when a sequence is admitted (its prompt; after a
+  // preemption, its prompt and generated tokens again) and those found cached; cached
+  // blocks whose memory was taken for other tokens.
+  int64_t prefix_cache_query_tokens_total = 0;
+  int64_t prefix_cache_hit_tokens_total = 0;
+  int64_t prefix_cache_evictions_total = 0;
   int64_t steps_total = 0;
   int64_t step_failures_total = 0;
   KernelStats kernels;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <span>
 
 namespace ptxserve {
 
@@ -35,6 +36,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvBlockManager* kv) : config
 
 void Scheduler::Add(SchedSequence* seq) {
   seq->running = false;
+  seq->block_hashes.clear();
+  seq->num_offered_blocks = 0;
   waiting_.insert(seq);
 }
 
@@ -50,9 +53,48 @@ void Scheduler::Remove(SchedSequence* seq) {
   kv_->FreeSequence(&seq->blocks);
 }
 
-int32_t Scheduler::NextChunk(const SchedSequence& seq) const {
-  const int64_t remaining = static_cast<int64_t>(seq.tokens.size()) - seq.num_computed;
+int32_t Scheduler::NextChunk(const SchedSequence& seq, int64_t from) const {
+  const int64_t remaining = static_cast<int64_t>(seq.tokens.size()) - from;
   return static_cast<int32_t>(std::min<int64_t>(remaining, config_.prefill_chunk));
+}
+
+void Scheduler::HashBlocks(SchedSequence* seq, int32_t n) const {
+  const int32_t bs = kv_->block_size();
+  std::vector<uint64_t>& h = seq->block_hashes;
+  for (auto i = static_cast<int32_t>(h.size()); i < n; ++i) {
+    const uint64_t parent = i > 0 ? h[i - 1] : kv_->root_hash();
+    h.push_back(KvBlockManager::BlockHash(
+        parent, std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(i) * bs, bs)));
+  }
+}
+
+void Scheduler::MatchPrefix(SchedSequence* seq, std::vector<int32_t>* blocks) const {
+  if (!kv_->prefix_caching()) return;
+  // Never the last token: it must run for the logits of the next one.
+  const auto max_blocks =
+      static_cast<int32_t>((static_cast<int64_t>(seq->tokens.size()) - 1) / kv_->block_size());
+  HashBlocks(seq, max_blocks);
+  kv_->MatchPrefix(seq->block_hashes, seq->tokens, max_blocks, blocks);
+}
+
+void Scheduler::OfferBlocks(SchedSequence* seq) {
+  const int32_t bs = kv_->block_size();
+  const auto full = static_cast<int32_t>(seq->num_computed / bs);
+  if (full <= seq->num_offered_blocks) return;
+  HashBlocks(seq, full);
+  for (int32_t i = seq->num_offered_blocks; i < full; ++i) {
+    const int32_t own = seq->blocks[i];
+    const int32_t cached =
+        kv_->Cache(own, seq->block_hashes[i], i > 0 ? seq->blocks[i - 1] : -1,
+                   std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(i) * bs, bs));
+    if (cached >= 0 && cached != own) {
+      // The same tokens were computed by another sequence too: keep one copy.
+      kv_->Retain(cached);
+      kv_->Release(own);
+      seq->blocks[i] = cached;
+    }
+  }
+  seq->num_offered_blocks = full;
 }
 
 void Scheduler::Preempt(SchedSequence* seq, StepPlan* plan) {
@@ -62,6 +104,7 @@ void Scheduler::Preempt(SchedSequence* seq, StepPlan* plan) {
   running_.pop_back();
   kv_->FreeSequence(&seq->blocks);
   seq->num_computed = 0;
+  seq->num_offered_blocks = 0;
   seq->running = false;
   ++seq->num_preemptions;
   waiting_.insert(seq);
@@ -84,7 +127,7 @@ void Scheduler::Schedule(StepPlan* plan) {
   // newest give their blocks back when the cache is full.
   for (size_t i = 0; i < running_.size(); ++i) {
     SchedSequence* s = running_[i];
-    const int32_t n = NextChunk(*s);
+    const int32_t n = NextChunk(*s, s->num_computed);
     if (n <= 0 || n > budget) continue;  // a prefill chunk that waits for a lighter step
     const int64_t want = s->num_computed + n;
     bool self_preempted = false;
@@ -109,11 +152,25 @@ void Scheduler::Schedule(StepPlan* plan) {
     while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_batch_size &&
            budget > 0) {
       SchedSequence* s = *waiting_.begin();
-      const int32_t n = NextChunk(*s);
+      matched_.clear();
+      MatchPrefix(s, &matched_);
+      const int64_t start = static_cast<int64_t>(matched_.size()) * kv_->block_size();
+      const int32_t n = NextChunk(*s, start);
       if (n > budget) break;
-      const int64_t want = s->num_computed + n;
-      if (kv_->BlocksNeeded(s->blocks, want) > kv_->free_blocks()) break;
+      const int64_t want = start + n;
+      // Matched blocks that nobody references are counted as free until taken.
+      int32_t revived = 0;
+      for (int32_t b : matched_) revived += kv_->ref_count(b) == 0 ? 1 : 0;
+      if (kv_->BlocksNeeded(matched_, want) + revived > kv_->free_blocks()) break;
       waiting_.erase(waiting_.begin());
+      for (int32_t b : matched_) kv_->Retain(b);
+      s->blocks.assign(matched_.begin(), matched_.end());
+      s->num_computed = start;
+      s->num_offered_blocks = static_cast<int32_t>(matched_.size());
+      if (kv_->prefix_caching()) {
+        prefix_query_tokens_ += static_cast<int64_t>(s->tokens.size());
+        prefix_hit_tokens_ += start;
+      }
       const absl::Status st = kv_->EnsureCapacity(&s->blocks, want);
       assert(st.ok());
       (void)st;
@@ -153,7 +210,10 @@ void Scheduler::BuildBatch(StepPlan* plan) const {
 }
 
 void Scheduler::Commit(const StepPlan& plan) {
-  for (const auto& e : plan.entries) e.seq->num_computed += e.num_tokens;
+  for (const auto& e : plan.entries) {
+    e.seq->num_computed += e.num_tokens;
+    if (kv_->prefix_caching()) OfferBlocks(e.seq);
+  }
 }
 
 }  // namespace ptxserve

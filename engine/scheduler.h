@@ -14,8 +14,17 @@
 //     descending, then arrival) while the batch has fewer than max_batch_size
 //     sequences, the token budget holds their first chunk and free blocks hold it. The
 //     head of the queue is never skipped for a smaller request behind it.
-// Chunk boundaries are multiples of prefill_chunk whatever else runs, so a request's
-// work does not depend on its neighbours.
+// Chunk boundaries are multiples of prefill_chunk from where computing starts whatever
+// else runs, so a request's work does not depend on its neighbours.
+//
+// Prefix caching (when the KV block manager has it on): an admitted sequence starts with
+// the longest run of cached blocks holding its leading tokens, shared by reference, and
+// computes only the rest; never its last token, which must run to give logits (a prompt
+// that ends on a block boundary leaves its last block out of the match). Commit offers
+// every block that became full and computed to the cache; a block equal to one already
+// cached is swapped for that one, so equal prefixes share memory. Shared blocks are
+// full and never written again: a sequence writes only past its matched blocks, into
+// blocks of its own.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +53,11 @@ struct SchedSequence {
   std::vector<int32_t> blocks;  // block table
   bool running = false;         // in the batch (else waiting)
   int32_t num_preemptions = 0;
+  // Prefix caching: the chain hashes of the leading full blocks of `tokens` (they depend
+  // on the tokens only, so they survive preemption), and how many leading blocks of
+  // `blocks` were offered to the cache.
+  std::vector<uint64_t> block_hashes;
+  int32_t num_offered_blocks = 0;
 };
 
 // One step's plan: the batch for the backend and which sequence owns which rows.
@@ -76,7 +90,8 @@ class Scheduler {
   // Plans the next step (see the file comment) into *plan, allocating the KV blocks
   // the planned tokens need. Empty when there is nothing to run.
   void Schedule(StepPlan* plan);
-  // Records that the backend ran `plan`: advances each entry's num_computed.
+  // Records that the backend ran `plan`: advances each entry's num_computed and offers
+  // the blocks that became full to the prefix cache.
   void Commit(const StepPlan& plan);
 
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -84,21 +99,35 @@ class Scheduler {
   bool empty() const { return waiting_.empty() && running_.empty(); }
   const SchedulerConfig& config() const { return config_; }
   const KvBlockManager& kv() const { return *kv_; }
+  // Prefix-cache lookups since construction: prompt (and, after a preemption, generated)
+  // tokens looked up at admission, and those found cached.
+  int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
 
  private:
   struct Order {  // priority descending, then arrival, then id
     bool operator()(const SchedSequence* a, const SchedSequence* b) const;
   };
-  // Tokens `seq` would run this step: 1 when decoding, else its next prefill chunk.
-  int32_t NextChunk(const SchedSequence& seq) const;
+  // Tokens `seq` would run this step with `from` tokens computed: 1 when decoding, else
+  // its next prefill chunk.
+  int32_t NextChunk(const SchedSequence& seq, int64_t from) const;
   void Preempt(SchedSequence* seq, StepPlan* plan);
   void AddEntry(SchedSequence* seq, int32_t n, StepPlan* plan);
   void BuildBatch(StepPlan* plan) const;
+  // Extends seq->block_hashes to the first n full blocks of its tokens.
+  void HashBlocks(SchedSequence* seq, int32_t n) const;
+  // The cached blocks a waiting sequence would start from (see the file comment).
+  void MatchPrefix(SchedSequence* seq, std::vector<int32_t>* blocks) const;
+  // Offers seq's newly full, computed blocks to the cache (see the file comment).
+  void OfferBlocks(SchedSequence* seq);
 
   SchedulerConfig config_;
   KvBlockManager* kv_;
   std::set<SchedSequence*, Order> waiting_;
   std::vector<SchedSequence*> running_;  // sorted by Order; the back is preempted first
+  std::vector<int32_t> matched_;         // MatchPrefix's output, reused
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace ptxserve
