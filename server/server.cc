@@ -202,6 +202,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   info.set_bos_token_id(served->tokenizer->bos_id());
   info.set_eos_token_id(served->tokenizer->eos_id());
   info.set_server_version(kVersion);
+  info.set_prefix_caching(o.engine.prefix_caching);
   return served;
 }
 

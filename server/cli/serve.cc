@@ -45,6 +45,10 @@ ABSL_FLAG(double, kv_memory_fraction, 0.9,
           "serve: on a GPU without --kv_blocks or --kv_memory, the fraction of the memory free "
           "after weights and activations that the KV cache takes, in (0, 1]");
 ABSL_FLAG(int32_t, prefill_chunk, 512, "serve: prompt tokens of one sequence per step");
+ABSL_FLAG(bool, prefix_caching, true,
+          "serve: keep the KV cache of full blocks after their requests end and start prompts "
+          "that begin with the same tokens from it (automatic prefix caching); false "
+          "recomputes every prompt");
 ABSL_FLAG(int32_t, max_queued, 1024,
           "serve: waiting requests beyond which new calls get RESOURCE_EXHAUSTED");
 ABSL_FLAG(double, drain_timeout, 30,
@@ -155,7 +159,8 @@ int RunServe(int argc, char** argv) {
       "[--metrics-port 9464] "
       "[--backend cpu|cuda|emulated|auto] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks "
       "N | "
-      "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--max-queued N] "
+      "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--prefix-caching=true|false] "
+      "[--max-queued N] "
       "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
       "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection, and the "
       "OpenAI-compatible HTTP API; "
@@ -241,6 +246,7 @@ int RunServe(int argc, char** argv) {
   mo.engine.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   mo.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   mo.engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  mo.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   mo.engine.max_queued = absl::GetFlag(FLAGS_max_queued);
   mo.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   mo.max_batch_prompts = absl::GetFlag(FLAGS_max_batch_prompts);

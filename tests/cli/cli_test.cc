@@ -162,6 +162,7 @@ TEST(CliTest, HelpExitsZeroWithoutBuildPathsAndVersionPrints) {
     EXPECT_NE(r.out.find("default:"), std::string::npos) << sub << ": " << r.out;
     EXPECT_EQ(r.out.find("server/cli"), std::string::npos) << sub << ": " << r.out;
   }
+  EXPECT_NE(RunPtxserve("serve --help").out.find("prefix_caching"), std::string::npos);
   const CliRun v = RunPtxserve("--version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_EQ(v.out.rfind("ptxserve ", 0), 0u) << v.out;

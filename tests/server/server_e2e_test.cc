@@ -129,6 +129,20 @@ TEST(ServerLifecycleTest, NotServingUntilTheModelIsLoaded) {
   EXPECT_FALSE(info.dtype().empty());
 }
 
+TEST(ServerModelInfoTest, SaysWhetherPrefixCachingIsOn) {
+  for (const bool on : {true, false}) {
+    auto t = TestServer::Start();
+    ASSERT_NE(t, nullptr);
+    server::ModelOptions mo = TestServer::DefaultModelOptions();
+    mo.engine.prefix_caching = on;
+    ASSERT_TRUE(t->Load(mo).ok());
+    server::DecodeClient c(Options(*t));
+    v1::ModelInfo info;
+    ASSERT_TRUE(c.GetModelInfo(&info).ok());
+    EXPECT_EQ(info.prefix_caching(), on);
+  }
+}
+
 TEST(ServerIdsTest, AssignedRequestIdsDifferAcrossRestarts) {
   // An unnamed, unseeded request's seed comes from its id: the first one after a restart
   // must not repeat the previous process's.
