@@ -48,6 +48,7 @@ struct Engine::Sequence {
   std::string request_id;
   int32_t index = 0;
   int32_t prompt_len = 0;
+  int32_t cached_prompt_tokens = 0;
   bool want_logprobs = false;
   std::shared_ptr<ResultStream> stream;
   std::unique_ptr<SequenceSampler> sampler;
@@ -306,6 +307,7 @@ void Engine::RunStep() {
     if (s->was_scheduled) continue;
     s->was_scheduled = true;
     s->scheduled = t0;
+    s->cached_prompt_tokens = static_cast<int32_t>(a->num_computed);  // where it starts
     new_prompt_tokens += s->prompt_len;
     if (observer_) observer_->OnScheduled(Seconds(s->arrival, t0), s->prompt_len);
   }
@@ -499,6 +501,7 @@ void Engine::FinishSequence(Sequence* s, FinishReason reason, absl::Status error
   }
   out.request_id = s->request_id;
   out.prompt_tokens = s->prompt_len;
+  out.cached_prompt_tokens = s->cached_prompt_tokens;
   out.generated_tokens = s->generated;
   out.queue_seconds = s->was_scheduled ? Seconds(s->arrival, s->scheduled) : 0.0;
   out.ttft_seconds = s->generated > 0 ? Seconds(s->arrival, s->first_token) : 0.0;

@@ -43,6 +43,9 @@ struct EngineOutput {
   std::string request_id;
   absl::Status error;  // why, for kError and for cancellations the engine decided
   int32_t prompt_tokens = 0;
+  // Of prompt_tokens, those whose K/V the prefix cache held when the request was first
+  // scheduled (not computed for it).
+  int32_t cached_prompt_tokens = 0;
   int32_t generated_tokens = 0;
   double queue_seconds = 0;
   double ttft_seconds = 0;  // 0 when no token was generated

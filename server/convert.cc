@@ -258,6 +258,7 @@ void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateRe
   if (!out.final()) return;
   resp->set_finish_reason(ToProto(out.finish));
   resp->mutable_usage()->set_prompt_tokens(out.prompt_tokens);
+  resp->mutable_usage()->set_cached_prompt_tokens(out.cached_prompt_tokens);
   resp->mutable_usage()->set_generated_tokens(out.generated_tokens);
   resp->mutable_timing()->set_queue_seconds(out.queue_seconds);
   resp->mutable_timing()->set_time_to_first_token_seconds(out.ttft_seconds);

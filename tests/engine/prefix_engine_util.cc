@@ -15,6 +15,7 @@ struct WaveResult {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<SampleResult>> logprobs;
   std::vector<FinishReason> finish;
+  std::vector<int32_t> cached;  // EngineOutput::cached_prompt_tokens
 };
 
 // Enqueues `reqs` at once and reads every output until each request has finished.
@@ -26,6 +27,7 @@ WaveResult RunWave(Engine& engine, std::vector<EngineRequest> reqs,
   r.tokens.resize(n);
   r.logprobs.resize(n);
   r.finish.assign(n, FinishReason::kNone);
+  r.cached.assign(n, 0);
   auto stream = std::make_shared<ResultStream>();
   auto got = engine.Enqueue(std::move(reqs), stream);
   EXPECT_TRUE(got.ok()) << got.status();
@@ -42,6 +44,7 @@ WaveResult RunWave(Engine& engine, std::vector<EngineRequest> reqs,
       l.insert(l.end(), o.logprobs.begin(), o.logprobs.end());
       if (o.final()) {
         r.finish[o.index] = o.finish;
+        r.cached[o.index] = o.cached_prompt_tokens;
         ++done;
       }
     }
@@ -185,6 +188,7 @@ Outcome RunScenario(const PrefixFixture& f, const Scenario& s, bool prefix_cachi
       out.prompts.push_back(prompts[i]);
       out.tokens.push_back(std::move(r.tokens[i]));
       out.logprobs.push_back(std::move(r.logprobs[i]));
+      out.cached_prompt_tokens.push_back(r.cached[i]);
     }
   }
   out.stats = engine->Stats();
@@ -211,10 +215,17 @@ void ExpectCachingChangesNothing(const PrefixFixture& f, const std::vector<Scena
     EXPECT_GT(on.stats.prefix_cache_hit_tokens_total, 0);
     EXPECT_EQ(off.stats.kv_blocks_cached, 0);
     EXPECT_EQ(off.stats.prefix_cache_query_tokens_total, 0);
+    int64_t cached_tokens = 0;
+    for (int32_t c : on.cached_prompt_tokens) cached_tokens += c;
+    for (int32_t c : off.cached_prompt_tokens) EXPECT_EQ(c, 0);
     if (s.under_pressure) {
       EXPECT_GT(on.stats.preemptions_total, 0);
       EXPECT_GT(off.stats.preemptions_total, 0);
       EXPECT_GT(on.stats.prefix_cache_evictions_total, 0);
+      // Readmissions after a preemption look up (and may hit) again.
+      EXPECT_GE(on.stats.prefix_cache_hit_tokens_total, cached_tokens);
+    } else {
+      EXPECT_EQ(on.stats.prefix_cache_hit_tokens_total, cached_tokens);
     }
   }
 }
@@ -258,6 +269,7 @@ void ExpectInterruptedPrefillCachesOnlyComputedBlocks(const PrefixFixture& f) {
     EXPECT_EQ(engine->Stats().kv_blocks_cached, computed_blocks);
     const WaveResult again = RunWave(*engine, WaveRequests(f, 1, {prompt}));
     EXPECT_EQ(again.tokens[0], want.tokens[0]);
+    EXPECT_EQ(again.cached[0], computed_blocks * bs);
     const EngineStats st = engine->Stats();
     EXPECT_EQ(st.prefix_cache_hit_tokens_total, computed_blocks * bs);
     EXPECT_EQ(st.prefix_cache_query_tokens_total, 2 * static_cast<int64_t>(prompt.size()));

@@ -35,6 +35,7 @@ struct Outcome {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<SampleResult>> logprobs;
+  std::vector<int32_t> cached_prompt_tokens;
   EngineStats stats;  // when the last wave finished
 };
 

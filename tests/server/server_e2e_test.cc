@@ -129,7 +129,7 @@ TEST(ServerLifecycleTest, NotServingUntilTheModelIsLoaded) {
   EXPECT_FALSE(info.dtype().empty());
 }
 
-TEST(ServerModelInfoTest, SaysWhetherPrefixCachingIsOn) {
+TEST(ServerPrefixCachingTest, ModelInfoSaysWhetherItIsOnAndUsageWhatItReused) {
   for (const bool on : {true, false}) {
     auto t = TestServer::Start();
     ASSERT_NE(t, nullptr);
@@ -140,6 +140,16 @@ TEST(ServerModelInfoTest, SaysWhetherPrefixCachingIsOn) {
     v1::ModelInfo info;
     ASSERT_TRUE(c.GetModelInfo(&info).ok());
     EXPECT_EQ(info.prefix_caching(), on);
+    // The same 40-token prompt twice: the second reuses its two full blocks of 16.
+    std::vector<std::vector<int32_t>> answers;
+    for (int i = 0; i < 2; ++i) {
+      Result r = Stream(c, TokenRequest(40, 4, 7, 0.0f));
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      EXPECT_EQ(r.last.usage().prompt_tokens(), 40);
+      EXPECT_EQ(r.last.usage().cached_prompt_tokens(), on && i == 1 ? 32 : 0);
+      answers.push_back(r.tokens);
+    }
+    EXPECT_EQ(answers[0], answers[1]);
   }
 }
 
