@@ -1,9 +1,15 @@
 // `ptxserve bench`: a closed-loop load generator. N workers each run one streaming
 // request at a time until M requests are done; it reports request and token
 // throughput, time to first token, inter-token latency and end-to-end latency
-// percentiles, and errors, as a table and optionally as JSON. With --stop-load every
-// request also carries the most stopping criteria a request may, none of which ever
-// matches: what such requests cost the others (bench/noisy_neighbour.sh).
+// percentiles, the share of prompt tokens the server found in its prefix cache, and
+// errors, as a table and optionally as JSON. With --stop-load every request also carries
+// the most stopping criteria a request may, none of which ever matches: what such requests
+// cost the others (bench/noisy_neighbour.sh).
+//
+// Workloads: random prompts; a shared prefix (every prompt starts with the same
+// --shared-prefix-len tokens, then has its own --prompt-len); multi-turn chats (--turns:
+// each request is a conversation whose every turn sends the previous turn's prompt and
+// answer followed by a new message).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,7 +40,15 @@ ABSL_DECLARE_FLAG(double, temperature);
 
 ABSL_FLAG(int32_t, concurrency, 16, "bench: requests in flight at once");
 ABSL_FLAG(int32_t, requests, 64, "bench: requests in total");
-ABSL_FLAG(int32_t, prompt_len, 32, "bench: prompt tokens per request (random ids)");
+ABSL_FLAG(int32_t, prompt_len, 32,
+          "bench: prompt tokens of each request's own (random ids), after the shared prefix; "
+          "with --turns, of each new message");
+ABSL_FLAG(int32_t, shared_prefix_len, 0,
+          "bench: tokens every prompt starts with, the same for all requests (a system prompt): "
+          "the shared-prefix workload");
+ABSL_FLAG(int32_t, turns, 1,
+          "bench: turns per request (gRPC only): turn k sends turn k-1's prompt and answer "
+          "followed by --prompt-len new tokens, a multi-turn chat; --requests conversations run");
 ABSL_FLAG(std::string, json, "", "bench: also write the results as JSON to this file");
 ABSL_FLAG(std::string, api, "grpc",
           "bench: grpc (DecodeService.Generate at --target) or http (streamed /v1/completions "
@@ -56,7 +70,11 @@ struct Sample {
   double ttft = 0;       // seconds
   double latency = 0;
   int64_t tokens = 0;
-  std::vector<double> itl;  // per token after the first
+  std::vector<double> itl;      // per token after the first
+  std::vector<int32_t> answer;  // gRPC only
+  // From the final message's usage (gRPC only).
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
 };
 
 struct Percentiles {
@@ -188,6 +206,11 @@ Sample RunGrpc(server::DecodeClient& client, const BenchRequest& b, double timeo
       [&](const v1::GenerateResponse& r) {
         CountTokens(&s, r.token_ids_size(), t0, &prev);
         s.stopped |= r.finish_reason() == v1::FINISH_REASON_STOP;
+        s.answer.insert(s.answer.end(), r.token_ids().begin(), r.token_ids().end());
+        if (r.has_usage()) {
+          s.prompt_tokens = r.usage().prompt_tokens();
+          s.cached_prompt_tokens = r.usage().cached_prompt_tokens();
+        }
         return true;
       },
       timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());
@@ -276,13 +299,16 @@ Sample RunHttp(int port, const BenchRequest& b, double timeout,
 int RunBench(int argc, char** argv) {
   SetSubcommandFlags({"server/cli/bench.cc", "server/cli/client_flags.cc", "max_tokens",
                       "temperature", "seed", "api_key_file", "tls_cert", "tls_key"});
-  ParseSubcommandFlags(argc, argv,
-                       "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "
-                       "--requests M --prompt-len P --max-tokens T [--temperature T] [--stop-load] "
-                       "[--json FILE]");
+  ParseSubcommandFlags(
+      argc, argv,
+      "ptxserve bench [--api grpc|http] --target HOST:PORT --concurrency N "
+      "--requests M --prompt-len P [--shared-prefix-len S] [--turns K] --max-tokens T "
+      "[--temperature T] [--stop-load] [--json FILE]");
   const int concurrency = std::max(1, absl::GetFlag(FLAGS_concurrency));
   const int total = std::max(1, absl::GetFlag(FLAGS_requests));
   const int prompt_len = std::max(1, absl::GetFlag(FLAGS_prompt_len));
+  const int shared_prefix_len = std::max(0, absl::GetFlag(FLAGS_shared_prefix_len));
+  const int turns = std::max(1, absl::GetFlag(FLAGS_turns));
   const int max_tokens = std::max(1, absl::GetFlag(FLAGS_max_tokens));
   auto options = ClientOptionsFromFlags();
   if (!options.ok()) {
@@ -292,6 +318,11 @@ int RunBench(int argc, char** argv) {
   const bool http = absl::GetFlag(FLAGS_api) == "http";
   if (!http && absl::GetFlag(FLAGS_api) != "grpc") {
     std::fprintf(stderr, "bench: --api=%s: want grpc or http\n", absl::GetFlag(FLAGS_api).c_str());
+    return 2;
+  }
+  if (http && turns > 1) {
+    // The answer's token ids, which the next turn sends back, come only over gRPC.
+    std::fprintf(stderr, "bench: --turns needs --api grpc\n");
     return 2;
   }
   std::unique_ptr<server::DecodeClient> grpc_client;
@@ -330,21 +361,34 @@ int RunBench(int argc, char** argv) {
   const double timeout = absl::GetFlag(FLAGS_timeout);
   const float temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
 
-  std::vector<Sample> samples(total);
+  // A stream of its own (~seed): the same prefix whatever --requests, unlike every
+  // request's own tokens.
+  const std::vector<int32_t> shared_prefix =
+      RandomPrompt(~seed, 0, shared_prefix_len, model.vocab_size);
+  std::vector<Sample> samples(static_cast<size_t>(total) * turns);
   std::atomic<int> next{0};
   const Clock::time_point start = Clock::now();
   auto worker = [&] {
     std::unique_ptr<server::http::HttpConnection> connection;  // kept alive across requests
     for (int i = next.fetch_add(1); i < total; i = next.fetch_add(1)) {
-      BenchRequest req;
-      req.index = i;
-      req.prompt = RandomPrompt(seed, i, prompt_len, model.vocab_size);
-      req.seed = seed + static_cast<uint64_t>(i);
-      req.max_tokens = max_tokens;
-      req.temperature = temperature;
-      if (with_stop_load) req.stop_load = &stop_load;
-      samples[i] = http ? RunHttp(http_port, req, timeout, &connection)
-                        : RunGrpc(*grpc_client, req, timeout);
+      std::vector<int32_t> history = shared_prefix;  // the conversation so far
+      for (int turn = 0; turn < turns; ++turn) {
+        BenchRequest req;
+        req.index = i * turns + turn;
+        req.prompt = history;
+        const std::vector<int32_t> own =
+            RandomPrompt(seed, req.index, prompt_len, model.vocab_size);
+        req.prompt.insert(req.prompt.end(), own.begin(), own.end());
+        req.seed = seed + static_cast<uint64_t>(req.index);
+        req.max_tokens = max_tokens;
+        req.temperature = temperature;
+        if (with_stop_load) req.stop_load = &stop_load;
+        Sample& s = samples[req.index];
+        s = http ? RunHttp(http_port, req, timeout, &connection)
+                 : RunGrpc(*grpc_client, req, timeout);
+        history = std::move(req.prompt);
+        history.insert(history.end(), s.answer.begin(), s.answer.end());
+      }
     }
   };
   std::vector<std::thread> threads;
@@ -353,12 +397,15 @@ int RunBench(int argc, char** argv) {
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   std::vector<double> ttft, itl, lat;
-  int64_t tokens = 0;
+  int64_t tokens = 0, prompt_tokens = 0, cached_prompt_tokens = 0;
   int ok = 0, stopped = 0;
+  const int calls = static_cast<int>(samples.size());
   std::map<std::string, int> errors;
   for (const Sample& s : samples) {
     tokens += s.tokens;
     stopped += s.stopped;
+    prompt_tokens += s.prompt_tokens;
+    cached_prompt_tokens += s.cached_prompt_tokens;
     if (!s.ok) {
       ++errors[s.error];
       continue;
@@ -371,14 +418,21 @@ int RunBench(int argc, char** argv) {
   const Percentiles pt = Summarize(ttft), pi = Summarize(itl), pl = Summarize(lat);
 
   std::printf(
-      "ptxserve bench: %s %s (%s on %s), concurrency %d, %d requests, prompt %d, max tokens %d\n",
+      "ptxserve bench: %s %s (%s on %s), concurrency %d, %d requests, shared prefix %d, prompt "
+      "%d, %d turns, max tokens %d\n",
       absl::GetFlag(FLAGS_api).c_str(), options->target.c_str(), model.name.c_str(),
-      model.backend.c_str(), concurrency, total, prompt_len, max_tokens);
+      model.backend.c_str(), concurrency, total, shared_prefix_len, prompt_len, turns, max_tokens);
   std::printf("  duration          %10.3f s\n", wall);
-  std::printf("  requests          %10d ok, %d errors\n", ok, total - ok);
+  std::printf("  requests          %10d ok, %d errors\n", ok, calls - ok);
   if (with_stop_load) std::printf("  stop load         %10d stopped early\n", stopped);
   std::printf("  request rate      %10.2f req/s\n", ok / wall);
   std::printf("  token throughput  %10.1f tokens/s (generated)\n", tokens / wall);
+  const double hit_rate =
+      prompt_tokens > 0 ? static_cast<double>(cached_prompt_tokens) / prompt_tokens : 0.0;
+  if (!http) {
+    std::printf("  prefix cache      %10.1f %% of %lld prompt tokens cached\n", 100 * hit_rate,
+                static_cast<long long>(prompt_tokens));
+  }
   std::printf("  %-16s %10s %10s %10s %10s\n", "latency (ms)", "p50", "p90", "p99", "mean");
   auto row = [](const char* name, const Percentiles& p) {
     std::printf("  %-16s %10.3f %10.3f %10.3f %10.3f\n", name, p.p50 * 1e3, p.p90 * 1e3,
@@ -396,8 +450,10 @@ int RunBench(int argc, char** argv) {
                         {"model", model.name},
                         {"backend", model.backend},
                         {"concurrency", concurrency},
-                        {"requests", total},
+                        {"requests", calls},
                         {"prompt_len", prompt_len},
+                        {"shared_prefix_len", shared_prefix_len},
+                        {"turns", turns},
                         {"max_tokens", max_tokens},
                         {"duration_s", wall},
                         {"ok", ok},
@@ -407,6 +463,9 @@ int RunBench(int argc, char** argv) {
                         {"request_throughput", ok / wall},
                         {"token_throughput", tokens / wall},
                         {"generated_tokens", tokens},
+                        {"prompt_tokens", prompt_tokens},
+                        {"cached_prompt_tokens", cached_prompt_tokens},
+                        {"prefix_cache_hit_rate", hit_rate},
                         {"ttft", ToJson(pt)},
                         {"inter_token_latency", ToJson(pi)},
                         {"latency", ToJson(pl)}};
@@ -417,7 +476,7 @@ int RunBench(int argc, char** argv) {
     }
     f << j.dump(2) << "\n";
   }
-  return ok == total ? 0 : 1;
+  return ok == calls ? 0 : 1;
 }
 
 }  // namespace ptxserve::cli
