@@ -6,6 +6,9 @@
 //   build/bench/serve_bench
 //   build/bench/serve_bench --benchmark_filter=Schedule
 //
+// Both run with prefix caching off and on (caching:0/1): on, every block that fills is
+// hashed and offered to the cache, and freed blocks stay cached.
+//
 // Counters: sched_us = Scheduler::Schedule + Commit per step; overhead_us = the
 // engine's time per step outside Backend::Step (what ptxserve_step_overhead_seconds
 // measures in production); sample_us_per_seq = its sampling + streaming part per
@@ -85,16 +88,17 @@ class LogitsOnlyBackend : public Backend {
   std::vector<float> row_;
 };
 
-// Scheduler alone: `batch` sequences decoding at contexts of 100..400 tokens.
+// Scheduler alone: `batch` sequences with prompts of their own decoding at contexts of
+// 100..400 tokens.
 void BM_Schedule(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
-  KvBlockManager kv(batch * (kContext / 16 + 1), 16);
+  KvBlockManager kv(batch * (kContext / 16 + 1), 16, state.range(1) != 0, 1);
   Scheduler sched({batch, 4096, 512}, &kv);
   std::vector<SchedSequence> seqs(batch);
   for (int i = 0; i < batch; ++i) {
     seqs[i].id = i + 1;
     seqs[i].arrival = i + 1;
-    seqs[i].tokens.assign(100 + (i * 37) % 300, 5);
+    seqs[i].tokens.assign(100 + (i * 37) % 300, 5 + i);
     seqs[i].tokens.reserve(kContext);
     sched.Add(&seqs[i]);
   }
@@ -125,7 +129,10 @@ void BM_Schedule(benchmark::State& state) {
   }
   state.counters["seqs"] = batch;
 }
-BENCHMARK(BM_Schedule)->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Schedule)
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
+    ->ArgNames({"batch", "caching"})
+    ->Unit(benchmark::kMicrosecond);
 
 struct Totals : EngineObserver {
   std::atomic<int64_t> steps{0};
@@ -148,6 +155,7 @@ void BM_EngineOverhead(benchmark::State& state) {
   EngineConfig cfg;
   cfg.max_batch_size = batch;
   cfg.max_batch_tokens = 4096;
+  cfg.prefix_caching = state.range(2) != 0;
   auto backend = std::make_unique<LogitsOnlyBackend>(KvCacheConfig{batch * 33, 16});
   Engine engine(std::move(backend), tok, cfg, &totals);
   if (!engine.Start().ok()) {
@@ -190,8 +198,8 @@ void BM_EngineOverhead(benchmark::State& state) {
       totals.sample.load() / static_cast<double>(totals.seqs.load()) * 1e6;
 }
 BENCHMARK(BM_EngineOverhead)
-    ->ArgsProduct({{1, 16, 64}, {0, 1}})
-    ->ArgNames({"batch", "sampled"})
+    ->ArgsProduct({{1, 16, 64}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "sampled", "caching"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -7,6 +7,8 @@
 #include <span>
 #include <utility>
 
+#include "absl/hash/hash.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "engine/stop_checker.h"
 #include "engine/util/log.h"
@@ -20,17 +22,16 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The root of the prefix cache's block hashes: everything besides the tokens that decides
-// what a block's K/V hold. One engine serves one model, so this only guards against a
-// cache that would some day outlive or be shared beyond its engine.
+// The root of the prefix cache's block hashes: what besides the tokens decides a block's
+// K/V (one engine serves one model, but the hashes still say which), and a random part,
+// so that nobody can craft prompts whose hashes take those of someone else's prompt.
 uint64_t PrefixCacheSalt(const ModelConfig& m, const KvCacheConfig& kv) {
   const std::string id =
       absl::StrCat(m.architecture, "/", m.vocab_size, "/", m.hidden_size, "/", m.num_layers, "/",
                    m.num_kv_heads, "/", m.head_dim, "/", m.rope_theta, "/",
                    std::string(DTypeName(kv.dtype)), "/", kv.block_size);
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char c : id) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  absl::BitGen gen;
+  return absl::Hash<std::string>{}(id) ^ absl::Uniform<uint64_t>(gen);
 }
 
 int64_t NowNs() {

@@ -1,6 +1,7 @@
 #include "engine/kv_block_manager.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 
 #include "absl/strings/str_format.h"
@@ -94,9 +95,19 @@ void KvBlockManager::FreeSequence(std::vector<int32_t>* table) {
 }
 
 uint64_t KvBlockManager::BlockHash(uint64_t parent_hash, std::span<const int32_t> tokens) {
-  uint64_t h = Mix64(parent_hash ^ 0x9E3779B97F4A7C15ull);
-  for (int32_t t : tokens) h = Mix64(h ^ static_cast<uint32_t>(t));
-  return h;
+  // Two tokens per multiply-rotate round and one full mix at the end: a block is hashed
+  // whenever one fills, in the decode loop. Its quality only decides how rarely two
+  // prefixes compete for a hash (a hit also compares the tokens).
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  uint64_t h = parent_hash;
+  size_t i = 0;
+  for (; i + 2 <= tokens.size(); i += 2) {
+    const uint64_t pair = static_cast<uint32_t>(tokens[i]) |
+                          static_cast<uint64_t>(static_cast<uint32_t>(tokens[i + 1])) << 32;
+    h = std::rotl((h ^ pair) * kMul, 29);
+  }
+  if (i < tokens.size()) h = std::rotl((h ^ static_cast<uint32_t>(tokens[i])) * kMul, 29);
+  return Mix64(h ^ tokens.size());
 }
 
 bool KvBlockManager::Holds(int32_t block, int32_t parent, std::span<const int32_t> tokens) const {
