@@ -45,12 +45,10 @@ class GpuSamplingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetEmulatedFault({});
-    auto m = testing::SyntheticModel("tiny", DType::kF32);
+    auto m = testing::SyntheticModelWithTokenizer("tiny", DType::kF32);
     ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::make_unique<Model>(*std::move(m));
-    auto t = Tokenizer::FromDir(model_->dir);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = *std::move(t);
+    model_ = std::move(m->model);
+    tokenizer_ = std::move(m->tokenizer);
   }
 
   // Four seeded stochastic sequences, one filter mix each, arriving together.

@@ -48,6 +48,18 @@ absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
   return LoadModel(it->second);
 }
 
+absl::StatusOr<ModelWithTokenizer> SyntheticModelWithTokenizer(const std::string& preset,
+                                                               DType dtype) {
+  auto m = SyntheticModel(preset, dtype);
+  if (!m.ok()) return m.status();
+  ModelWithTokenizer r;
+  r.model = std::make_unique<Model>(*std::move(m));
+  auto t = Tokenizer::FromDir(r.model->dir);
+  if (!t.ok()) return t.status();
+  r.tokenizer = *std::move(t);
+  return r;
+}
+
 StepBatch PrefillBatch(int rows, int64_t vocab, int min_len, uint32_t seed, int32_t block_size) {
   StepBatch batch;
   for (int s = 0; s < rows; ++s) {

@@ -15,6 +15,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/step_batch.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace ptxserve::cuda::testing {
 
@@ -23,6 +24,14 @@ namespace ptxserve::cuda::testing {
 absl::StatusOr<Model> SyntheticModel(const std::string& preset, DType dtype,
                                      const std::function<void(ModelConfig&)>& tweak = nullptr,
                                      const std::string& tag = "");
+
+// A synthetic preset and its tokenizer, for tests that run the engine.
+struct ModelWithTokenizer {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+absl::StatusOr<ModelWithTokenizer> SyntheticModelWithTokenizer(const std::string& preset,
+                                                               DType dtype);
 
 struct GenRequest {
   std::vector<int32_t> prompt;

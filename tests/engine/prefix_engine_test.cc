@@ -15,59 +15,64 @@
 namespace ptxserve::testing {
 namespace {
 
-PrefixFixture FakeFixture(const Tokenizer& tok) {
+PrefixFixture FakeFixture() {
+  static const FakeTokenizer* tok = new FakeTokenizer(64);
   PrefixFixture f;
   f.make_backend = [](int32_t num_blocks) -> std::unique_ptr<Backend> {
     return std::make_unique<FakeBackend>(64, 256,
                                          KvCacheConfig{num_blocks > 0 ? num_blocks : 256, 4});
   };
-  f.tokenizer = &tok;
-  f.block_size = 4;
+  f.tokenizer = tok;
   f.vocab = 64;
-  // Chunks that are not a multiple of the block size: a cached prefix starts a sequence
-  // off the chunk grid, and blocks fill across chunk boundaries.
-  f.config.prefill_chunk = 6;
-  f.config.max_batch_tokens = 64;
   return f;
 }
 
-PrefixFixture CpuFixture(const Tokenizer& tok) {
+PrefixFixture CpuFixture() {
   static const Model* model = new Model(MakeRandomModel(RandomModelSpec{}));
+  static const FakeTokenizer* tok =
+      new FakeTokenizer(static_cast<int32_t>(model->config.vocab_size));
   PrefixFixture f;
   f.make_backend = [](int32_t num_blocks) -> std::unique_ptr<Backend> {
     auto b = CpuBackend::Create(*model, {num_blocks > 0 ? num_blocks : 256, 4, DType::kF32});
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? std::move(*b) : nullptr;
   };
-  f.tokenizer = &tok;
-  f.block_size = 4;
+  f.tokenizer = tok;
   f.vocab = model->config.vocab_size;
-  f.config.prefill_chunk = 6;
-  f.config.max_batch_tokens = 64;
   return f;
 }
 
-TEST(PrefixEngineTest, FakeBackendSameTokensWithCachingOnAndOff) {
-  FakeTokenizer tok(64);
-  const PrefixFixture f = FakeFixture(tok);
+struct Backends {
+  const char* name;
+  PrefixFixture (*fixture)();
+};
+
+class PrefixEngineTest : public ::testing::TestWithParam<Backends> {
+ protected:
+  static PrefixFixture Fixture() {
+    PrefixFixture f = GetParam().fixture();
+    f.block_size = 4;
+    // Chunks that are not a multiple of the block size: a cached prefix starts a sequence
+    // off the chunk grid, and blocks fill across chunk boundaries.
+    f.config.prefill_chunk = 6;
+    f.config.max_batch_tokens = 64;
+    return f;
+  }
+};
+
+TEST_P(PrefixEngineTest, SameTokensWithCachingOnAndOff) {
+  const PrefixFixture f = Fixture();
   ExpectCachingChangesNothing(f, PrefixScenarios(f));
 }
 
-TEST(PrefixEngineTest, FakeBackendInterruptedPrefillCachesOnlyComputedBlocks) {
-  FakeTokenizer tok(64);
-  ExpectInterruptedPrefillCachesOnlyComputedBlocks(FakeFixture(tok));
+TEST_P(PrefixEngineTest, InterruptedPrefillCachesOnlyComputedBlocks) {
+  ExpectInterruptedPrefillCachesOnlyComputedBlocks(Fixture());
 }
 
-TEST(PrefixEngineTest, CpuBackendSameTokensWithCachingOnAndOff) {
-  FakeTokenizer tok(97);
-  const PrefixFixture f = CpuFixture(tok);
-  ExpectCachingChangesNothing(f, PrefixScenarios(f));
-}
-
-TEST(PrefixEngineTest, CpuBackendInterruptedPrefillCachesOnlyComputedBlocks) {
-  FakeTokenizer tok(97);
-  ExpectInterruptedPrefillCachesOnlyComputedBlocks(CpuFixture(tok));
-}
+INSTANTIATE_TEST_SUITE_P(Backends, PrefixEngineTest,
+                         ::testing::Values(Backends{"Fake", &FakeFixture},
+                                           Backends{"Cpu", &CpuFixture}),
+                         [](const ::testing::TestParamInfo<Backends>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace ptxserve::testing

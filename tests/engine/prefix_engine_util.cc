@@ -7,49 +7,23 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tests/server/engine_util.h"
 
 namespace ptxserve::testing {
 namespace {
 
-struct WaveResult {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<SampleResult>> logprobs;
-  std::vector<FinishReason> finish;
-  std::vector<int32_t> cached;  // EngineOutput::cached_prompt_tokens
-};
-
-// Enqueues `reqs` at once and reads every output until each request has finished.
-WaveResult RunWave(Engine& engine, std::vector<EngineRequest> reqs,
-                   std::vector<uint64_t>* ids = nullptr,
-                   const std::function<void()>& after_enqueue = nullptr) {
-  const size_t n = reqs.size();
-  WaveResult r;
-  r.tokens.resize(n);
-  r.logprobs.resize(n);
-  r.finish.assign(n, FinishReason::kNone);
-  r.cached.assign(n, 0);
+// Enqueues `reqs` at once, runs `after_enqueue` (given their ids), and reads every
+// output until each request has finished.
+std::vector<Collected> RunWave(
+    Engine& engine, std::vector<EngineRequest> reqs,
+    const std::function<void(const std::vector<uint64_t>&)>& after_enqueue = nullptr) {
+  const int n = static_cast<int>(reqs.size());
   auto stream = std::make_shared<ResultStream>();
-  auto got = engine.Enqueue(std::move(reqs), stream);
-  EXPECT_TRUE(got.ok()) << got.status();
-  if (!got.ok()) return r;
-  if (ids) *ids = *got;
-  if (after_enqueue) after_enqueue();
-  size_t done = 0;
-  std::vector<EngineOutput> outs;
-  while (done < n && stream->WaitPopAll(&outs)) {
-    for (EngineOutput& o : outs) {
-      auto& t = r.tokens[o.index];
-      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
-      auto& l = r.logprobs[o.index];
-      l.insert(l.end(), o.logprobs.begin(), o.logprobs.end());
-      if (o.final()) {
-        r.finish[o.index] = o.finish;
-        r.cached[o.index] = o.cached_prompt_tokens;
-        ++done;
-      }
-    }
-  }
-  return r;
+  auto ids = engine.Enqueue(std::move(reqs), stream);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  if (!ids.ok()) return std::vector<Collected>(n);
+  if (after_enqueue) after_enqueue(*ids);
+  return Drain(*stream, n);
 }
 
 void ExpectSameLogprobs(const std::vector<SampleResult>& on, const std::vector<SampleResult>& off,
@@ -182,13 +156,13 @@ Outcome RunScenario(const PrefixFixture& f, const Scenario& s, bool prefix_cachi
   Outcome out;
   for (int w = 0; w < s.waves; ++w) {
     const std::vector<std::vector<int32_t>> prompts = s.prompts(w, out);
-    WaveResult r = RunWave(*engine, WaveRequests(f, w, prompts));
+    std::vector<Collected> r = RunWave(*engine, WaveRequests(f, w, prompts));
     for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(r.finish[i], FinishReason::kLength) << "wave " << w << " request " << i;
+      EXPECT_EQ(r[i].final_out.finish, FinishReason::kLength) << "wave " << w << " request " << i;
       out.prompts.push_back(prompts[i]);
-      out.tokens.push_back(std::move(r.tokens[i]));
-      out.logprobs.push_back(std::move(r.logprobs[i]));
-      out.cached_prompt_tokens.push_back(r.cached[i]);
+      out.tokens.push_back(std::move(r[i].tokens));
+      out.logprobs.push_back(std::move(r[i].logprobs));
+      out.cached_prompt_tokens.push_back(r[i].final_out.cached_prompt_tokens);
     }
   }
   out.stats = engine->Stats();
@@ -240,7 +214,7 @@ void ExpectInterruptedPrefillCachesOnlyComputedBlocks(const PrefixFixture& f) {
   cfg.max_batch_tokens = std::max(cfg.max_batch_tokens, 2 * bs);
   cfg.max_step_failures = 2;
   cfg.prefix_caching = false;
-  const WaveResult want =
+  const std::vector<Collected> want =
       RunWave(*StartEngine(f, f.make_backend(0), cfg), WaveRequests(f, 1, {prompt}));
 
   cfg.prefix_caching = true;
@@ -249,27 +223,27 @@ void ExpectInterruptedPrefillCachesOnlyComputedBlocks(const PrefixFixture& f) {
     auto gated = std::make_unique<GatedBackend>(f.make_backend(0));
     GatedBackend* gate = gated.get();
     std::unique_ptr<Engine> engine = StartEngine(f, std::move(gated), cfg);
-    std::vector<uint64_t> ids;
     if (cancel) {
       gate->BlockFromStep(3);
     } else {
       gate->FailStep(3);
     }
-    const WaveResult first = RunWave(*engine, WaveRequests(f, 0, {prompt}), &ids, [&] {
-      if (!cancel) return;
-      gate->AwaitStepsStarted(3);
-      engine->Cancel(ids[0]);
-      gate->Unblock();
-    });
-    EXPECT_EQ(first.finish[0], cancel ? FinishReason::kCancelled : FinishReason::kError);
-    EXPECT_TRUE(first.tokens[0].empty());
+    const std::vector<Collected> first =
+        RunWave(*engine, WaveRequests(f, 0, {prompt}), [&](const std::vector<uint64_t>& ids) {
+          if (!cancel) return;
+          gate->AwaitStepsStarted(3);
+          engine->Cancel(ids[0]);
+          gate->Unblock();
+        });
+    EXPECT_EQ(first[0].final_out.finish, cancel ? FinishReason::kCancelled : FinishReason::kError);
+    EXPECT_TRUE(first[0].tokens.empty());
     // Cancelled after step 3 ran: four blocks were computed. Failed in step 3: the two of
     // step 2 only, though step 3 wrote its rows.
     const int32_t computed_blocks = cancel ? 4 : 2;
     EXPECT_EQ(engine->Stats().kv_blocks_cached, computed_blocks);
-    const WaveResult again = RunWave(*engine, WaveRequests(f, 1, {prompt}));
-    EXPECT_EQ(again.tokens[0], want.tokens[0]);
-    EXPECT_EQ(again.cached[0], computed_blocks * bs);
+    const std::vector<Collected> again = RunWave(*engine, WaveRequests(f, 1, {prompt}));
+    EXPECT_EQ(again[0].tokens, want[0].tokens);
+    EXPECT_EQ(again[0].final_out.cached_prompt_tokens, computed_blocks * bs);
     const EngineStats st = engine->Stats();
     EXPECT_EQ(st.prefix_cache_hit_tokens_total, computed_blocks * bs);
     EXPECT_EQ(st.prefix_cache_query_tokens_total, 2 * static_cast<int64_t>(prompt.size()));

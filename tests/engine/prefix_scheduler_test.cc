@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -54,11 +55,24 @@ class PrefixSchedulerTest : public ::testing::Test {
     }
     sched.Remove(s);
   }
+  // Queues `s` and plans a step: s's entry, null when it was not scheduled.
+  static const StepPlan::Entry* AddAndSchedule(Scheduler& sched, SchedSequence* s, StepPlan* plan) {
+    sched.Add(s);
+    sched.Schedule(plan);
+    return EntryOf(*plan, s);
+  }
   // Slots the batch writes for sequence entry i.
   static std::vector<int64_t> SlotsOf(const StepPlan& plan, size_t i) {
     const StepBatch& b = plan.batch;
     return std::vector<int64_t>(b.slot_mapping.begin() + b.query_start[i],
                                 b.slot_mapping.begin() + b.query_start[i + 1]);
+  }
+  // Commits `plan`, removes `done` (finished), and checks the pool is idle again.
+  static void FinishAll(Scheduler& sched, const StepPlan& plan,
+                        std::initializer_list<SchedSequence*> done) {
+    RunPlan(sched, plan);
+    for (SchedSequence* s : done) sched.Remove(s);
+    ExpectIdleAccounting(sched.kv());
   }
   static void ExpectIdleAccounting(const KvBlockManager& kv) {
     EXPECT_EQ(kv.used_blocks(), 0);
@@ -81,10 +95,8 @@ TEST_F(PrefixSchedulerTest, ASharedPrefixIsComputedOnce) {
   EXPECT_EQ(kv.cached_blocks(), 3) << "the 13 computed tokens filled 3 blocks";
 
   SchedSequence* b = NewSeq(b_tokens);
-  sched.Add(b);
   StepPlan plan;
-  sched.Schedule(&plan);
-  const StepPlan::Entry* e = EntryOf(plan, b);
+  const StepPlan::Entry* e = AddAndSchedule(sched, b, &plan);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(b->num_computed, 8) << "the two full blocks of the prefix are reused";
   EXPECT_EQ(e->num_tokens, 7);
@@ -99,9 +111,7 @@ TEST_F(PrefixSchedulerTest, ASharedPrefixIsComputedOnce) {
   }
   EXPECT_EQ(sched.prefix_query_tokens(), 13 + 15);
   EXPECT_EQ(sched.prefix_hit_tokens(), 8);
-  RunPlan(sched, plan);
-  sched.Remove(b);
-  ExpectIdleAccounting(kv);
+  FinishAll(sched, plan, {b});
 }
 
 TEST_F(PrefixSchedulerTest, AFullyCachedPromptStillComputesItsLastToken) {
@@ -110,10 +120,8 @@ TEST_F(PrefixSchedulerTest, AFullyCachedPromptStillComputesItsLastToken) {
   RunToEnd(sched, NewSeq(Tokens(12)));  // ends on a block boundary
   ASSERT_EQ(kv.cached_blocks(), 3);
   SchedSequence* again = NewSeq(Tokens(12));
-  sched.Add(again);
   StepPlan plan;
-  sched.Schedule(&plan);
-  const StepPlan::Entry* e = EntryOf(plan, again);
+  const StepPlan::Entry* e = AddAndSchedule(sched, again, &plan);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(again->num_computed, 8) << "the last block is left out of the match";
   EXPECT_EQ(e->num_tokens, 4);
@@ -128,14 +136,11 @@ TEST_F(PrefixSchedulerTest, AFullyCachedPromptStillComputesItsLastToken) {
 
   // Off a boundary (13 tokens), all 3 full blocks match and only the 13th token runs.
   SchedSequence* longer = NewSeq(Tokens(13));
-  sched.Add(longer);
-  sched.Schedule(&plan);
+  const StepPlan::Entry* last = AddAndSchedule(sched, longer, &plan);
+  ASSERT_NE(last, nullptr);
   EXPECT_EQ(longer->num_computed, 12);
-  EXPECT_EQ(EntryOf(plan, longer)->num_tokens, 1);
-  RunPlan(sched, plan);
-  sched.Remove(again);
-  sched.Remove(longer);
-  ExpectIdleAccounting(kv);
+  EXPECT_EQ(last->num_tokens, 1);
+  FinishAll(sched, plan, {again, longer});
 }
 
 TEST_F(PrefixSchedulerTest, ADivergenceInsideABlockSharesOnlyTheBlocksBeforeIt) {
@@ -145,16 +150,14 @@ TEST_F(PrefixSchedulerTest, ADivergenceInsideABlockSharesOnlyTheBlocksBeforeIt) 
   std::vector<int32_t> other = Tokens(16);
   other[9] = 5;  // inside the third block
   SchedSequence* s = NewSeq(other);
-  sched.Add(s);
   StepPlan plan;
-  sched.Schedule(&plan);
+  const StepPlan::Entry* e = AddAndSchedule(sched, s, &plan);
+  ASSERT_NE(e, nullptr);
   EXPECT_EQ(s->num_computed, 8);
-  EXPECT_EQ(EntryOf(plan, s)->num_tokens, 8);
+  EXPECT_EQ(e->num_tokens, 8);
   const std::vector<int64_t> slots = SlotsOf(plan, 0);
   EXPECT_EQ(slots.front(), int64_t{s->blocks[2]} * kBs) << "its own block from the divergence";
-  RunPlan(sched, plan);
-  sched.Remove(s);
-  ExpectIdleAccounting(kv);
+  FinishAll(sched, plan, {s});
 }
 
 TEST_F(PrefixSchedulerTest, SequencesRunningTogetherShareTheirEqualBlocks) {
@@ -177,11 +180,13 @@ TEST_F(PrefixSchedulerTest, SequencesRunningTogetherShareTheirEqualBlocks) {
 
   // A third one admitted later starts from them, its own private tail after them.
   SchedSequence* c = NewSeq(Tokens(10));
-  sched.Add(c);
-  sched.Schedule(&plan);
+  ASSERT_NE(AddAndSchedule(sched, c, &plan), nullptr);
   EXPECT_EQ(c->num_computed, 8);
   EXPECT_EQ(kv.ref_count(a->blocks[0]), 3);
-  for (int i = 0; i < 6; ++i) RunPlan(sched, plan), sched.Schedule(&plan);
+  for (int i = 0; i < 6; ++i) {
+    RunPlan(sched, plan);
+    sched.Schedule(&plan);
+  }
   // Decoding filled each one's third block with its own tokens (all 7s here): equal
   // blocks, merged; their parents are the shared blocks, so the chain holds.
   EXPECT_EQ(a->blocks[2], b->blocks[2]);
@@ -220,9 +225,7 @@ TEST_F(PrefixSchedulerTest, APreemptedSequenceResumesFromItsCachedBlocks) {
   EXPECT_EQ(new_seq->num_computed, 8);
   EXPECT_EQ(e->num_tokens, len - new_seq->num_computed);
   EXPECT_GT(sched.prefix_hit_tokens(), 0);
-  RunPlan(sched, plan);
-  sched.Remove(new_seq);
-  ExpectIdleAccounting(kv);
+  FinishAll(sched, plan, {new_seq});
 }
 
 TEST_F(PrefixSchedulerTest, OnlyComputedBlocksAreCached) {
@@ -239,8 +242,7 @@ TEST_F(PrefixSchedulerTest, OnlyComputedBlocksAreCached) {
   EXPECT_EQ(kv.cached_blocks(), 2) << "the blocks of the planned chunk were never computed";
   ExpectIdleAccounting(kv);
   SchedSequence* again = NewSeq(Tokens(20));
-  sched.Add(again);
-  sched.Schedule(&plan);
+  AddAndSchedule(sched, again, &plan);
   EXPECT_EQ(again->num_computed, 8);
 }
 
@@ -252,15 +254,11 @@ TEST_F(PrefixSchedulerTest, CachedBlocksGiveWayToARequestThatFitsThePool) {
   ASSERT_EQ(kv.cached_blocks(), 8) << "the whole pool holds cached blocks";
   // Needs every block: admitted at once, evicting all the cached ones.
   SchedSequence* big = NewSeq(Tokens(32, 300));
-  sched.Add(big);
   StepPlan plan;
-  sched.Schedule(&plan);
-  ASSERT_NE(EntryOf(plan, big), nullptr);
+  ASSERT_NE(AddAndSchedule(sched, big, &plan), nullptr);
   EXPECT_EQ(kv.used_blocks(), 8);
   EXPECT_EQ(kv.evictions(), 8);
-  RunPlan(sched, plan);
-  sched.Remove(big);
-  ExpectIdleAccounting(kv);
+  FinishAll(sched, plan, {big});
 }
 
 TEST_F(PrefixSchedulerTest, OffMeansNoSharing) {
@@ -269,10 +267,10 @@ TEST_F(PrefixSchedulerTest, OffMeansNoSharing) {
   RunToEnd(sched, NewSeq(Tokens(12)));
   EXPECT_EQ(kv.cached_blocks(), 0);
   SchedSequence* again = NewSeq(Tokens(12));
-  sched.Add(again);
   StepPlan plan;
-  sched.Schedule(&plan);
-  EXPECT_EQ(EntryOf(plan, again)->num_tokens, 12);
+  const StepPlan::Entry* e = AddAndSchedule(sched, again, &plan);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->num_tokens, 12);
   EXPECT_EQ(sched.prefix_query_tokens(), 0);
 }
 

@@ -12,6 +12,7 @@ namespace ptxserve::testing {
 
 struct Collected {
   std::vector<int32_t> tokens;
+  std::vector<SampleResult> logprobs;  // when the request asked for them
   std::string text;
   EngineOutput final_out;
   int messages = 0;
@@ -26,6 +27,7 @@ inline std::vector<Collected> Drain(ResultStream& stream, int n) {
     for (auto& o : batch) {
       Collected& c = out.at(o.index);
       c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      c.logprobs.insert(c.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
       c.text += o.text;
       ++c.messages;
       if (o.final()) {
