@@ -159,6 +159,7 @@ absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest>
     s->arrival = now;
     seqs.push_back(std::move(s));
   }
+  if (config_.prefix_caching && seqs.size() > 1) LinkParallelSamples(seqs);
 
   std::vector<uint64_t> ids;
   ids.reserve(seqs.size());
@@ -183,6 +184,18 @@ absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest>
   waiting_ += static_cast<int32_t>(n);
   live_.fetch_add(static_cast<int32_t>(n), std::memory_order_relaxed);
   return ids;
+}
+
+void Engine::LinkParallelSamples(const std::vector<std::unique_ptr<Sequence>>& seqs) {
+  absl::flat_hash_map<size_t, SchedSequence*> first;  // (priority, prompt) hash -> first one
+  for (const auto& s : seqs) {
+    SchedSequence& q = s->sched;
+    auto [it, inserted] = first.try_emplace(absl::HashOf(q.priority, q.tokens), &q);
+    SchedSequence& lead = *it->second;
+    if (inserted || lead.priority != q.priority || lead.tokens != q.tokens) continue;
+    if (lead.opens == nullptr) lead.opens = std::make_shared<PromptGate>();
+    q.wait_for = lead.opens;
+  }
 }
 
 void Engine::Cancel(uint64_t id) {

@@ -101,6 +101,11 @@ class Engine {
     std::vector<std::unique_ptr<Sequence>> seqs;
   };
 
+  // Parallel samples (a prompt more than once in one call, as OpenAI's `n` asks): each
+  // later one waits for the first one's prompt to be computed and then starts from its
+  // cached blocks (SchedSequence::wait_for). Same priority only, so the first one is
+  // always admitted first.
+  void LinkParallelSamples(const std::vector<std::unique_ptr<Sequence>>& seqs);
   void Loop();
   // Moves new requests and cancellations into the scheduler; false when stopping.
   bool DrainInbox(bool wait);

@@ -50,7 +50,14 @@ void Scheduler::Remove(SchedSequence* seq) {
   } else if (waiting_.erase(seq) == 0) {
     return;
   }
+  OpenGate(seq);
   kv_->FreeSequence(&seq->blocks);
+}
+
+void Scheduler::OpenGate(SchedSequence* seq) {
+  if (seq->opens == nullptr) return;
+  seq->opens->open = true;
+  seq->opens.reset();
 }
 
 int32_t Scheduler::NextChunk(const SchedSequence& seq, int64_t from) const {
@@ -102,6 +109,7 @@ void Scheduler::Preempt(SchedSequence* seq, StepPlan* plan) {
   // recomputing a prompt is one batched prefill.
   assert(!running_.empty() && running_.back() == seq);
   running_.pop_back();
+  OpenGate(seq);
   kv_->FreeSequence(&seq->blocks);
   seq->num_computed = 0;
   seq->num_offered_blocks = 0;
@@ -152,6 +160,7 @@ void Scheduler::Schedule(StepPlan* plan) {
     while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_batch_size &&
            budget > 0) {
       SchedSequence* s = *waiting_.begin();
+      if (s->wait_for != nullptr && !s->wait_for->open) break;
       matched_.clear();
       MatchPrefix(s, &matched_);
       const int64_t start = static_cast<int64_t>(matched_.size()) * kv_->block_size();
@@ -167,6 +176,7 @@ void Scheduler::Schedule(StepPlan* plan) {
       s->blocks.assign(matched_.begin(), matched_.end());
       s->num_computed = start;
       s->num_offered_blocks = static_cast<int32_t>(matched_.size());
+      s->wait_for.reset();
       if (kv_->prefix_caching()) {
         prefix_query_tokens_ += static_cast<int64_t>(s->tokens.size());
         prefix_hit_tokens_ += start;
@@ -213,6 +223,7 @@ void Scheduler::Commit(const StepPlan& plan) {
   for (const auto& e : plan.entries) {
     e.seq->num_computed += e.num_tokens;
     if (kv_->prefix_caching()) OfferBlocks(e.seq);
+    if (e.samples) OpenGate(e.seq);
   }
 }
 

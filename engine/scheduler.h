@@ -24,10 +24,13 @@
 // every block that became full and computed to the cache; a block equal to one already
 // cached is swapped for that one, so equal prefixes share memory. Shared blocks are
 // full and never written again: a sequence writes only past its matched blocks, into
-// blocks of its own.
+// blocks of its own. A sequence that waits for another's prompt (parallel samples, see
+// SchedSequence::wait_for) is not admitted before that prompt is computed; as the head of
+// the queue it holds back the sequences behind it meanwhile.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -40,6 +43,12 @@ struct SchedulerConfig {
   int32_t max_batch_size = 64;      // sequences per step
   int32_t max_batch_tokens = 2048;  // token rows per step
   int32_t prefill_chunk = 512;      // prompt tokens of one sequence per step, <= max_batch_tokens
+};
+
+// Opened when a sequence's prompt has been computed, or when the sequence leaves the
+// batch before that (finished, cancelled, preempted).
+struct PromptGate {
+  bool open = false;
 };
 
 // The scheduling state of one sequence. Owned by the caller; the scheduler keeps
@@ -58,6 +67,11 @@ struct SchedSequence {
   // `blocks` were offered to the cache.
   std::vector<uint64_t> block_hashes;
   int32_t num_offered_blocks = 0;
+  // Parallel samples: a sequence with the prompt of an earlier one of the same priority
+  // waits for that one's gate (`wait_for`, opened through its `opens`), then finds the
+  // prompt's full blocks cached instead of computing them beside it.
+  std::shared_ptr<PromptGate> opens;
+  std::shared_ptr<const PromptGate> wait_for;
 };
 
 // One step's plan: the batch for the backend and which sequence owns which rows.
@@ -112,6 +126,8 @@ class Scheduler {
   // its next prefill chunk.
   int32_t NextChunk(const SchedSequence& seq, int64_t from) const;
   void Preempt(SchedSequence* seq, StepPlan* plan);
+  // Opens seq's gate, if it has one.
+  static void OpenGate(SchedSequence* seq);
   void AddEntry(SchedSequence* seq, int32_t n, StepPlan* plan);
   void BuildBatch(StepPlan* plan) const;
   // Extends seq->block_hashes to the first n full blocks of its tokens.

@@ -54,5 +54,9 @@ TEST_F(GpuPrefixCacheTest, InterruptedPrefillCachesOnlyComputedBlocks) {
   ptxserve::testing::ExpectInterruptedPrefillCachesOnlyComputedBlocks(Fixture());
 }
 
+TEST_F(GpuPrefixCacheTest, ParallelSamplesComputeThePromptOnce) {
+  ptxserve::testing::ExpectParallelSamplesComputeThePromptOnce(Fixture());
+}
+
 }  // namespace
 }  // namespace ptxserve::cuda

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 
 #include "engine/cpu/cpu_backend.h"
 #include "tests/cpu/test_model.h"
@@ -46,6 +47,7 @@ struct Backends {
   const char* name;
   PrefixFixture (*fixture)();
 };
+void PrintTo(const Backends& b, std::ostream* os) { *os << b.name; }
 
 class PrefixEngineTest : public ::testing::TestWithParam<Backends> {
  protected:
@@ -67,6 +69,10 @@ TEST_P(PrefixEngineTest, SameTokensWithCachingOnAndOff) {
 
 TEST_P(PrefixEngineTest, InterruptedPrefillCachesOnlyComputedBlocks) {
   ExpectInterruptedPrefillCachesOnlyComputedBlocks(Fixture());
+}
+
+TEST_P(PrefixEngineTest, ParallelSamplesComputeThePromptOnce) {
+  ExpectParallelSamplesComputeThePromptOnce(Fixture());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PrefixEngineTest,

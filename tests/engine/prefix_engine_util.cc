@@ -126,6 +126,11 @@ std::vector<Scenario> PrefixScenarios(const PrefixFixture& f) {
                      inside, std::vector<int32_t>(base.begin(), base.begin() + 2 * bs + 2), first};
                }});
   s.push_back({"many requests with one prefix at once", 2, 0, shared_prefix(3 * bs + 1, 7, 16)});
+  s.push_back(
+      {"parallel samples (one prompt several times in a call)", 2, 0, [=](int w, const Outcome&) {
+         const std::vector<int32_t> p = Prompt(2 * bs + 1, v, 9);
+         return w == 0 ? Prompts{p, p, Prompt(bs + 1, v, 10), p} : Prompts{p, p};
+       }});
   s.push_back({"multi-turn chats", 3, 0, [=](int w, const Outcome& so_far) {
                  // Each turn: the previous turn's prompt and answer, then a new message.
                  Prompts p;
@@ -249,6 +254,26 @@ void ExpectInterruptedPrefillCachesOnlyComputedBlocks(const PrefixFixture& f) {
     EXPECT_EQ(st.prefix_cache_query_tokens_total, 2 * static_cast<int64_t>(prompt.size()));
     EXPECT_EQ(st.kv_blocks_used, 0);
   }
+}
+
+void ExpectParallelSamplesComputeThePromptOnce(const PrefixFixture& f) {
+  const int32_t bs = f.block_size;
+  const std::vector<std::vector<int32_t>> prompts(4, Prompt(5 * bs + 2, f.vocab, 60));
+  EngineConfig cfg = f.config;
+  cfg.prefix_caching = false;
+  const std::vector<Collected> off =
+      RunWave(*StartEngine(f, f.make_backend(0), cfg), WaveRequests(f, 0, prompts));
+  cfg.prefix_caching = true;
+  std::unique_ptr<Engine> engine = StartEngine(f, f.make_backend(0), cfg);
+  const std::vector<Collected> on = RunWave(*engine, WaveRequests(f, 0, prompts));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("sample ", i));
+    EXPECT_EQ(on[i].tokens, off[i].tokens);
+    // The first computes the prompt; the others start from its five full blocks.
+    EXPECT_EQ(on[i].final_out.cached_prompt_tokens, i == 0 ? 0 : 5 * bs);
+    EXPECT_EQ(off[i].final_out.cached_prompt_tokens, 0);
+  }
+  EXPECT_EQ(engine->Stats().kv_blocks_used, 0);
 }
 
 absl::Status GatedBackend::Step(const StepBatch& batch, std::vector<float>* logits) {

@@ -61,7 +61,8 @@ std::vector<EngineRequest> WaveRequests(const PrefixFixture& f, int wave,
 
 // The scenarios the issue lists (shared prefixes on and off block boundaries, fully
 // cached prompts, divergence inside a block, many requests with one prefix at once,
-// multi-turn, preemption under memory pressure), sized for the fixture's block size.
+// parallel samples, multi-turn, preemption under memory pressure), sized for the
+// fixture's block size.
 std::vector<Scenario> PrefixScenarios(const PrefixFixture& f);
 
 // Runs `s` through a fresh engine with caching on or off.
@@ -75,6 +76,10 @@ void ExpectCachingChangesNothing(const PrefixFixture& f, const std::vector<Scena
 // the blocks it finished computing cached: a rerun of its prompt hits exactly those, and
 // its tokens equal those of a run with caching off.
 void ExpectInterruptedPrefillCachesOnlyComputedBlocks(const PrefixFixture& f);
+
+// A prompt several times in one call (parallel samples): the first computes it, the others
+// wait for it and start from its cached full blocks; tokens equal those with caching off.
+void ExpectParallelSamplesComputeThePromptOnce(const PrefixFixture& f);
 
 // Wraps a backend with test controls: steps can be held or failed at a given number.
 class GatedBackend : public Backend {

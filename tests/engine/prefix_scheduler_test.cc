@@ -261,6 +261,53 @@ TEST_F(PrefixSchedulerTest, CachedBlocksGiveWayToARequestThatFitsThePool) {
   FinishAll(sched, plan, {big});
 }
 
+TEST_F(PrefixSchedulerTest, AParallelSampleWaitsForThePromptThenStartsFromItsBlocks) {
+  KvBlockManager kv(32, kBs, true, 1);
+  Scheduler sched({8, 64, 8}, &kv);  // prefill chunks of 8: the prompt takes 3 steps
+  SchedSequence* lead = NewSeq(Tokens(18));
+  SchedSequence* sample = NewSeq(Tokens(18));
+  lead->opens = std::make_shared<PromptGate>();
+  sample->wait_for = lead->opens;
+  SchedSequence* behind = NewSeq(Tokens(3, 500));
+  sched.Add(lead);
+  sched.Add(sample);
+  sched.Add(behind);
+  StepPlan plan;
+  for (int step = 0; step < 3; ++step) {
+    sched.Schedule(&plan);
+    EXPECT_EQ(plan.entries.size(), 1u) << "step " << step << ": the others wait";
+    RunPlan(sched, plan);
+  }
+  EXPECT_TRUE(sample->wait_for->open);
+  sched.Schedule(&plan);
+  const StepPlan::Entry* e = EntryOf(plan, sample);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(sample->num_computed, 16) << "the prompt's four full blocks, shared";
+  EXPECT_EQ(e->num_tokens, 2);
+  EXPECT_EQ(sample->blocks[3], lead->blocks[3]);
+  EXPECT_NE(EntryOf(plan, behind), nullptr);
+  FinishAll(sched, plan, {lead, sample, behind});
+}
+
+TEST_F(PrefixSchedulerTest, AParallelSampleStopsWaitingWhenTheFirstLeaves) {
+  KvBlockManager kv(32, kBs, true, 1);
+  Scheduler sched({8, 64, 8}, &kv);
+  SchedSequence* lead = NewSeq(Tokens(18));
+  SchedSequence* sample = NewSeq(Tokens(18));
+  lead->opens = std::make_shared<PromptGate>();
+  sample->wait_for = lead->opens;
+  sched.Add(lead);
+  sched.Add(sample);
+  StepPlan plan;
+  sched.Schedule(&plan);
+  RunPlan(sched, plan);
+  sched.Remove(lead);  // cancelled after its first chunk
+  sched.Schedule(&plan);
+  ASSERT_NE(EntryOf(plan, sample), nullptr);
+  EXPECT_EQ(sample->num_computed, 8) << "from the two blocks the first one computed";
+  FinishAll(sched, plan, {sample});
+}
+
 TEST_F(PrefixSchedulerTest, OffMeansNoSharing) {
   KvBlockManager kv(32, kBs);
   Scheduler sched({8, 64, 16}, &kv);
