@@ -400,6 +400,10 @@ absl::Status Decoder::Run() {
       return BitScan();
     case Op::kCp:
       return Cp();
+    case Op::kLdmatrix:
+      return Ldmatrix();
+    case Op::kMma:
+      return Mma();
     case Op::kActivemask:
     case Op::kMembar:
     case Op::kFence:

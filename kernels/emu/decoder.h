@@ -1,5 +1,5 @@
 // Internal to the emulator's front end: turns one RawInstr into an Instr. decoder.cc holds
-// modifier and operand handling, decode_ops.cc the per-opcode rules.
+// modifier and operand handling, decode_*.cc the per-opcode rules.
 #pragma once
 
 #include <string>
@@ -104,6 +104,8 @@ class Decoder {
   absl::Status Bar();
   absl::Status BitScan();  // bfind, shf
   absl::Status Cp();
+  absl::Status Ldmatrix();
+  absl::Status Mma();
   absl::Status Misc();
 
   FnBuilder& b_;

@@ -16,9 +16,13 @@
 // paths meet and warp collectives see every participating lane. Warps of a block run one at
 // a time until they exit or wait at a barrier.
 //
+// Tensor cores: ldmatrix.m8n8 (.x1/.x2/.x4, .trans) and mma.m16n8k8 / m16n8k16 with f16 or
+// bf16 inputs and f32 accumulators, in the ISA's fragment layouts; both must be executed by
+// a whole warp. mma sums exactly and rounds once (a GPU may differ in the last bits).
+//
 // Not modelled (rejected at load with the line): .func/call, .global/.const variables,
-// textures/surfaces, tensor-core instructions (mma, ldmatrix, wgmma), directed rounding
-// (.rz/.rm/.rp) of arithmetic (cvt supports every rounding mode).
+// textures/surfaces, other mma shapes and types, wgmma, directed rounding (.rz/.rm/.rp) of
+// arithmetic (cvt supports every rounding mode).
 //
 // Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
 // run its blocks on several host threads (blocks are independent except for atomics, which

@@ -56,6 +56,7 @@ class BlockRunner {
       ctx_.shared_read_tag = tags_.data() + words;
       ctx_.shared_read_line = tag_lines_.data() + words;
     }
+    ctx_.slot_names = &fn_.slot_names;
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;
@@ -88,11 +89,7 @@ class BlockRunner {
   absl::Status UninitError(const Warp& w, const Instr& in, const std::string& name,
                            uint32_t missing) const {
     return Error(w, std::countr_zero(missing), in.line,
-                 absl::StrFormat("'%s' reads register %s, which this thread never wrote "
-                                 "(or which got an undefined value from a shfl.sync of a "
-                                 "non-participating lane); uninitialised in lanes 0x%08x of "
-                                 "warp %u",
-                                 OpName(static_cast<Op>(in.op)), name, missing, w.index));
+                 UninitMessage(static_cast<Op>(in.op), name, missing, w.index));
   }
 
   const LaunchConfig& cfg_;
@@ -467,6 +464,13 @@ absl::Status BlockRunner::Run(uint64_t b) {
 }
 
 }  // namespace
+
+std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_t warp) {
+  return absl::StrFormat(
+      "'%s' reads register %s, which this thread never wrote (or which got an undefined value "
+      "from a shfl.sync of a non-participating lane); uninitialised in lanes 0x%08x of warp %u",
+      OpName(op), reg, missing, warp);
+}
 
 absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   const uint64_t nblocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;

@@ -87,10 +87,11 @@ struct Instr {
   uint16_t op = 0;       // Opcode, for messages
   uint16_t d[4] = {0, 0, 0, 0};
   uint16_t s[4] = {0, 0, 0, 0};
-  uint16_t pd[2] = {0, 0};  // predicate destinations
-  uint16_t ps[2] = {0, 0};  // predicate sources
+  uint16_t s2[6] = {0, 0, 0, 0, 0, 0};  // further sources (mma: B in [0..1], C in [2..5])
+  uint16_t pd[2] = {0, 0};              // predicate destinations
+  uint16_t ps[2] = {0, 0};              // predicate sources
   bool ps_neg[2] = {false, false};
-  uint16_t chk[6] = {0, 0, 0, 0, 0, 0};
+  uint16_t chk[10] = {};  // mma reads ten registers
   uint16_t pchk[3] = {0, 0, 0};
   int64_t imm = 0;           // address offset (ld/st/atom), absolute address for symbolic operands
   int64_t imm2 = 0;          // second address offset (cp.async source)

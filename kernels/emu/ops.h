@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/emu/fp16.h"
@@ -25,7 +27,8 @@ namespace ptxserve::emu {
   X(Bar, "bar") X(Barrier, "barrier") X(Membar, "membar") X(Fence, "fence") \
   X(Bra, "bra") X(Ret, "ret") X(Exit, "exit") X(Prefetch, "prefetch") \
   X(Prefetchu, "prefetchu") X(Nanosleep, "nanosleep") X(Testp, "testp") \
-  X(Griddepcontrol, "griddepcontrol") X(Bfind, "bfind") X(Shf, "shf")
+  X(Griddepcontrol, "griddepcontrol") X(Bfind, "bfind") X(Shf, "shf") \
+  X(Ldmatrix, "ldmatrix") X(Mma, "mma")
 // clang-format on
 
 enum class Op : uint16_t {
@@ -97,6 +100,13 @@ Handler SelectNop();
 Handler SelectPredLogic(Op op);  // and/or/xor/not/mov on .pred
 Handler SelectBfind(Ty t, bool shiftamt);
 Handler SelectShf(bool left, bool clamp);
+// ldmatrix.sync.aligned.m8n8.x<num>[.trans] from .shared (or a generic address into it).
+Handler SelectLdmatrix(int num, bool trans, bool generic);
+// mma.sync.aligned.m16n8k<k>.row.col.f32.<ab>.<ab>.f32, ab = f16 or bf16, k = 8 or 16.
+Handler SelectMma(int k, bool bf16);
+
+// The message for a read of register `reg` that lanes `missing` of warp `warp` never wrote.
+std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_t warp);
 
 template <class T>
 inline T Get(uint64_t v) {
