@@ -83,12 +83,23 @@ absl::Status Decoder::Atom() {
 absl::Status Decoder::Cp() {
   const auto& mods = r_.mods;
   if (mods.empty() || mods[0] != "async") return Err("only cp.async is supported");
-  if (mods.size() >= 2 &&
-      (mods[1] == "commit_group" || mods[1] == "wait_group" || mods[1] == "wait_all")) {
-    // Copies complete when issued, so groups are always complete.
-    if (mods.size() != 2) return Err("unexpected modifier");
-    if (auto s = NeedOps(mods[1] == "wait_group" ? 1 : 0); !s.ok()) return s;
-    in_.fn = SelectNop();
+  b_.fn->uses_cp_async = true;
+  if (mods.size() == 2 && mods[1] == "commit_group") {
+    if (auto s = NeedOps(0); !s.ok()) return s;
+    in_.fn = SelectCpAsyncCommit();
+    return absl::OkStatus();
+  }
+  if (mods.size() == 2 && (mods[1] == "wait_group" || mods[1] == "wait_all")) {
+    const bool all = mods[1] == "wait_all";
+    if (auto s = NeedOps(all ? 0 : 1); !s.ok()) return s;
+    if (!all) {
+      const RawOperand& n = r_.ops[0];
+      if (n.kind != RawOperand::kInt || static_cast<int64_t>(n.ival) < 0) {
+        return Err("cp.async.wait_group takes a non-negative integer constant");
+      }
+      in_.imm = static_cast<int64_t>(n.ival);
+    }
+    in_.fn = SelectCpAsyncWait(all);
     return absl::OkStatus();
   }
   bool cg = false, shared = false, global = false;
@@ -122,8 +133,14 @@ absl::Status Decoder::Cp() {
   if (cg && n.ival != 16) return Err("cp.async.cg copies 16 bytes");
   in_.size = static_cast<uint8_t>(n.ival);
   if (r_.ops.size() == 4) {
-    if (auto s = SetSrc(1, 3, Ty::kU32); !s.ok()) return s;
-    in_.mode = 1;
+    const RawOperand& last = r_.ops[3];
+    if (last.kind == RawOperand::kReg && last.reg.pred) {  // ignore-src
+      if (auto s = PredSrc(0, last); !s.ok()) return s;
+      in_.mode = 2;
+    } else {  // src-size
+      if (auto s = SetSrc(1, 3, Ty::kU32); !s.ok()) return s;
+      in_.mode = 1;
+    }
   }
   in_.fn = SelectCpAsync();
   return absl::OkStatus();

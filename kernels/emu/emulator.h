@@ -20,6 +20,12 @@
 // bf16 inputs and f32 accumulators, in the ISA's fragment layouts; both must be executed by
 // a whole warp. mma sums exactly and rounds once (a GPU may differ in the last bits).
 //
+// cp.async is asynchronous: the source is read at issue, the destination written only when
+// the issuing thread waits for the copy's group (per-thread groups: commit_group,
+// wait_group N, wait_all). Touching a destination before then (a read, a store, another
+// cp.async) and exiting with copies in flight are errors; landed data counts as written by
+// the issuer's warp at the wait, so other warps still need a barrier.
+//
 // Not modelled (rejected at load with the line): .func/call, .global/.const variables,
 // textures/surfaces, other mma shapes and types, wgmma, directed rounding (.rz/.rm/.rp) of
 // arithmetic (cvt supports every rounding mode).

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/emu/async_copy.h"
 #include "kernels/emu/ops.h"
 
 namespace ptxserve::emu {
@@ -57,6 +58,7 @@ class BlockRunner {
       ctx_.shared_read_line = tag_lines_.data() + words;
     }
     ctx_.slot_names = &fn_.slot_names;
+    if (fn_.uses_cp_async) ctx_.async = &async_;
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;
@@ -102,6 +104,7 @@ class BlockRunner {
   std::vector<uint8_t> local_;
   std::vector<uint32_t> tags_;  // shared-memory race detection (ExecCtx::shared_tag)
   std::vector<int32_t> tag_lines_;
+  AsyncCopies async_;  // used when the kernel has cp.async
   ExecCtx ctx_;
   LaunchCounters counters_;
   struct Bar {
@@ -378,6 +381,15 @@ absl::Status BlockRunner::RunWarp(Warp& w) {
         }
         break;
       case Ctl::kExit:
+        if (m != 0 && ctx_.async != nullptr && async_.in_flight != 0) {
+          for (uint32_t s = m; s != 0 && status.ok(); s &= s - 1) {
+            const int l = std::countr_zero(s);
+            if (std::string why = CopiesInFlightAtExit(ctx_, l); !why.empty()) {
+              status = Error(w, l, in.line, why);
+            }
+          }
+          if (!status.ok()) break;
+        }
         if (m != 0) {
           if (w.exit_lane < 0) {
             w.exit_lane = std::countr_zero(m);
@@ -446,6 +458,7 @@ absl::Status BlockRunner::Run(uint64_t b) {
   }
   for (auto& bar : bars_) bar = Bar();
   if (!tags_.empty()) std::fill(tags_.begin(), tags_.end(), 0u);
+  if (ctx_.async != nullptr) async_.Reset(nwarps_ * kWarpSize, ctx_.shared_size);
   ctx_.epoch = 1;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
   while (true) {

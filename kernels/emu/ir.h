@@ -57,6 +57,7 @@ enum class Space : uint8_t { kGeneric, kGlobal, kShared, kParam, kLocal, kConst 
 // Where a decoded instruction hands control back to the warp scheduler.
 enum class Ctl : uint8_t { kNone, kBra, kExit, kBar, kBarArrive };
 
+struct AsyncCopies;
 struct ExecCtx;
 struct Warp;
 struct Instr;
@@ -157,6 +158,7 @@ struct ExecCtx {
   uint32_t* shared_read_tag = nullptr;  // [word]: last read
   int32_t* shared_read_line = nullptr;
   uint32_t epoch = 1;
+  AsyncCopies* async = nullptr;  // cp.async copies not landed; null when the kernel has none
   const uint8_t* params = nullptr;
   uint32_t param_size = 0;
   Dim3u block_idx, block_dim, grid_dim;

@@ -1,11 +1,12 @@
-// Internal to the emulator: address resolution shared by the memory handlers
-// (ops_mem.cc, ops_atom.cc). Every access is checked before it happens: natural alignment
-// of the whole (vector) access, then bounds against one global allocation, the block's
-// shared memory, the thread's local memory or the parameter buffer.
+// Internal to the emulator: address resolution shared by the memory handlers (ops_mem.cc,
+// ops_atom.cc, ops_async.cc, ops_tensor.cc). Every access is checked before it happens:
+// natural alignment of the whole (vector) access, then bounds against one global
+// allocation, the block's shared memory, the thread's local memory or the parameter buffer.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/emu/async_copy.h"
 #include "kernels/emu/ir.h"
 
 namespace ptxserve::emu {
@@ -18,18 +19,32 @@ uint8_t* FailSpace(ExecCtx& ctx, Space sp, uint64_t addr, uint32_t n, uint32_t l
 
 // Records a race found by TrackShared (always returns false).
 bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write);
+// Records an access (`what`: "reads", ...) to a word whose cp.async has not landed (false).
+bool InFlightFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, const char* what);
 
-// Before a shared-memory access of `n` bytes at `p` by the current warp: a read conflicts
-// with another warp's write, a write with another warp's read, since the last barrier
-// (either order could happen on the GPU, where warps run concurrently); otherwise the
-// words are tagged with this access. Pointers outside shared memory (generic accesses to
-// global/local) are ignored. `atomic` writes skip the conflict check: atomics race with
-// each other by design.
+// False, after recording the fault, when shared bytes [off, off + n) overlap the
+// destination of a cp.async that has not landed (async_copy.h).
+inline bool CheckNotInFlight(ExecCtx& ctx, size_t off, uint32_t n, uint32_t lane,
+                             const char* what) {
+  if (ctx.async == nullptr || ctx.async->in_flight == 0) return true;
+  for (size_t w = off / 4; w <= (off + n - 1) / 4; ++w) {
+    if (ctx.async->owner[w] != 0) return InFlightFault(ctx, off, lane, w, what);
+  }
+  return true;
+}
+
+// Before a shared-memory access of `n` bytes at `p` by the current warp: touching a
+// cp.async destination that has not landed is a fault; so is a read of a word another
+// warp wrote, or a write of a word another warp read, since the last barrier (either order
+// could happen on the GPU, where warps run concurrently); otherwise the words are tagged
+// with this access. Pointers outside shared memory (generic accesses to global/local) are
+// ignored. `atomic` writes skip the conflict check: atomics race with each other by design.
 inline bool TrackShared(ExecCtx& ctx, const uint8_t* p, uint32_t n, bool write, int32_t line,
                         uint32_t lane, bool atomic = false) {
-  if (ctx.shared_tag == nullptr) return true;
   const uintptr_t off = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(ctx.shared);
   if (off >= ctx.shared_size) return true;
+  if (!CheckNotInFlight(ctx, off, n, lane, write ? "writes" : "reads")) return false;
+  if (ctx.shared_tag == nullptr) return true;
   const uint32_t me = (ctx.epoch << 6) | (ctx.cur_warp + 1);
   for (size_t w = off / 4; w <= (off + n - 1) / 4; ++w) {
     if (write) {

@@ -87,8 +87,10 @@ Handler SelectSetp(Ty t);               // setp for any comparable type (cmp in 
 Handler SelectLoad(Space sp, int size, bool is_signed, int vec);
 Handler SelectStore(Space sp, int size, int vec);
 Handler SelectAtom(Space sp, AtomOp op, Ty t, bool returns);
-Handler SelectCpAsync();
-Handler SelectMovPack(bool pack);  // mov.bN {a,b..} <-> d; element size in Instr::size
+Handler SelectCpAsync();  // these three need ExecCtx::async (Function::uses_cp_async)
+Handler SelectCpAsyncCommit();
+Handler SelectCpAsyncWait(bool all);  // wait_group (N in Instr::imm) or wait_all
+Handler SelectMovPack(bool pack);     // mov.bN {a,b..} <-> d; element size in Instr::size
 Handler SelectCvta(bool to_space, bool local, bool addr32);  // shared/local <-> generic
 Handler SelectShfl(ShflMode m);
 Handler SelectVote(VoteMode m);
@@ -107,6 +109,9 @@ Handler SelectMma(int k, bool bf16);
 
 // The message for a read of register `reg` that lanes `missing` of warp `warp` never wrote.
 std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_t warp);
+// Why lane `lane` of the current warp may not exit yet (cp.async copies it never waited
+// for), or "" when it may.
+std::string CopiesInFlightAtExit(const ExecCtx& ctx, uint32_t lane);
 
 template <class T>
 inline T Get(uint64_t v) {

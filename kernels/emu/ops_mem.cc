@@ -1,5 +1,4 @@
-// ld / st / cp.async handlers and the global-memory lookup; address checks live in
-// mem_access.h.
+// ld / st handlers and the global-memory lookup; address checks live in mem_access.h.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -182,47 +181,6 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
   return ok;
 }
 
-bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
-  const uint64_t* dbase = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
-  const uint64_t* sbase = w.R(in.s[0]);
-  const uint64_t* ssize = in.mode != 0 ? w.R(in.s[1]) : nullptr;
-  const Allocation* cache = nullptr;
-  const uint32_t n = in.size;
-  bool ok = true;
-  ForLanes(m, [&](uint32_t l) {
-    if (!ok) return;
-    uint8_t* dst =
-        Resolve<Space::kShared>(ctx, LaneAddr(in, dbase, l), n, n, cache, l, "cp.async store");
-    if (dst == nullptr) {
-      ok = false;
-      return;
-    }
-    if (!TrackShared(ctx, dst, n, true, in.line, l)) {
-      ok = false;
-      return;
-    }
-    const uint32_t src_n = ssize != nullptr ? std::min<uint32_t>(Get<uint32_t>(ssize[l]), n) : n;
-    const uint64_t saddr = sbase[l] + static_cast<uint64_t>(in.imm2);
-    if (saddr % n != 0) {
-      ok = ctx.FailAddr(static_cast<int>(l), saddr,
-                        absl::StrFormat("misaligned cp.async load: address 0x%x is not %u-byte "
-                                        "aligned",
-                                        saddr, n));
-      return;
-    }
-    if (src_n > 0) {
-      const uint8_t* src = Resolve<Space::kGlobal>(ctx, saddr, src_n, 1, cache, l, "cp.async load");
-      if (src == nullptr) {
-        ok = false;
-        return;
-      }
-      std::memcpy(dst, src, src_n);
-    }
-    std::memset(dst + src_n, 0, n - src_n);  // the zero-fill of the src-size form
-  });
-  return ok;
-}
-
 template <Space SP>
 Handler LoadFor(int size, bool sgn, int vec) {
 #define EMU_LD(S, SG, V) \
@@ -303,7 +261,5 @@ Handler SelectStore(Space sp, int size, int vec) {
       return nullptr;
   }
 }
-
-Handler SelectCpAsync() { return &CpAsync; }
 
 }  // namespace ptxserve::emu
