@@ -1,5 +1,7 @@
 // Decode rules for memory instructions: ld/ldu/st (state spaces, vectors, cache hints),
 // atom/red and cp.async.
+#include <algorithm>
+
 #include "kernels/emu/decoder.h"
 
 namespace ptxserve::emu {
@@ -83,6 +85,7 @@ absl::Status Decoder::Atom() {
 absl::Status Decoder::Cp() {
   const auto& mods = r_.mods;
   if (mods.empty() || mods[0] != "async") return Err("only cp.async is supported");
+  if (auto s = NeedTarget(80, 70); !s.ok()) return s;
   b_.fn->uses_cp_async = true;
   if (mods.size() == 2 && mods[1] == "commit_group") {
     if (auto s = NeedOps(0); !s.ok()) return s;
@@ -103,15 +106,18 @@ absl::Status Decoder::Cp() {
     return absl::OkStatus();
   }
   bool cg = false, shared = false, global = false;
+  int min_ptx = 70;
   for (size_t i = 1; i < mods.size(); ++i) {
     const std::string& m = mods[i];
     if (m == "ca" || m == "cg") {
       cg = m == "cg";
     } else if (m == "shared" || m == "shared::cta") {
       shared = true;
+      if (m == "shared::cta") min_ptx = std::max(min_ptx, 78);
     } else if (m == "global") {
       global = true;
     } else if (m.rfind("L2::", 0) == 0 && m != "L2::cache_hint") {
+      min_ptx = std::max(min_ptx, 74);  // prefetch-size hints
     } else {
       return Err("unsupported modifier '.%s'", m);
     }
@@ -135,6 +141,7 @@ absl::Status Decoder::Cp() {
   if (r_.ops.size() == 4) {
     const RawOperand& last = r_.ops[3];
     if (last.kind == RawOperand::kReg && last.reg.pred) {  // ignore-src
+      min_ptx = std::max(min_ptx, 75);
       if (auto s = PredSrc(0, last); !s.ok()) return s;
       in_.mode = 2;
     } else {  // src-size
@@ -142,6 +149,7 @@ absl::Status Decoder::Cp() {
       in_.mode = 1;
     }
   }
+  if (auto s = NeedTarget(80, min_ptx); !s.ok()) return s;
   in_.fn = SelectCpAsync();
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@ absl::Status Decoder::Ldmatrix() {
   constexpr const char* kForms = "ldmatrix.sync.aligned.m8n8.x1/.x2/.x4[.trans][.shared].b16";
   bool sync = false, aligned = false, shape = false, trans = false, b16 = false;
   int num = 0;
+  int min_ptx = 65;
   Space sp = Space::kGeneric;
   for (const std::string& m : r_.mods) {
     if (m == "sync") {
@@ -23,6 +24,7 @@ absl::Status Decoder::Ldmatrix() {
       trans = true;
     } else if (m == "shared" || m == "shared::cta") {
       sp = Space::kShared;
+      if (m == "shared::cta") min_ptx = 78;
     } else if (m == "b16") {
       b16 = true;
     } else {
@@ -30,6 +32,7 @@ absl::Status Decoder::Ldmatrix() {
     }
   }
   if (!sync || !aligned || !shape || num == 0 || !b16) return Err("expected %s", kForms);
+  if (auto s = NeedTarget(75, min_ptx); !s.ok()) return s;
   if (auto s = NeedOps(2); !s.ok()) return s;
   const RawOperand& dst = r_.ops[0];
   if (dst.kind != RawOperand::kVec || static_cast<int>(dst.elems.size()) != num) {
@@ -62,6 +65,8 @@ absl::Status Decoder::Mma() {
         "f16 or bf16");
   }
   const int k = m[2] == "m16n8k16" ? 16 : 8;
+  const bool f16_k8 = k == 8 && m[6] == "f16";
+  if (auto s = NeedTarget(f16_k8 ? 75 : 80, f16_k8 ? 65 : 70); !s.ok()) return s;
   if (auto s = NeedOps(4); !s.ok()) return s;
   // Registers per lane: D and C hold 4 f32; A holds k/4 and B k/8 packed pairs.
   const int counts[4] = {4, k / 4, k / 8, 4};

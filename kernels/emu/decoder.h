@@ -78,6 +78,8 @@ class Decoder {
   absl::Status NeedOps(size_t lo, size_t hi) const;
   Ty OneType() const { return m_.types.size() == 1 ? m_.types[0] : Ty::kNone; }
   absl::Status NeedTypes(size_t n) const;
+  // Refuses what ptxas would: an instruction newer than the module's .target or .version.
+  absl::Status NeedTarget(int min_sm, int min_ptx) const;
 
   absl::StatusOr<uint64_t> ImmBits(const RawOperand& o, Ty ty) const;
   // A data source operand (register, immediate, special register) as a slot.
