@@ -50,12 +50,8 @@ class BlockRunner {
         fn_.uses_dynamic_shared ? fn_.dynamic_offset + cfg.dynamic_shared : fn_.static_shared;
     if (cfg.detect_shared_races && ctx_.shared_size != 0) {
       const size_t words = (ctx_.shared_size + 3) / 4;
-      tags_.resize(2 * words);
-      tag_lines_.resize(2 * words);
-      ctx_.shared_tag = tags_.data();
-      ctx_.shared_tag_line = tag_lines_.data();
-      ctx_.shared_read_tag = tags_.data() + words;
-      ctx_.shared_read_line = tag_lines_.data() + words;
+      shared_tags_.resize(words);
+      ctx_.shared_tags = shared_tags_.data();
     }
     ctx_.slot_names = &fn_.slot_names;
     if (fn_.uses_cp_async) ctx_.async = &async_;
@@ -102,9 +98,8 @@ class BlockRunner {
   std::vector<Warp> warps_;
   std::vector<uint8_t> shared_;
   std::vector<uint8_t> local_;
-  std::vector<uint32_t> tags_;  // shared-memory race detection (ExecCtx::shared_tag)
-  std::vector<int32_t> tag_lines_;
-  AsyncCopies async_;  // used when the kernel has cp.async
+  std::vector<SharedTag> shared_tags_;  // shared-memory race detection
+  AsyncCopies async_;                   // used when the kernel has cp.async
   ExecCtx ctx_;
   LaunchCounters counters_;
   struct Bar {
@@ -457,9 +452,9 @@ absl::Status BlockRunner::Run(uint64_t b) {
     if (!local_.empty()) std::memset(local_.data(), 0xff, local_.size());
   }
   for (auto& bar : bars_) bar = Bar();
-  if (!tags_.empty()) std::fill(tags_.begin(), tags_.end(), 0u);
   if (ctx_.async != nullptr) async_.Reset(nwarps_ * kWarpSize, ctx_.shared_size);
-  ctx_.epoch = 1;
+  // A new epoch instead of clearing the race tags: the previous block's are all older.
+  ++ctx_.epoch;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
   while (true) {
     bool ran = false;

@@ -4,7 +4,9 @@
 // allocation, the block's shared memory, the thread's local memory or the parameter buffer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/emu/async_copy.h"
 #include "kernels/emu/ir.h"
@@ -17,8 +19,11 @@ uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align,
 uint8_t* FailSpace(ExecCtx& ctx, Space sp, uint64_t addr, uint32_t n, uint32_t lane,
                    const char* what);
 
+enum class Access : uint8_t { kRead, kWrite, kAtomic };
+enum class Race : uint8_t { kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite };
+
 // Records a race found by TrackShared (always returns false).
-bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write);
+bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Race race);
 // Records an access (`what`: "reads", ...) to a word whose cp.async has not landed (false).
 bool InFlightFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, const char* what);
 
@@ -33,33 +38,56 @@ inline bool CheckNotInFlight(ExecCtx& ctx, size_t off, uint32_t n, uint32_t lane
   return true;
 }
 
-// Before a shared-memory access of `n` bytes at `p` by the current warp: touching a
-// cp.async destination that has not landed is a fault; so is a read of a word another
-// warp wrote, or a write of a word another warp read, since the last barrier (either order
-// could happen on the GPU, where warps run concurrently); otherwise the words are tagged
-// with this access. Pointers outside shared memory (generic accesses to global/local) are
-// ignored. `atomic` writes skip the conflict check: atomics race with each other by design.
-inline bool TrackShared(ExecCtx& ctx, const uint8_t* p, uint32_t n, bool write, int32_t line,
-                        uint32_t lane, bool atomic = false) {
+// Whether writing `value` (the bytes of [off, off + n)) changes shared word `w`.
+inline bool ChangesWord(const ExecCtx& ctx, size_t off, uint32_t n, const uint8_t* value,
+                        size_t w) {
+  const size_t lo = std::max(off, 4 * w), hi = std::min(off + n, 4 * w + 4);
+  return std::memcmp(ctx.shared + lo, value + (lo - off), hi - lo) != 0;
+}
+
+// Before a shared-memory access of `n` bytes at `p` by the current warp, in the order
+// the GPU does not guarantee between warps without a barrier: touching a cp.async
+// destination that has not landed is a fault, and so, since the last barrier, are a read
+// of a word another warp wrote, a write of a word another warp read, and a write of a
+// different `value` than another warp wrote (writes of the same value are benign).
+// Otherwise the words are tagged with this access. Pointers outside shared memory (generic
+// accesses to global/local) are ignored. Atomics race with each other by design: they are
+// tagged as writes without checks.
+inline bool TrackShared(ExecCtx& ctx, const uint8_t* p, uint32_t n, Access access, int32_t line,
+                        uint32_t lane, const uint8_t* value = nullptr) {
   const uintptr_t off = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(ctx.shared);
   if (off >= ctx.shared_size) return true;
-  if (!CheckNotInFlight(ctx, off, n, lane, write ? "writes" : "reads")) return false;
-  if (ctx.shared_tag == nullptr) return true;
+  if (!CheckNotInFlight(ctx, off, n, lane, access == Access::kRead ? "reads" : "writes")) {
+    return false;
+  }
+  if (ctx.shared_tags == nullptr) return true;
   const uint32_t me = (ctx.epoch << 6) | (ctx.cur_warp + 1);
+  const uint32_t bit = 1u << ctx.cur_warp;
   for (size_t w = off / 4; w <= (off + n - 1) / 4; ++w) {
-    if (write) {
-      const uint32_t r = ctx.shared_read_tag[w];
-      if (!atomic && (r >> 6) == ctx.epoch && r != me) {
-        return SharedRaceFault(ctx, off, lane, w, true);
+    SharedTag& t = ctx.shared_tags[w];
+    const bool written_now = (t.write >> 6) == ctx.epoch && t.write != me;
+    if (access == Access::kRead) {
+      if (written_now) return SharedRaceFault(ctx, off, lane, w, Race::kReadAfterWrite);
+      if ((t.last_read >> 6) != ctx.epoch) {
+        t.readers = 0;
+        t.first_read = me;
+        t.first_read_line = line;
       }
-      ctx.shared_tag[w] = me;
-      ctx.shared_tag_line[w] = line;
-    } else {
-      const uint32_t t = ctx.shared_tag[w];
-      if ((t >> 6) == ctx.epoch && t != me) return SharedRaceFault(ctx, off, lane, w, false);
-      ctx.shared_read_tag[w] = me;
-      ctx.shared_read_line[w] = line;
+      t.readers |= bit;
+      t.last_read = me;
+      t.last_read_line = line;
+      continue;
     }
+    if (access == Access::kWrite) {
+      if ((t.last_read >> 6) == ctx.epoch && (t.readers & ~bit) != 0) {
+        return SharedRaceFault(ctx, off, lane, w, Race::kWriteAfterRead);
+      }
+      if (written_now && value != nullptr && ChangesWord(ctx, off, n, value, w)) {
+        return SharedRaceFault(ctx, off, lane, w, Race::kWriteAfterWrite);
+      }
+    }
+    t.write = me;
+    t.write_line = line;
   }
   return true;
 }

@@ -33,8 +33,7 @@ bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     if (!ok) return;
     const uint64_t daddr = LaneAddr(in, dbase, l);
     uint8_t* dst = Resolve<Space::kShared>(ctx, daddr, n, n, cache, l, "cp.async store");
-    if (dst == nullptr || !CheckNotInFlight(ctx, daddr, n, l, "starts a cp.async onto") ||
-        !TrackShared(ctx, dst, n, true, in.line, l)) {
+    if (dst == nullptr || !CheckNotInFlight(ctx, daddr, n, l, "starts a cp.async onto")) {
       ok = false;
       return;
     }
@@ -63,6 +62,11 @@ bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
         return;
       }
       std::memcpy(c.data, src, src_n);
+    }
+    // The copy may land any time from now on: it is checked as a write now.
+    if (!TrackShared(ctx, dst, n, Access::kWrite, in.line, l, c.data)) {
+      ok = false;
+      return;
     }
     const uint32_t t = ThreadOf(ctx, l);
     c.dst = static_cast<uint32_t>(daddr);
@@ -95,9 +99,9 @@ void Land(ExecCtx& ctx, uint32_t t, uint32_t limit) {
     std::memcpy(ctx.shared + c.dst, c.data, c.size);
     for (size_t word = c.dst / 4; word <= (c.dst + c.size - 1) / 4; ++word) {
       ac.owner[word] = 0;
-      if (ctx.shared_tag != nullptr) {
-        ctx.shared_tag[word] = me;
-        ctx.shared_tag_line[word] = c.line;
+      if (ctx.shared_tags != nullptr) {
+        ctx.shared_tags[word].write = me;
+        ctx.shared_tags[word].write_line = c.line;
       }
     }
     --ac.in_flight;

@@ -79,7 +79,7 @@ bool Atom(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     }
     // Atomics may race with each other by design; they count as writes for later reads.
     if constexpr (SP != Space::kGlobal) {
-      if (!TrackShared(ctx, p, sizeof(T), true, in.line, l, true)) {
+      if (!TrackShared(ctx, p, sizeof(T), Access::kAtomic, in.line, l)) {
         ok = false;
         return;
       }

@@ -1,5 +1,6 @@
 // ld / st handlers and the global-memory lookup; address checks live in mem_access.h.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -47,16 +48,32 @@ std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
 
 }  // namespace
 
-bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write) {
-  const uint32_t t = write ? ctx.shared_read_tag[word] : ctx.shared_tag[word];
-  const int32_t line = write ? ctx.shared_read_line[word] : ctx.shared_tag_line[word];
+bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Race race) {
+  const SharedTag& t = ctx.shared_tags[word];
+  const uint32_t me = ctx.cur_warp + 1;
+  std::string other;  // "which warp W <did what>"
+  if (race == Race::kReadAfterWrite) {
+    other = absl::StrFormat("which warp %u wrote at PTX line %d", (t.write & 63) - 1, t.write_line);
+  } else if (race == Race::kWriteAfterWrite) {
+    other = absl::StrFormat("which warp %u wrote a different value to at PTX line %d",
+                            (t.write & 63) - 1, t.write_line);
+  } else if ((t.first_read & 63) != me) {
+    other = absl::StrFormat("which warp %u read at PTX line %d", (t.first_read & 63) - 1,
+                            t.first_read_line);
+  } else if ((t.last_read & 63) != me) {
+    other = absl::StrFormat("which warp %u read at PTX line %d", (t.last_read & 63) - 1,
+                            t.last_read_line);
+  } else {
+    other =
+        absl::StrFormat("which warp %d read", std::countr_zero(t.readers & ~(1u << ctx.cur_warp)));
+  }
   return ctx.FailAddr(
       static_cast<int>(lane), offset,
-      absl::StrFormat("shared-memory race: warp %u %s shared address 0x%x, which warp %u %s at "
-                      "PTX line %d with no barrier in between (warps run concurrently on the "
-                      "GPU: separate the two accesses with bar.sync)",
-                      ctx.cur_warp, write ? "writes" : "reads", offset, (t & 63) - 1,
-                      write ? "read" : "wrote", line));
+      absl::StrFormat("shared-memory race: warp %u %s shared address 0x%x, %s with no barrier "
+                      "in between (warps run concurrently on the GPU: separate the two "
+                      "accesses with bar.sync)",
+                      ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes", offset,
+                      other));
 }
 
 uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, uint32_t lane,
@@ -143,7 +160,7 @@ bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       return;
     }
     if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, false, in.line, l)) {
+      if (!TrackShared(ctx, p, kSize * kVec, Access::kRead, in.line, l)) {
         ok = false;
         return;
       }
@@ -170,13 +187,15 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
+    uint8_t bytes[kSize * kVec];
+    for (int e = 0; e < kVec; ++e) std::memcpy(bytes + e * kSize, &s[e][l], kSize);
     if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, true, in.line, l)) {
+      if (!TrackShared(ctx, p, kSize * kVec, Access::kWrite, in.line, l, bytes)) {
         ok = false;
         return;
       }
     }
-    for (int e = 0; e < kVec; ++e) std::memcpy(p + e * kSize, &s[e][l], kSize);
+    std::memcpy(p, bytes, kSize * kVec);
   });
   return ok;
 }

@@ -50,7 +50,7 @@ bool Ldmatrix(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       addr -= kSharedWindow;
     }
     const uint8_t* p = Resolve<Space::kShared>(ctx, addr, 16, 16, none, l, "ldmatrix row load");
-    if (p == nullptr || !TrackShared(ctx, p, 16, false, in.line, l)) return false;
+    if (p == nullptr || !TrackShared(ctx, p, 16, Access::kRead, in.line, l)) return false;
     std::memcpy(rows[l / 8][l % 8], p, 16);
   }
   // Lane l holds elements (l / 4, 2 * (l % 4)) and the next column, low half first; .trans

@@ -315,6 +315,28 @@ TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(st.message(), HasSubstr("warp 1 writes shared address 0x4, which warp 0 read"));
 
+  // Every reader of the epoch counts, not only the last one (warp 1 itself here).
+  st = emu.Launch(Load(emu, "race", "war_many_readers"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0), " +
+                                      Line(LineOf("race", "@%p1 st.shared.u32 [slot], 7"))));
+  EXPECT_THAT(st.message(),
+              HasSubstr("warp 1 writes shared address 0x0, which warp 0 read at " +
+                        Line(LineOf("race", "ld.shared.u32 %r2, [slot]", "war_many_readers("))));
+
+  // Two warps storing different values: the result would depend on the warps' order.
+  const FunctionHandle waw = Load(emu, "race", "waw_race");
+  st = emu.Launch(waw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(0)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0)"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("warp 1 writes shared address 0x0, which warp 0 wrote a different value "
+                        "to at " +
+                        Line(LineOf("race", "@%p1 st.shared.u32 [slot], %r5"))));
+  // Storing the same value is benign.
+  ASSERT_TRUE(emu.Launch(waw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(1)}).ok());
+  for (uint32_t v : Download<uint32_t>(emu, out, 64)) EXPECT_EQ(v, 1u);
+
   // The check can be turned off; the emulator then runs warps one after another.
   EmulatorOptions opts;
   opts.detect_shared_races = false;
