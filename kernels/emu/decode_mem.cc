@@ -46,6 +46,10 @@ absl::Status Decoder::LdSt() {
   in_.size = static_cast<uint8_t>(size);
   in_.vec = static_cast<uint8_t>(vec);
   in_.type = t;
+  for (const std::string& m : r_.mods) {
+    // Strong accesses (mode 1): they do not race with other strong accesses.
+    if (m == "volatile" || m == "relaxed" || m == "acquire" || m == "release") in_.mode = 1;
+  }
   in_.fn = is_load ? SelectLoad(sp, size, TyIsSigned(t), vec) : SelectStore(sp, size, vec);
   if (in_.fn == nullptr) return Err("unsupported access");
   return absl::OkStatus();

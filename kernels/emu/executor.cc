@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/emu/async_copy.h"
+#include "kernels/emu/mem_access.h"
 #include "kernels/emu/ops.h"
 
 namespace ptxserve::emu {
@@ -30,7 +31,8 @@ std::string Dim(const Dim3u& d) { return absl::StrFormat("(%u,%u,%u)", d.x, d.y,
 
 class BlockRunner {
  public:
-  explicit BlockRunner(const LaunchConfig& cfg) : cfg_(cfg), fn_(*cfg.fn) {
+  // `worker`: the host thread's index, which selects its global-race table.
+  BlockRunner(const LaunchConfig& cfg, size_t worker) : cfg_(cfg), fn_(*cfg.fn) {
     nthreads_ = cfg.block.x * cfg.block.y * cfg.block.z;
     nwarps_ = (nthreads_ + kWarpSize - 1) / kWarpSize;
     const size_t slots = fn_.num_slots;
@@ -55,11 +57,23 @@ class BlockRunner {
     }
     ctx_.slot_names = &fn_.slot_names;
     if (fn_.uses_cp_async) ctx_.async = &async_;
+    if (worker < cfg.global_writes.size()) {
+      GlobalWrites* g = cfg.global_writes[worker];
+      if (g->last_epoch > GlobalWrites::kMaxEpoch) g->Reset();
+      ctx_.global_writes = g;
+      ctx_.epoch = g->last_epoch + 1;
+    }
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;
     ctx_.grid_dim = cfg.grid;
   }
+
+  ~BlockRunner() {
+    if (ctx_.global_writes != nullptr) ctx_.global_writes->last_epoch = ctx_.epoch;
+  }
+  BlockRunner(const BlockRunner&) = delete;
+  BlockRunner& operator=(const BlockRunner&) = delete;
 
   absl::Status Run(uint64_t linear_block);
   const LaunchCounters& counters() const { return counters_; }
@@ -456,9 +470,14 @@ absl::Status BlockRunner::Run(uint64_t b) {
   // A new epoch instead of clearing the race tags: the previous block's are all older.
   ++ctx_.epoch;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
+  // Odd blocks run their warps last to first, so a global read that another warp later
+  // overwrites (reads are not tracked) shows, in one of the two orders, as a read of that
+  // warp's write.
+  const bool reverse = (b & 1) != 0;
   while (true) {
     bool ran = false;
-    for (Warp& w : warps_) {
+    for (uint32_t i = 0; i < nwarps_; ++i) {
+      Warp& w = warps_[reverse ? nwarps_ - 1 - i : i];
       if ((w.active | w.suspended) == 0) continue;
       ran = true;
       if (auto s = RunWarp(w); !s.ok()) return s;
@@ -485,7 +504,7 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   const int nthreads = static_cast<int>(
       std::min<uint64_t>(std::max(cfg.num_threads, 1), std::max<uint64_t>(nblocks, 1)));
   if (nthreads <= 1) {
-    BlockRunner r(cfg);
+    BlockRunner r(cfg, 0);
     absl::Status st;
     for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = r.Run(b);
     counters->warp_instructions += r.counters().warp_instructions;
@@ -498,8 +517,8 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   uint64_t fail_block = UINT64_MAX;
   absl::Status fail;
   LaunchCounters total;
-  auto work = [&]() {
-    BlockRunner r(cfg);
+  auto work = [&](size_t worker) {
+    BlockRunner r(cfg, worker);
     while (!failed.load(std::memory_order_relaxed)) {
       const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= nblocks) break;
@@ -518,8 +537,8 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
     total.thread_instructions += r.counters().thread_instructions;
   };
   std::vector<std::thread> threads;
-  for (int i = 1; i < nthreads; ++i) threads.emplace_back(work);
-  work();
+  for (int i = 1; i < nthreads; ++i) threads.emplace_back(work, static_cast<size_t>(i));
+  work(0);
   for (auto& t : threads) t.join();
   counters->warp_instructions += total.warp_instructions;
   counters->thread_instructions += total.thread_instructions;

@@ -58,6 +58,7 @@ enum class Space : uint8_t { kGeneric, kGlobal, kShared, kParam, kLocal, kConst 
 enum class Ctl : uint8_t { kNone, kBra, kExit, kBar, kBarArrive };
 
 struct AsyncCopies;
+struct GlobalWrites;
 struct ExecCtx;
 struct Warp;
 struct Instr;
@@ -133,7 +134,8 @@ struct SharedTag {
   int32_t first_read_line = 0;
   uint32_t last_read = 0;
   int32_t last_read_line = 0;
-  uint32_t readers = 0;  // a bit per warp that read the word in the read epoch
+  uint32_t readers = 0;       // a bit per warp that read the word in the read epoch
+  bool write_strong = false;  // the last write was an atomic or a strong store
 };
 
 struct Allocation {
@@ -165,6 +167,8 @@ struct ExecCtx {
   // Shared-memory race detection (TrackShared in mem_access.h), one tag per 4-byte word;
   // null: detection off. The epoch advances at every barrier release and every block.
   SharedTag* shared_tags = nullptr;
+  // Global-memory race detection between the block's warps (TrackGlobal); null: off.
+  GlobalWrites* global_writes = nullptr;
   uint32_t epoch = 1;
   AsyncCopies* async = nullptr;  // cp.async copies not landed; null when the kernel has none
   const uint8_t* params = nullptr;

@@ -57,7 +57,7 @@ bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     PendingCopy c;  // data beyond src_n stays zero: the zero-fill of src-size / ignore-src
     if (src_n > 0) {
       const uint8_t* src = Resolve<Space::kGlobal>(ctx, saddr, src_n, 1, cache, l, "cp.async load");
-      if (src == nullptr) {
+      if (src == nullptr || !TrackGlobal(ctx, src, saddr, src_n, Access::kRead, in.line, l)) {
         ok = false;
         return;
       }

@@ -78,11 +78,9 @@ bool Atom(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       return;
     }
     // Atomics may race with each other by design; they count as writes for later reads.
-    if constexpr (SP != Space::kGlobal) {
-      if (!TrackShared(ctx, p, sizeof(T), Access::kAtomic, in.line, l)) {
-        ok = false;
-        return;
-      }
+    if (!TrackAccess<SP>(ctx, p, addr, sizeof(T), Access::kStrongWrite, in.line, l)) {
+      ok = false;
+      return;
     }
     const T old = DoAtomic<OP, T>(p, Get<T>(b[l]), OP == AtomOp::kCas ? Get<T>(c[l]) : T{});
     if constexpr (kRet) d[l] = Put<T>(old);

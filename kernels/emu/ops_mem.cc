@@ -48,6 +48,18 @@ std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
 
 }  // namespace
 
+bool GlobalRaceFault(ExecCtx& ctx, uint64_t addr, uint32_t lane, const GlobalWrites::Slot& slot,
+                     Race race) {
+  return ctx.FailAddr(
+      static_cast<int>(lane), addr,
+      absl::StrFormat("global-memory race: warp %u %s global address 0x%x, which warp %u wrote%s "
+                      "at PTX line %d with no barrier in between (warps of a block run "
+                      "concurrently on the GPU: separate the two accesses with bar.sync)",
+                      ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes", addr,
+                      (slot.tag & 63) - 1,
+                      race == Race::kWriteAfterWrite ? " a different value to" : "", slot.line));
+}
+
 bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Race race) {
   const SharedTag& t = ctx.shared_tags[word];
   const uint32_t me = ctx.cur_warp + 1;
@@ -159,11 +171,10 @@ bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
-    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, Access::kRead, in.line, l)) {
-        ok = false;
-        return;
-      }
+    if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
+                         in.mode != 0 ? Access::kStrongRead : Access::kRead, in.line, l)) {
+      ok = false;
+      return;
     }
     for (int e = 0; e < kVec; ++e) d[e][l] = LoadVal<kSize, kSigned>(p + e * kSize);
   });
@@ -189,11 +200,10 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     }
     uint8_t bytes[kSize * kVec];
     for (int e = 0; e < kVec; ++e) std::memcpy(bytes + e * kSize, &s[e][l], kSize);
-    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, Access::kWrite, in.line, l, bytes)) {
-        ok = false;
-        return;
-      }
+    if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
+                         in.mode != 0 ? Access::kStrongWrite : Access::kWrite, in.line, l, bytes)) {
+      ok = false;
+      return;
     }
     std::memcpy(p, bytes, kSize * kVec);
   });

@@ -347,5 +347,42 @@ TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
           .ok());
 }
 
+TEST(EmuErrors, GlobalMemoryRacesBetweenWarpsOfABlock) {
+  Emulator emu;
+  const uint64_t buf = *emu.Alloc(65 * 4);
+  const FunctionHandle raw = Load(emu, "race", "global_raw");
+  absl::Status st = emu.Launch(raw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(0)});
+  ASSERT_FALSE(st.ok());
+  char addr[64];
+  std::snprintf(addr, sizeof(addr), "warp 1 reads global address 0x%llx, which warp 0 wrote at ",
+                static_cast<unsigned long long>(buf));
+  EXPECT_THAT(st.message(), HasSubstr(addr + Line(LineOf("race", "@%p1 st.global.u32 [%rd1], 5"))));
+  EXPECT_THAT(st.message(),
+              HasSubstr("thread (32,0,0), " + Line(LineOf("race", "ld.global.u32 %r3, [%rd1]"))));
+  ASSERT_TRUE(emu.Launch(raw, {2, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(1)}).ok());
+
+  // Reads are not tracked: block 0 runs warp 0's read before warp 1's store and passes,
+  // but block 1 runs its warps in the other order, where the read sees the store.
+  st = emu.Launch(Load(emu, "race", "global_war"), {2, 1, 1}, {64, 1, 1}, 0, {Ptr(buf)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("block (1,0,0), thread (0,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr("warp 0 reads global address"));
+  EXPECT_THAT(st.message(), HasSubstr("which warp 1 wrote at " +
+                                      Line(LineOf("race", "@%p2 st.global.u32 [%rd1], 9"))));
+
+  st = emu.Launch(Load(emu, "race", "global_waw"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("warp 1 writes global address"));
+  EXPECT_THAT(st.message(), HasSubstr("which warp 0 wrote a different value to"));
+
+  EmulatorOptions opts;
+  opts.detect_global_races = false;
+  Emulator quiet(opts);
+  const uint64_t buf2 = *quiet.Alloc(65 * 4);
+  EXPECT_TRUE(
+      quiet.Launch(Load(quiet, "race", "global_raw"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf2), U32(0)})
+          .ok());
+}
+
 }  // namespace
 }  // namespace ptxserve::emu::testing
