@@ -48,27 +48,39 @@ std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
 
 }  // namespace
 
-bool GlobalRaceFault(ExecCtx& ctx, uint64_t addr, uint32_t lane, const GlobalWrites::Slot& slot,
-                     Race race) {
+namespace {
+
+// "which warp W wrote at PTX line L", or "... wrote a different value to ..."
+std::string WriterText(Race race, uint32_t warp, int32_t line) {
+  return absl::StrFormat("which warp %u wrote%s at PTX line %d", warp,
+                         race == Race::kWriteAfterWrite ? " a different value to" : "", line);
+}
+
+bool RaceFault(ExecCtx& ctx, const char* space, uint64_t addr, uint32_t lane, Race race,
+               const std::string& other) {
   return ctx.FailAddr(
       static_cast<int>(lane), addr,
-      absl::StrFormat("global-memory race: warp %u %s global address 0x%x, which warp %u wrote%s "
-                      "at PTX line %d with no barrier in between (warps of a block run "
-                      "concurrently on the GPU: separate the two accesses with bar.sync)",
-                      ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes", addr,
-                      (slot.tag & 63) - 1,
-                      race == Race::kWriteAfterWrite ? " a different value to" : "", slot.line));
+      absl::StrFormat("%s-memory race: warp %u %s %s address 0x%x, %s with no barrier in "
+                      "between (warps of a block run concurrently on the GPU: separate the two "
+                      "accesses with bar.sync)",
+                      space, ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes",
+                      space, addr, other));
+}
+
+}  // namespace
+
+bool GlobalRaceFault(ExecCtx& ctx, uint64_t addr, uint32_t lane, const GlobalWrites::Slot& slot,
+                     Race race) {
+  return RaceFault(ctx, "global", addr, lane, race,
+                   WriterText(race, (slot.tag & 63) - 1, slot.line));
 }
 
 bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Race race) {
   const SharedTag& t = ctx.shared_tags[word];
   const uint32_t me = ctx.cur_warp + 1;
-  std::string other;  // "which warp W <did what>"
-  if (race == Race::kReadAfterWrite) {
-    other = absl::StrFormat("which warp %u wrote at PTX line %d", (t.write & 63) - 1, t.write_line);
-  } else if (race == Race::kWriteAfterWrite) {
-    other = absl::StrFormat("which warp %u wrote a different value to at PTX line %d",
-                            (t.write & 63) - 1, t.write_line);
+  std::string other;
+  if (race != Race::kWriteAfterRead) {
+    other = WriterText(race, (t.write & 63) - 1, t.write_line);
   } else if ((t.first_read & 63) != me) {
     other = absl::StrFormat("which warp %u read at PTX line %d", (t.first_read & 63) - 1,
                             t.first_read_line);
@@ -79,13 +91,7 @@ bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Ra
     other =
         absl::StrFormat("which warp %d read", std::countr_zero(t.readers & ~(1u << ctx.cur_warp)));
   }
-  return ctx.FailAddr(
-      static_cast<int>(lane), offset,
-      absl::StrFormat("shared-memory race: warp %u %s shared address 0x%x, %s with no barrier "
-                      "in between (warps run concurrently on the GPU: separate the two "
-                      "accesses with bar.sync)",
-                      ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes", offset,
-                      other));
+  return RaceFault(ctx, "shared", offset, lane, race, other);
 }
 
 uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, uint32_t lane,

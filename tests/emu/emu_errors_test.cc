@@ -297,6 +297,14 @@ TEST(EmuErrors, MutatedKernelsFailCleanly) {
 namespace ptxserve::emu::testing {
 namespace {
 
+// race.ptx's `entry` (a buffer and a 0 argument) on one block of two warps, in an emulator
+// with `opts` (a race check turned off).
+absl::Status LaunchRaceUnchecked(const EmulatorOptions& opts, const std::string& entry) {
+  Emulator emu(opts);
+  const uint64_t buf = *emu.Alloc(65 * 4);
+  return emu.Launch(Load(emu, "race", entry), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(0)});
+}
+
 TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(64 * 4);
@@ -340,11 +348,7 @@ TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
   // The check can be turned off; the emulator then runs warps one after another.
   EmulatorOptions opts;
   opts.detect_shared_races = false;
-  Emulator quiet(opts);
-  const uint64_t out2 = *quiet.Alloc(64 * 4);
-  EXPECT_TRUE(
-      quiet.Launch(Load(quiet, "race", "raw_race"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out2), U32(0)})
-          .ok());
+  EXPECT_TRUE(LaunchRaceUnchecked(opts, "raw_race").ok());
 }
 
 TEST(EmuErrors, GlobalMemoryRacesBetweenWarpsOfABlock) {
@@ -377,11 +381,7 @@ TEST(EmuErrors, GlobalMemoryRacesBetweenWarpsOfABlock) {
 
   EmulatorOptions opts;
   opts.detect_global_races = false;
-  Emulator quiet(opts);
-  const uint64_t buf2 = *quiet.Alloc(65 * 4);
-  EXPECT_TRUE(
-      quiet.Launch(Load(quiet, "race", "global_raw"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf2), U32(0)})
-          .ok());
+  EXPECT_TRUE(LaunchRaceUnchecked(opts, "global_raw").ok());
 }
 
 }  // namespace

@@ -351,66 +351,63 @@ TEST(EmuTensor, LdmatrixRowAddressesAreChecked) {
   EXPECT_THAT(st.message(), HasSubstr("out-of-bounds shared ldmatrix row load"));
 }
 
-TEST(EmuTensor, UnsupportedTensorFormsAreRejectedAtLoad) {
-  const std::string head =
-      ".version 7.8\n.target sm_80\n.address_size 64\n"
-      ".visible .entry k()\n{\n.reg .b32 %r<8>;\n.reg .f32 %f<8>;\n";
+// LoadModule's status for `body` in a kernel with registers %r0..7, %f0..7 and %rd0..1.
+absl::Status LoadStatus(const std::string& version, const std::string& target,
+                        const std::string& body) {
   Emulator emu;
-  const absl::Status f16_acc = emu.LoadModule(absl::StrCat(head,
-                                                           "mma.sync.aligned.m16n8k16.row.col.f16."
-                                                           "f16.f16.f16 {%r0, %r1}, {%r2, %r3, "
-                                                           "%r4, %r5}, {%r6, %r7}, {%r0, %r1};\n}"))
-                                   .status();
-  EXPECT_THAT(f16_acc.message(), HasSubstr("PTX line 8"));
+  return emu
+      .LoadModule(absl::StrCat(".version ", version, "\n.target ", target,
+                               "\n.address_size 64\n.visible .entry k()\n{\n"
+                               ".reg .b32 %r<8>;\n.reg .f32 %f<8>;\n.reg .b64 %rd<2>;\n",
+                               body, "\n}\n"))
+      .status();
+}
+
+TEST(EmuTensor, UnsupportedTensorFormsAreRejectedAtLoad) {
+  const absl::Status f16_acc = LoadStatus(
+      "7.8", "sm_80",
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%r0, %r1}, {%r2, %r3, %r4, %r5}, "
+      "{%r6, %r7}, {%r0, %r1};");
+  EXPECT_THAT(f16_acc.message(), HasSubstr("PTX line 9"));
   EXPECT_THAT(f16_acc.message(), HasSubstr("supported: mma.sync.aligned.m16n8k16"));
-  const absl::Status x3 =
-      emu.LoadModule(absl::StrCat(head,
-                                  "ldmatrix.sync.aligned.m8n8.x3.shared.b16 {%r0, %r1, "
-                                  "%r2}, [%r3];\n}"))
-          .status();
-  EXPECT_THAT(x3.message(), HasSubstr("unsupported modifier '.x3'"));
-  const absl::Status short_a =
-      emu.LoadModule(absl::StrCat(head,
-                                  "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, "
-                                  "%f2, %f3}, {%r0, %r1}, {%r2, %r3}, {%f4, %f5, %f6, %f7};\n}"))
-          .status();
-  EXPECT_THAT(short_a.message(), HasSubstr("operand a needs a vector of 4 registers"));
+  EXPECT_THAT(
+      LoadStatus("7.8", "sm_80", "ldmatrix.sync.aligned.m8n8.x3.shared.b16 {%r0, %r1, %r2}, [%r3];")
+          .message(),
+      HasSubstr("unsupported modifier '.x3'"));
+  EXPECT_THAT(LoadStatus("7.8", "sm_80",
+                         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, "
+                         "{%r0, %r1}, {%r2, %r3}, {%f4, %f5, %f6, %f7};")
+                  .message(),
+              HasSubstr("operand a needs a vector of 4 registers"));
 }
 
 // As ptxas does: sm_75 has ldmatrix and f16 m16n8k8 (ISA 6.5), sm_80 mma's other forms and
 // cp.async (ISA 7.0); some modifiers need a newer ISA.
 TEST(EmuTensor, InstructionsNewerThanTheModuleAreRejectedAtLoad) {
-  auto load = [](const std::string& version, const std::string& target, const std::string& body) {
-    Emulator emu;
-    return emu
-        .LoadModule(absl::StrCat(".version ", version, "\n.target ", target,
-                                 "\n.address_size 64\n.visible .entry k()\n{\n"
-                                 ".reg .b32 %r<8>;\n.reg .f32 %f<8>;\n.reg .b64 %rd<2>;\n",
-                                 body, "\n}\n"))
-        .status();
-  };
   const std::string k8 =
       "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, "
       "{%r0, %r1}, {%r2}, {%f4, %f5, %f6, %f7};";
   const std::string k16 =
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, "
       "%f3}, {%r0, %r1, %r2, %r3}, {%r4, %r5}, {%f4, %f5, %f6, %f7};";
-  EXPECT_TRUE(load("6.5", "sm_75", k8).ok());
-  EXPECT_TRUE(load("6.5", "sm_75", "ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r0}, [%r1];").ok());
-  EXPECT_THAT(load("7.0", "sm_75", k16).message(),
+  EXPECT_TRUE(LoadStatus("6.5", "sm_75", k8).ok());
+  EXPECT_TRUE(
+      LoadStatus("6.5", "sm_75", "ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r0}, [%r1];").ok());
+  EXPECT_THAT(LoadStatus("7.0", "sm_75", k16).message(),
               HasSubstr("needs .target sm_80 or newer, the module has sm_75"));
-  EXPECT_THAT(load("6.5", "sm_80", k16).message(),
+  EXPECT_THAT(LoadStatus("6.5", "sm_80", k16).message(),
               HasSubstr("needs PTX ISA 7.0 or newer, the module has .version 6.5"));
-  EXPECT_THAT(load("7.8", "sm_75", "cp.async.commit_group;").message(),
+  EXPECT_THAT(LoadStatus("7.8", "sm_75", "cp.async.commit_group;").message(),
               HasSubstr("needs .target sm_80"));
   EXPECT_THAT(
-      load("7.0", "sm_80", "ldmatrix.sync.aligned.m8n8.x1.shared::cta.b16 {%r0}, [%r1];").message(),
-      HasSubstr("needs PTX ISA 7.8"));
-  EXPECT_TRUE(load("7.4", "sm_80", "cp.async.ca.shared.global [%r0], [%rd1], 4, %r1;").ok());
-  EXPECT_THAT(
-      load("7.4", "sm_80", ".reg .pred %p<2>;\ncp.async.ca.shared.global [%r0], [%rd1], 4, %p1;")
+      LoadStatus("7.0", "sm_80", "ldmatrix.sync.aligned.m8n8.x1.shared::cta.b16 {%r0}, [%r1];")
           .message(),
-      HasSubstr("needs PTX ISA 7.5"));  // ignore-src
+      HasSubstr("needs PTX ISA 7.8"));
+  EXPECT_TRUE(LoadStatus("7.4", "sm_80", "cp.async.ca.shared.global [%r0], [%rd1], 4, %r1;").ok());
+  EXPECT_THAT(LoadStatus("7.4", "sm_80",
+                         ".reg .pred %p<2>;\ncp.async.ca.shared.global [%r0], [%rd1], 4, %p1;")
+                  .message(),
+              HasSubstr("needs PTX ISA 7.5"));  // ignore-src
 }
 
 TEST(EmuTensorPtxas, GeneratedKernelsAssemble) {
