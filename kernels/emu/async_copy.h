@@ -30,7 +30,8 @@ struct AsyncCopies {
   uint32_t in_flight = 0;  // copies of the whole block not landed
 
   void Reset(uint32_t threads, uint32_t shared_bytes) {
-    pending.assign(threads, {});
+    pending.resize(threads);
+    for (std::vector<PendingCopy>& q : pending) q.clear();  // keeps their capacity
     committed.assign(threads, 0);
     owner.assign((shared_bytes + 3) / 4, 0);
     owner_line.assign(owner.size(), 0);
