@@ -116,6 +116,19 @@ TEST(EmuAsync, CopyOntoACopyInFlightIsReported) {
   EXPECT_THAT(st.message(), HasSubstr("starts a cp.async onto shared address 0x408"));
 }
 
+// Landed data is a write of the issuing warp at its wait: other warps still need the
+// barrier. Warp 0 runs to its end first and reads stage[32] before warp 1 even issues that
+// copy, so the race shows at warp 1's cp.async.
+TEST(EmuAsync, WaitWithoutBarrierRacesWithOtherWarps) {
+  Emulator emu;
+  const absl::Status st = RunHazard(emu, 6);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0), " + HazardLine(kStage)));
+  EXPECT_THAT(st.message(), HasSubstr("shared-memory race: warp 1 writes shared address 0x600, "
+                                      "which warp 0 read at " +
+                                      HazardLine("ld.shared.u32 %r8")));
+}
+
 TEST(EmuAsync, ExitWithCopiesInFlightIsReported) {
   Emulator emu;
   const absl::Status st = RunHazard(emu, 3);
