@@ -1,8 +1,8 @@
 // The instruction table: every arithmetic, logic, comparison, atomic, tensor-core and
 // asynchronous-copy form the builder can write, with its operand roles, the types it
-// accepts and the oldest architecture / PTX ISA that has it. The builder checks each instruction
-// against this table before writing it, so an unsupported combination is an error instead of PTX
-// that ptxas rejects.
+// accepts and the oldest architecture / PTX ISA that has it. The builder checks each
+// instruction against this table before writing it, so an unsupported combination is an
+// error instead of PTX that ptxas rejects.
 #pragma once
 
 #include <cstdint>
