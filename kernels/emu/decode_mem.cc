@@ -1,5 +1,7 @@
 // Decode rules for memory instructions: ld/ldu/st (state spaces, vectors, cache hints),
 // atom/red and cp.async.
+#include <algorithm>
+
 #include "kernels/emu/decoder.h"
 
 namespace ptxserve::emu {
@@ -44,6 +46,10 @@ absl::Status Decoder::LdSt() {
   in_.size = static_cast<uint8_t>(size);
   in_.vec = static_cast<uint8_t>(vec);
   in_.type = t;
+  for (const std::string& m : r_.mods) {
+    // Strong accesses (mode 1): they do not race with other strong accesses.
+    if (m == "volatile" || m == "relaxed" || m == "acquire" || m == "release") in_.mode = 1;
+  }
   in_.fn = is_load ? SelectLoad(sp, size, TyIsSigned(t), vec) : SelectStore(sp, size, vec);
   if (in_.fn == nullptr) return Err("unsupported access");
   return absl::OkStatus();
@@ -83,24 +89,39 @@ absl::Status Decoder::Atom() {
 absl::Status Decoder::Cp() {
   const auto& mods = r_.mods;
   if (mods.empty() || mods[0] != "async") return Err("only cp.async is supported");
-  if (mods.size() >= 2 &&
-      (mods[1] == "commit_group" || mods[1] == "wait_group" || mods[1] == "wait_all")) {
-    // Copies complete when issued, so groups are always complete.
-    if (mods.size() != 2) return Err("unexpected modifier");
-    if (auto s = NeedOps(mods[1] == "wait_group" ? 1 : 0); !s.ok()) return s;
-    in_.fn = SelectNop();
+  if (auto s = NeedTarget(80, 70); !s.ok()) return s;
+  b_.fn->uses_cp_async = true;
+  if (mods.size() == 2 && mods[1] == "commit_group") {
+    if (auto s = NeedOps(0); !s.ok()) return s;
+    in_.fn = SelectCpAsyncCommit();
+    return absl::OkStatus();
+  }
+  if (mods.size() == 2 && (mods[1] == "wait_group" || mods[1] == "wait_all")) {
+    const bool all = mods[1] == "wait_all";
+    if (auto s = NeedOps(all ? 0 : 1); !s.ok()) return s;
+    if (!all) {
+      const RawOperand& n = r_.ops[0];
+      if (n.kind != RawOperand::kInt || static_cast<int64_t>(n.ival) < 0) {
+        return Err("cp.async.wait_group takes a non-negative integer constant");
+      }
+      in_.imm = static_cast<int64_t>(n.ival);
+    }
+    in_.fn = SelectCpAsyncWait(all);
     return absl::OkStatus();
   }
   bool cg = false, shared = false, global = false;
+  int min_ptx = 70;
   for (size_t i = 1; i < mods.size(); ++i) {
     const std::string& m = mods[i];
     if (m == "ca" || m == "cg") {
       cg = m == "cg";
     } else if (m == "shared" || m == "shared::cta") {
       shared = true;
+      if (m == "shared::cta") min_ptx = std::max(min_ptx, 78);
     } else if (m == "global") {
       global = true;
     } else if (m.rfind("L2::", 0) == 0 && m != "L2::cache_hint") {
+      min_ptx = std::max(min_ptx, 74);  // prefetch-size hints
     } else {
       return Err("unsupported modifier '.%s'", m);
     }
@@ -122,9 +143,17 @@ absl::Status Decoder::Cp() {
   if (cg && n.ival != 16) return Err("cp.async.cg copies 16 bytes");
   in_.size = static_cast<uint8_t>(n.ival);
   if (r_.ops.size() == 4) {
-    if (auto s = SetSrc(1, 3, Ty::kU32); !s.ok()) return s;
-    in_.mode = 1;
+    const RawOperand& last = r_.ops[3];
+    if (last.kind == RawOperand::kReg && last.reg.pred) {  // ignore-src
+      min_ptx = std::max(min_ptx, 75);
+      if (auto s = PredSrc(0, last); !s.ok()) return s;
+      in_.mode = 2;
+    } else {  // src-size
+      if (auto s = SetSrc(1, 3, Ty::kU32); !s.ok()) return s;
+      in_.mode = 1;
+    }
   }
+  if (auto s = NeedTarget(80, min_ptx); !s.ok()) return s;
   in_.fn = SelectCpAsync();
   return absl::OkStatus();
 }

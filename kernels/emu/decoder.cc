@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -27,6 +28,23 @@ absl::Status Decoder::NeedOps(size_t lo, size_t hi) const {
 absl::Status Decoder::NeedTypes(size_t n) const {
   if (m_.types.size() != n) {
     return Err("expected %d type modifier%s, got %d", n, n == 1 ? "" : "s", m_.types.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::NeedTarget(int min_sm, int min_ptx) const {
+  const Module& mod = *b_.module;
+  int sm = 0;
+  if (mod.target.rfind("sm_", 0) == 0) {
+    for (size_t i = 3; i < mod.target.size() && absl::ascii_isdigit(mod.target[i]); ++i) {
+      sm = sm * 10 + (mod.target[i] - '0');
+    }
+  }
+  if (sm < min_sm)
+    return Err("needs .target sm_%d or newer, the module has %s", min_sm, mod.target);
+  if (mod.version_major * 10 + mod.version_minor < min_ptx) {
+    return Err("needs PTX ISA %d.%d or newer, the module has .version %d.%d", min_ptx / 10,
+               min_ptx % 10, mod.version_major, mod.version_minor);
   }
   return absl::OkStatus();
 }
@@ -400,6 +418,10 @@ absl::Status Decoder::Run() {
       return BitScan();
     case Op::kCp:
       return Cp();
+    case Op::kLdmatrix:
+      return Ldmatrix();
+    case Op::kMma:
+      return Mma();
     case Op::kActivemask:
     case Op::kMembar:
     case Op::kFence:

@@ -1,5 +1,5 @@
 // Internal to the emulator's front end: turns one RawInstr into an Instr. decoder.cc holds
-// modifier and operand handling, decode_ops.cc the per-opcode rules.
+// modifier and operand handling, decode_*.cc the per-opcode rules.
 #pragma once
 
 #include <string>
@@ -78,6 +78,8 @@ class Decoder {
   absl::Status NeedOps(size_t lo, size_t hi) const;
   Ty OneType() const { return m_.types.size() == 1 ? m_.types[0] : Ty::kNone; }
   absl::Status NeedTypes(size_t n) const;
+  // Refuses what ptxas would: an instruction newer than the module's .target or .version.
+  absl::Status NeedTarget(int min_sm, int min_ptx) const;
 
   absl::StatusOr<uint64_t> ImmBits(const RawOperand& o, Ty ty) const;
   // A data source operand (register, immediate, special register) as a slot.
@@ -104,6 +106,8 @@ class Decoder {
   absl::Status Bar();
   absl::Status BitScan();  // bfind, shf
   absl::Status Cp();
+  absl::Status Ldmatrix();
+  absl::Status Mma();
   absl::Status Misc();
 
   FnBuilder& b_;

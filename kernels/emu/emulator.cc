@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/emu/executor.h"
+#include "kernels/emu/mem_access.h"
 #include "kernels/emu/module.h"
 
 namespace ptxserve::emu {
@@ -278,6 +279,12 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
   cfg.max_warp_instructions = opts_.max_warp_instructions;
   cfg.poison_shared = opts_.poison_shared;
   cfg.detect_shared_races = opts_.detect_shared_races;
+  if (opts_.detect_global_races) {
+    while (race_tables_.size() < static_cast<size_t>(std::max(opts_.num_threads, 1))) {
+      race_tables_.push_back(std::make_unique<GlobalWrites>());
+    }
+    for (const auto& t : race_tables_) cfg.global_writes.push_back(t.get());
+  }
   LaunchCounters counters;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status st = ExecuteLaunch(cfg, &counters);

@@ -8,17 +8,40 @@
 // naturally aligned (a 16-byte ld.v4 on a 16-byte boundary), and a read of a register the
 // thread never wrote is an error. So are barrier deadlocks (early exit before bar.sync, a
 // warp diverged around an aligned barrier), shfl/vote masks naming lanes that do not execute
-// the instruction, and shared-memory races between warps with no barrier in between. Each
-// comes back as a Status naming kernel, block, thread, PTX line and address.
+// the instruction, and races between the warps of a block (below). Each comes back as a
+// Status naming kernel, block, thread, PTX line and address.
 //
 // Execution: warps of 32 lanes run instruction by instruction; a divergent branch parks
 // lanes with their own PC and the lowest-PC group runs next, so lanes rejoin where their
 // paths meet and warp collectives see every participating lane. Warps of a block run one at
-// a time until they exit or wait at a barrier.
+// a time until they exit or wait at a barrier, last to first in blocks of odd index.
+//
+// Races: what the GPU leaves unordered between warps must not decide whether a kernel
+// passes, so accesses of two warps with no barrier in between are checked instead of run
+// in some order: in shared memory a read of another warp's write, a write over another
+// warp's read and a write of a different value over another warp's write; in global memory
+// (within a block) the first and the last, remembering up to 65536 written words between
+// two barriers. Global reads are not recorded, so a read that another warp later
+// overwrites is seen only when that warp runs first: in blocks of odd index, so in grids
+// of two blocks or more. Strong accesses (atomics, .volatile, .relaxed, .acquire,
+// .release) do not race with each other. Not checked: races between blocks, and races
+// across a barrier that not every warp takes part in (a thread count, bar.arrive): every
+// barrier release counts as ordering all warps.
+//
+// Tensor cores: ldmatrix.m8n8 (.x1/.x2/.x4, .trans) and mma.m16n8k8 / m16n8k16 with f16 or
+// bf16 inputs and f32 accumulators, in the ISA's fragment layouts; both must be executed by
+// a whole warp. mma sums exactly and rounds once (a GPU may differ in the last bits).
+//
+// cp.async is asynchronous: the source is read at issue, the destination written only when
+// the issuing thread waits for the copy's group (per-thread groups: commit_group,
+// wait_group N, wait_all). Touching a destination before then (a read, a store, another
+// cp.async) and exiting with copies in flight are errors; landed data counts as written by
+// the issuer's warp at the wait, so other warps still need a barrier. Not checked: a write
+// to a copy's source before it lands (undefined in the ISA).
 //
 // Not modelled (rejected at load with the line): .func/call, .global/.const variables,
-// textures/surfaces, tensor-core instructions (mma, ldmatrix, wgmma), directed rounding
-// (.rz/.rm/.rp) of arithmetic (cvt supports every rounding mode).
+// textures/surfaces, other mma shapes and types, wgmma, directed rounding (.rz/.rm/.rp) of
+// arithmetic (cvt supports every rounding mode).
 //
 // Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
 // run its blocks on several host threads (blocks are independent except for atomics, which
@@ -41,6 +64,7 @@ namespace ptxserve::emu {
 
 struct Module;
 struct Allocation;
+struct GlobalWrites;
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
@@ -91,6 +115,9 @@ struct EmulatorOptions {
   // Report a warp reading shared memory that another warp wrote since the last barrier
   // (a race on the GPU, where warps run concurrently).
   bool detect_shared_races = true;
+  // Report a warp of a block reading global memory that another warp of the block wrote
+  // since the last barrier, or writing a different value over it.
+  bool detect_global_races = true;
   uint32_t max_shared_bytes = 227 * 1024;
   uint64_t max_device_bytes = 16ull << 30;  // total live allocation limit
 };
@@ -154,6 +181,7 @@ class Emulator {
   uint64_t next_addr_ = 0x100000000ull;  // bump pointer, never reused
   uint64_t used_bytes_ = 0;
   std::map<uint32_t, std::unique_ptr<Module>> modules_;
+  std::vector<std::unique_ptr<GlobalWrites>> race_tables_;  // per host thread of a launch
   uint32_t next_module_ = 1;
   EmulatorStats stats_;
 };

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/emu/async_copy.h"
+#include "kernels/emu/mem_access.h"
 #include "kernels/emu/ops.h"
 
 namespace ptxserve::emu {
@@ -29,7 +31,8 @@ std::string Dim(const Dim3u& d) { return absl::StrFormat("(%u,%u,%u)", d.x, d.y,
 
 class BlockRunner {
  public:
-  explicit BlockRunner(const LaunchConfig& cfg) : cfg_(cfg), fn_(*cfg.fn) {
+  // `worker`: the host thread's index, which selects its global-race table.
+  BlockRunner(const LaunchConfig& cfg, size_t worker) : cfg_(cfg), fn_(*cfg.fn) {
     nthreads_ = cfg.block.x * cfg.block.y * cfg.block.z;
     nwarps_ = (nthreads_ + kWarpSize - 1) / kWarpSize;
     const size_t slots = fn_.num_slots;
@@ -49,18 +52,28 @@ class BlockRunner {
         fn_.uses_dynamic_shared ? fn_.dynamic_offset + cfg.dynamic_shared : fn_.static_shared;
     if (cfg.detect_shared_races && ctx_.shared_size != 0) {
       const size_t words = (ctx_.shared_size + 3) / 4;
-      tags_.resize(2 * words);
-      tag_lines_.resize(2 * words);
-      ctx_.shared_tag = tags_.data();
-      ctx_.shared_tag_line = tag_lines_.data();
-      ctx_.shared_read_tag = tags_.data() + words;
-      ctx_.shared_read_line = tag_lines_.data() + words;
+      shared_tags_.resize(words);
+      ctx_.shared_tags = shared_tags_.data();
+    }
+    ctx_.slot_names = &fn_.slot_names;
+    if (fn_.uses_cp_async) ctx_.async = &async_;
+    if (worker < cfg.global_writes.size()) {
+      GlobalWrites* g = cfg.global_writes[worker];
+      if (g->last_epoch > GlobalWrites::kMaxEpoch) g->Reset();
+      ctx_.global_writes = g;
+      ctx_.epoch = g->last_epoch + 1;
     }
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;
     ctx_.grid_dim = cfg.grid;
   }
+
+  ~BlockRunner() {
+    if (ctx_.global_writes != nullptr) ctx_.global_writes->last_epoch = ctx_.epoch;
+  }
+  BlockRunner(const BlockRunner&) = delete;
+  BlockRunner& operator=(const BlockRunner&) = delete;
 
   absl::Status Run(uint64_t linear_block);
   const LaunchCounters& counters() const { return counters_; }
@@ -88,11 +101,7 @@ class BlockRunner {
   absl::Status UninitError(const Warp& w, const Instr& in, const std::string& name,
                            uint32_t missing) const {
     return Error(w, std::countr_zero(missing), in.line,
-                 absl::StrFormat("'%s' reads register %s, which this thread never wrote "
-                                 "(or which got an undefined value from a shfl.sync of a "
-                                 "non-participating lane); uninitialised in lanes 0x%08x of "
-                                 "warp %u",
-                                 OpName(static_cast<Op>(in.op)), name, missing, w.index));
+                 UninitMessage(static_cast<Op>(in.op), name, missing, w.index));
   }
 
   const LaunchConfig& cfg_;
@@ -103,8 +112,8 @@ class BlockRunner {
   std::vector<Warp> warps_;
   std::vector<uint8_t> shared_;
   std::vector<uint8_t> local_;
-  std::vector<uint32_t> tags_;  // shared-memory race detection (ExecCtx::shared_tag)
-  std::vector<int32_t> tag_lines_;
+  std::vector<SharedTag> shared_tags_;  // shared-memory race detection
+  AsyncCopies async_;                   // used when the kernel has cp.async
   ExecCtx ctx_;
   LaunchCounters counters_;
   struct Bar {
@@ -381,6 +390,15 @@ absl::Status BlockRunner::RunWarp(Warp& w) {
         }
         break;
       case Ctl::kExit:
+        if (m != 0 && ctx_.async != nullptr && async_.in_flight != 0) {
+          for (uint32_t s = m; s != 0 && status.ok(); s &= s - 1) {
+            const int l = std::countr_zero(s);
+            if (std::string why = CopiesInFlightAtExit(ctx_, l); !why.empty()) {
+              status = Error(w, l, in.line, why);
+            }
+          }
+          if (!status.ok()) break;
+        }
         if (m != 0) {
           if (w.exit_lane < 0) {
             w.exit_lane = std::countr_zero(m);
@@ -448,12 +466,18 @@ absl::Status BlockRunner::Run(uint64_t b) {
     if (!local_.empty()) std::memset(local_.data(), 0xff, local_.size());
   }
   for (auto& bar : bars_) bar = Bar();
-  if (!tags_.empty()) std::fill(tags_.begin(), tags_.end(), 0u);
-  ctx_.epoch = 1;
+  if (ctx_.async != nullptr) async_.Reset(nwarps_ * kWarpSize, ctx_.shared_size);
+  // A new epoch instead of clearing the race tags: the previous block's are all older.
+  ++ctx_.epoch;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
+  // Odd blocks run their warps last to first, so a global read that another warp later
+  // overwrites (reads are not tracked) shows, in one of the two orders, as a read of that
+  // warp's write.
+  const bool reverse = (b & 1) != 0;
   while (true) {
     bool ran = false;
-    for (Warp& w : warps_) {
+    for (uint32_t i = 0; i < nwarps_; ++i) {
+      Warp& w = warps_[reverse ? nwarps_ - 1 - i : i];
       if ((w.active | w.suspended) == 0) continue;
       ran = true;
       if (auto s = RunWarp(w); !s.ok()) return s;
@@ -468,12 +492,19 @@ absl::Status BlockRunner::Run(uint64_t b) {
 
 }  // namespace
 
+std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_t warp) {
+  return absl::StrFormat(
+      "'%s' reads register %s, which this thread never wrote (or which got an undefined value "
+      "from a shfl.sync of a non-participating lane); uninitialised in lanes 0x%08x of warp %u",
+      OpName(op), reg, missing, warp);
+}
+
 absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   const uint64_t nblocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
   const int nthreads = static_cast<int>(
       std::min<uint64_t>(std::max(cfg.num_threads, 1), std::max<uint64_t>(nblocks, 1)));
   if (nthreads <= 1) {
-    BlockRunner r(cfg);
+    BlockRunner r(cfg, 0);
     absl::Status st;
     for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = r.Run(b);
     counters->warp_instructions += r.counters().warp_instructions;
@@ -486,8 +517,8 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   uint64_t fail_block = UINT64_MAX;
   absl::Status fail;
   LaunchCounters total;
-  auto work = [&]() {
-    BlockRunner r(cfg);
+  auto work = [&](size_t worker) {
+    BlockRunner r(cfg, worker);
     while (!failed.load(std::memory_order_relaxed)) {
       const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= nblocks) break;
@@ -506,8 +537,8 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
     total.thread_instructions += r.counters().thread_instructions;
   };
   std::vector<std::thread> threads;
-  for (int i = 1; i < nthreads; ++i) threads.emplace_back(work);
-  work();
+  for (int i = 1; i < nthreads; ++i) threads.emplace_back(work, static_cast<size_t>(i));
+  work(0);
   for (auto& t : threads) t.join();
   counters->warp_instructions += total.warp_instructions;
   counters->thread_instructions += total.thread_instructions;

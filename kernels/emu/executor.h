@@ -12,6 +12,8 @@
 
 namespace ptxserve::emu {
 
+struct GlobalWrites;
+
 struct LaunchConfig {
   const Function* fn = nullptr;
   Dim3u grid, block;
@@ -23,6 +25,9 @@ struct LaunchConfig {
   uint64_t max_warp_instructions = 0;  // per host thread; 0 = unlimited
   bool poison_shared = true;           // fill shared memory with 0xff per block
   bool detect_shared_races = true;     // read-after-write across warps without a barrier
+  // Race detection in global memory between the warps of a block: one table per host
+  // thread (at least num_threads), kept by the caller across launches; empty: off.
+  std::vector<GlobalWrites*> global_writes;
 };
 
 struct LaunchCounters {

@@ -57,6 +57,8 @@ enum class Space : uint8_t { kGeneric, kGlobal, kShared, kParam, kLocal, kConst 
 // Where a decoded instruction hands control back to the warp scheduler.
 enum class Ctl : uint8_t { kNone, kBra, kExit, kBar, kBarArrive };
 
+struct AsyncCopies;
+struct GlobalWrites;
 struct ExecCtx;
 struct Warp;
 struct Instr;
@@ -87,10 +89,11 @@ struct Instr {
   uint16_t op = 0;       // Opcode, for messages
   uint16_t d[4] = {0, 0, 0, 0};
   uint16_t s[4] = {0, 0, 0, 0};
-  uint16_t pd[2] = {0, 0};  // predicate destinations
-  uint16_t ps[2] = {0, 0};  // predicate sources
+  uint16_t s2[6] = {0, 0, 0, 0, 0, 0};  // further sources (mma: B in [0..1], C in [2..5])
+  uint16_t pd[2] = {0, 0};              // predicate destinations
+  uint16_t ps[2] = {0, 0};              // predicate sources
   bool ps_neg[2] = {false, false};
-  uint16_t chk[6] = {0, 0, 0, 0, 0, 0};
+  uint16_t chk[10] = {};  // mma reads ten registers
   uint16_t pchk[3] = {0, 0, 0};
   int64_t imm = 0;           // address offset (ld/st/atom), absolute address for symbolic operands
   int64_t imm2 = 0;          // second address offset (cp.async source)
@@ -121,6 +124,20 @@ struct Warp {
   int32_t exit_lane = -1;
 };
 
+// What race detection remembers of one 4-byte word of shared memory. Accesses are tagged
+// epoch << 6 | (warp + 1), the epoch counting barrier releases: two warps' accesses in one
+// epoch are unordered on the GPU.
+struct SharedTag {
+  uint32_t write = 0;  // the last write
+  int32_t write_line = 0;
+  uint32_t first_read = 0;  // the first and the last read of the read epoch
+  int32_t first_read_line = 0;
+  uint32_t last_read = 0;
+  int32_t last_read_line = 0;
+  uint32_t readers = 0;       // a bit per warp that read the word in the read epoch
+  bool write_strong = false;  // the last write was an atomic or a strong store
+};
+
 struct Allocation {
   uint64_t base = 0;
   uint64_t size = 0;
@@ -147,15 +164,13 @@ struct ExecCtx {
   uint8_t* local = nullptr;  // per-thread local memory of the block, local_size each
   uint32_t local_size = 0;
   uint32_t cur_warp = 0;  // warp being executed (selects the lanes' local memory)
-  // Shared-memory race detection: per 4-byte word of shared memory, the barrier epoch and
-  // warp (epoch << 6 | warp + 1) of the last write and of the last read, with their PTX
-  // lines. Reading a word another warp wrote in the current epoch (no barrier in between),
-  // or writing one another warp read, is a race. shared_tag == nullptr: detection off.
-  uint32_t* shared_tag = nullptr;  // [word]: last write
-  int32_t* shared_tag_line = nullptr;
-  uint32_t* shared_read_tag = nullptr;  // [word]: last read
-  int32_t* shared_read_line = nullptr;
+  // Shared-memory race detection (TrackShared in mem_access.h), one tag per 4-byte word;
+  // null: detection off. The epoch advances at every barrier release and every block.
+  SharedTag* shared_tags = nullptr;
+  // Global-memory race detection between the block's warps (TrackGlobal); null: off.
+  GlobalWrites* global_writes = nullptr;
   uint32_t epoch = 1;
+  AsyncCopies* async = nullptr;  // cp.async copies not landed; null when the kernel has none
   const uint8_t* params = nullptr;
   uint32_t param_size = 0;
   Dim3u block_idx, block_dim, grid_dim;

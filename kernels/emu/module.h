@@ -65,8 +65,9 @@ struct Function {
   uint32_t static_shared = 0;   // bytes of .shared variables the function uses
   uint32_t dynamic_offset = 0;  // where the .extern .shared array starts
   bool uses_dynamic_shared = false;
-  uint32_t local_bytes = 0;  // per-thread .local variables
-  Dim3u reqntid{0, 0, 0};    // 0 = not given
+  uint32_t local_bytes = 0;    // per-thread .local variables
+  bool uses_cp_async = false;  // needs the per-block cp.async state (async_copy.h)
+  Dim3u reqntid{0, 0, 0};      // 0 = not given
   Dim3u maxntid{0, 0, 0};
 };
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/emu/fp16.h"
@@ -25,7 +27,8 @@ namespace ptxserve::emu {
   X(Bar, "bar") X(Barrier, "barrier") X(Membar, "membar") X(Fence, "fence") \
   X(Bra, "bra") X(Ret, "ret") X(Exit, "exit") X(Prefetch, "prefetch") \
   X(Prefetchu, "prefetchu") X(Nanosleep, "nanosleep") X(Testp, "testp") \
-  X(Griddepcontrol, "griddepcontrol") X(Bfind, "bfind") X(Shf, "shf")
+  X(Griddepcontrol, "griddepcontrol") X(Bfind, "bfind") X(Shf, "shf") \
+  X(Ldmatrix, "ldmatrix") X(Mma, "mma")
 // clang-format on
 
 enum class Op : uint16_t {
@@ -84,8 +87,10 @@ Handler SelectSetp(Ty t);               // setp for any comparable type (cmp in 
 Handler SelectLoad(Space sp, int size, bool is_signed, int vec);
 Handler SelectStore(Space sp, int size, int vec);
 Handler SelectAtom(Space sp, AtomOp op, Ty t, bool returns);
-Handler SelectCpAsync();
-Handler SelectMovPack(bool pack);  // mov.bN {a,b..} <-> d; element size in Instr::size
+Handler SelectCpAsync();  // these three need ExecCtx::async (Function::uses_cp_async)
+Handler SelectCpAsyncCommit();
+Handler SelectCpAsyncWait(bool all);  // wait_group (N in Instr::imm) or wait_all
+Handler SelectMovPack(bool pack);     // mov.bN {a,b..} <-> d; element size in Instr::size
 Handler SelectCvta(bool to_space, bool local, bool addr32);  // shared/local <-> generic
 Handler SelectShfl(ShflMode m);
 Handler SelectVote(VoteMode m);
@@ -97,6 +102,16 @@ Handler SelectNop();
 Handler SelectPredLogic(Op op);  // and/or/xor/not/mov on .pred
 Handler SelectBfind(Ty t, bool shiftamt);
 Handler SelectShf(bool left, bool clamp);
+// ldmatrix.sync.aligned.m8n8.x<num>[.trans] from .shared (or a generic address into it).
+Handler SelectLdmatrix(int num, bool trans, bool generic);
+// mma.sync.aligned.m16n8k<k>.row.col.f32.<ab>.<ab>.f32, ab = f16 or bf16, k = 8 or 16.
+Handler SelectMma(int k, bool bf16);
+
+// The message for a read of register `reg` that lanes `missing` of warp `warp` never wrote.
+std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_t warp);
+// Why lane `lane` of the current warp may not exit yet (cp.async copies it never waited
+// for), or "" when it may.
+std::string CopiesInFlightAtExit(const ExecCtx& ctx, uint32_t lane);
 
 template <class T>
 inline T Get(uint64_t v) {

@@ -78,7 +78,10 @@ bool Atom(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       return;
     }
     // Atomics may race with each other by design; they count as writes for later reads.
-    if constexpr (SP != Space::kGlobal) TrackShared(ctx, p, sizeof(T), true, in.line, l, true);
+    if (!TrackAccess<SP>(ctx, p, addr, sizeof(T), Access::kStrongWrite, in.line, l)) {
+      ok = false;
+      return;
+    }
     const T old = DoAtomic<OP, T>(p, Get<T>(b[l]), OP == AtomOp::kCas ? Get<T>(c[l]) : T{});
     if constexpr (kRet) d[l] = Put<T>(old);
   });

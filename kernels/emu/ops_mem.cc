@@ -1,6 +1,6 @@
-// ld / st / cp.async handlers and the global-memory lookup; address checks live in
-// mem_access.h.
+// ld / st handlers and the global-memory lookup; address checks live in mem_access.h.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -48,16 +48,50 @@ std::string DescribeGlobal(const ExecCtx& ctx, uint64_t addr, uint64_t n) {
 
 }  // namespace
 
-bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, bool write) {
-  const uint32_t t = write ? ctx.shared_read_tag[word] : ctx.shared_tag[word];
-  const int32_t line = write ? ctx.shared_read_line[word] : ctx.shared_tag_line[word];
+namespace {
+
+// "which warp W wrote at PTX line L", or "... wrote a different value to ..."
+std::string WriterText(Race race, uint32_t warp, int32_t line) {
+  return absl::StrFormat("which warp %u wrote%s at PTX line %d", warp,
+                         race == Race::kWriteAfterWrite ? " a different value to" : "", line);
+}
+
+bool RaceFault(ExecCtx& ctx, const char* space, uint64_t addr, uint32_t lane, Race race,
+               const std::string& other) {
   return ctx.FailAddr(
-      static_cast<int>(lane), offset,
-      absl::StrFormat("shared-memory race: warp %u %s shared address 0x%x, which warp %u %s at "
-                      "PTX line %d with no barrier in between (warps run concurrently on the "
-                      "GPU: separate the two accesses with bar.sync)",
-                      ctx.cur_warp, write ? "writes" : "reads", offset, (t & 63) - 1,
-                      write ? "read" : "wrote", line));
+      static_cast<int>(lane), addr,
+      absl::StrFormat("%s-memory race: warp %u %s %s address 0x%x, %s with no barrier in "
+                      "between (warps of a block run concurrently on the GPU: separate the two "
+                      "accesses with bar.sync)",
+                      space, ctx.cur_warp, race == Race::kReadAfterWrite ? "reads" : "writes",
+                      space, addr, other));
+}
+
+}  // namespace
+
+bool GlobalRaceFault(ExecCtx& ctx, uint64_t addr, uint32_t lane, const GlobalWrites::Slot& slot,
+                     Race race) {
+  return RaceFault(ctx, "global", addr, lane, race,
+                   WriterText(race, (slot.tag & 63) - 1, slot.line));
+}
+
+bool SharedRaceFault(ExecCtx& ctx, size_t offset, uint32_t lane, size_t word, Race race) {
+  const SharedTag& t = ctx.shared_tags[word];
+  const uint32_t me = ctx.cur_warp + 1;
+  std::string other;
+  if (race != Race::kWriteAfterRead) {
+    other = WriterText(race, (t.write & 63) - 1, t.write_line);
+  } else if ((t.first_read & 63) != me) {
+    other = absl::StrFormat("which warp %u read at PTX line %d", (t.first_read & 63) - 1,
+                            t.first_read_line);
+  } else if ((t.last_read & 63) != me) {
+    other = absl::StrFormat("which warp %u read at PTX line %d", (t.last_read & 63) - 1,
+                            t.last_read_line);
+  } else {
+    other =
+        absl::StrFormat("which warp %d read", std::countr_zero(t.readers & ~(1u << ctx.cur_warp)));
+  }
+  return RaceFault(ctx, "shared", offset, lane, race, other);
 }
 
 uint8_t* FailMisaligned(ExecCtx& ctx, uint64_t addr, uint32_t n, uint32_t align, uint32_t lane,
@@ -143,11 +177,10 @@ bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
-    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, false, in.line, l)) {
-        ok = false;
-        return;
-      }
+    if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
+                         in.mode != 0 ? Access::kStrongRead : Access::kRead, in.line, l)) {
+      ok = false;
+      return;
     }
     for (int e = 0; e < kVec; ++e) d[e][l] = LoadVal<kSize, kSigned>(p + e * kSize);
   });
@@ -171,54 +204,14 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       ok = false;
       return;
     }
-    if constexpr (SP == Space::kShared || SP == Space::kGeneric) {
-      if (!TrackShared(ctx, p, kSize * kVec, true, in.line, l)) {
-        ok = false;
-        return;
-      }
-    }
-    for (int e = 0; e < kVec; ++e) std::memcpy(p + e * kSize, &s[e][l], kSize);
-  });
-  return ok;
-}
-
-bool CpAsync(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
-  const uint64_t* dbase = in.addr_is_reg ? w.R(in.addr_slot) : nullptr;
-  const uint64_t* sbase = w.R(in.s[0]);
-  const uint64_t* ssize = in.mode != 0 ? w.R(in.s[1]) : nullptr;
-  const Allocation* cache = nullptr;
-  const uint32_t n = in.size;
-  bool ok = true;
-  ForLanes(m, [&](uint32_t l) {
-    if (!ok) return;
-    uint8_t* dst =
-        Resolve<Space::kShared>(ctx, LaneAddr(in, dbase, l), n, n, cache, l, "cp.async store");
-    if (dst == nullptr) {
+    uint8_t bytes[kSize * kVec];
+    for (int e = 0; e < kVec; ++e) std::memcpy(bytes + e * kSize, &s[e][l], kSize);
+    if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
+                         in.mode != 0 ? Access::kStrongWrite : Access::kWrite, in.line, l, bytes)) {
       ok = false;
       return;
     }
-    if (!TrackShared(ctx, dst, n, true, in.line, l)) {
-      ok = false;
-      return;
-    }
-    const uint32_t src_n = ssize != nullptr ? std::min<uint32_t>(Get<uint32_t>(ssize[l]), n) : n;
-    const uint64_t saddr = sbase[l] + static_cast<uint64_t>(in.imm2);
-    if (saddr % n != 0) {
-      ok = ctx.FailAddr(static_cast<int>(l), saddr,
-                        absl::StrFormat("misaligned cp.async load: address 0x%x is not %u-byte "
-                                        "aligned",
-                                        saddr, n));
-      return;
-    }
-    if (src_n > 0) {
-      const uint8_t* src = Resolve<Space::kGlobal>(ctx, saddr, src_n, 1, cache, l, "cp.async load");
-      if (src == nullptr) {
-        ok = false;
-        return;
-      }
-      std::memcpy(dst, src, src_n);
-    }
-    std::memset(dst + src_n, 0, n - src_n);  // the zero-fill of the src-size form
+    std::memcpy(p, bytes, kSize * kVec);
   });
   return ok;
 }
@@ -303,7 +296,5 @@ Handler SelectStore(Space sp, int size, int vec) {
       return nullptr;
   }
 }
-
-Handler SelectCpAsync() { return &CpAsync; }
 
 }  // namespace ptxserve::emu

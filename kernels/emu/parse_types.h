@@ -55,6 +55,7 @@ struct SharedVar {
 // State shared by parsing and decoding one function.
 struct FnBuilder {
   Function* fn = nullptr;
+  const Module* module = nullptr;  // .version and .target, for instructions gated by them
   std::vector<RawInstr> raw;
   absl::flat_hash_map<std::string, uint32_t> labels;  // -> instruction index
   absl::flat_hash_map<std::string, uint32_t> params;  // -> index into fn->params

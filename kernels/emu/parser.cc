@@ -156,6 +156,7 @@ class Parser : public TokenStream {
     if (mod_->Find(fn->name) != nullptr) return Err(name, "duplicate .entry");
     FnBuilder b;
     b.fn = fn.get();
+    b.module = mod_;
     b.module_shared = &module_shared_;
     if (auto s = ParseParams(b); !s.ok()) return s;
     while (Peek().kind == Tok::kDot) {

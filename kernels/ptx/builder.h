@@ -67,6 +67,11 @@ enum class SReg : uint8_t {
 
 enum class CacheOp : uint8_t { kDefault, kNonCoherent };  // ld.global.nc for read-only data
 
+enum class MmaShape : uint8_t { kM16N8K8, kM16N8K16 };
+
+// cp.async cache operator: .ca caches in L1 and L2, .cg only in L2 (16-byte copies only).
+enum class CpAsyncCache : uint8_t { kCa, kCg };
+
 struct Label {
   uint32_t id = 0;
 };
@@ -138,6 +143,37 @@ class KernelBuilder {
   // red.<space>.<op>.<t> [addr], b: an atomic without a result.
   void Red(Op op, Space sp, Type t, const Operand& addr, const Operand& b);
 
+  // ---- tensor cores and asynchronous copies (builder_tensor.cc) ----
+  // mma.sync.aligned.<shape>.row.col.f32.<ab>.<ab>.f32 d, a, b, c: the warp computes
+  // D = A * B + C for a 16 x K row-major A and a K x 8 column-major B of `ab` (f16 or bf16)
+  // held as packed pairs in b32 registers (K/4 of A and K/8 of B per lane) and a 16 x 8 f32
+  // C and D (4 per lane), in the fragment layouts of the PTX ISA ("Matrix Fragments for
+  // mma.m16n8k8 / m16n8k16"). Every lane of the warp must execute it: never under a guard.
+  // `d` may be `c` (accumulate in place).
+  void MmaTo(const std::vector<Reg>& d, MmaShape shape, Type ab, const std::vector<Reg>& a,
+             const std::vector<Reg>& b, const std::vector<Reg>& c);
+  std::vector<Reg> Mma(MmaShape shape, Type ab, const std::vector<Reg>& a,
+                       const std::vector<Reg>& b, const std::vector<Reg>& c);
+  // ldmatrix.sync.aligned.m8n8.x<num>[.trans].shared.b16: `num` (1, 2 or 4) 8x8 matrices of
+  // 16-bit elements from shared memory, one b32 register per matrix. Lanes 8i..8i+7 give
+  // the (16-byte aligned) row addresses of matrix i; lane l receives row l/4, columns
+  // 2(l%4) and 2(l%4)+1 (low half first) of each matrix, or of its transpose with `trans`.
+  // A whole-warp instruction like Mma.
+  std::vector<Reg> Ldmatrix(int num, bool trans, const Operand& shared_addr);
+  // cp.async.<cache>.shared.global [dst], [src], bytes{, src_size}: starts copying `bytes`
+  // (4, 8 or 16; 16 for .cg) from global to shared memory, both addresses aligned to
+  // `bytes`. With `src_size` (u32, at most `bytes`) only that many bytes are read and the
+  // rest is zero-filled. The data lands at some point before the thread's wait for the
+  // copy's group: reading or overwriting the destination earlier is a race.
+  void CpAsync(CpAsyncCache cache, const Operand& shared_dst, const Operand& global_src, int bytes,
+               const Operand& src_size = Operand());
+  // cp.async.commit_group: this thread's copies since its last commit become one group.
+  void CpAsyncCommit();
+  // cp.async.wait_group n: waits until at most this thread's `n` newest groups are pending.
+  void CpAsyncWait(int n);
+  // cp.async.wait_all: commits, then waits for all of this thread's copies.
+  void CpAsyncWaitAll();
+
   // ---- warp and block ----
   // shfl.sync.<mode>.b32 with the full-warp mask; `c` is the clamp/segment operand
   // (default: 0 for up, 31 otherwise). The result has val's type.
@@ -184,6 +220,7 @@ class KernelBuilder {
   bool CheckDst(Reg dst, Type want, absl::string_view what);
   void Line(absl::string_view opcode, const std::vector<std::string>& operands);
   bool Require(int min_sm, int min_ptx, absl::string_view what);
+  static bool AddrOk(Space sp, const Operand& a);
   bool ValidIdent(absl::string_view name, absl::string_view what);
 
   std::string name_;

@@ -42,6 +42,8 @@ constexpr absl::string_view kSRegName[] = {
     "%tid.x",   "%tid.y",   "%tid.z",    "%ntid.x",   "%ntid.y",   "%ntid.z", "%ctaid.x",
     "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid"};
 
+bool IsAtomic(Op op) { return op >= Op::kAtomAdd && op <= Op::kAtomXor; }
+
 bool CmpFits(Cmp c, TypeKind k) {
   const int i = static_cast<int>(c);
   if (c == Cmp::kEq || c == Cmp::kNe) return true;
@@ -69,7 +71,7 @@ void KernelBuilder::EmitTo(Reg dst, Op op, Type t, std::initializer_list<Operand
   const std::string what = absl::StrCat(OpName(op), ".", TypeName(t));
   if (f == nullptr) return Fail(absl::StrCat("no instruction form ", what));
   if (op == Op::kSetp || op == Op::kShfl || op >= Op::kAtomAdd) {
-    return Fail(absl::StrCat(what, " needs its own emitter (Setp/Shfl/Atom)"));
+    return Fail(absl::StrCat(what, " needs its own emitter (Setp/Shfl/Atom/Mma/Ldmatrix/CpAsync)"));
   }
   if (!Require(f->min_sm, f->min_ptx, what)) return;
   if (f->sig.size() != srcs.size() + 1) {
@@ -265,7 +267,7 @@ Reg KernelBuilder::Ld1(Space sp, Type t, const Operand& addr, CacheOp cache) {
 
 // Address operands: global memory through 64-bit registers, shared memory through
 // 32-bit (shared-window) or 64-bit registers or a shared symbol, params by symbol.
-static bool AddrOk(Space sp, const Operand& a) {
+bool KernelBuilder::AddrOk(Space sp, const Operand& a) {
   if (a.kind() != Operand::Kind::kAddr) return false;
   if (!a.addr_has_reg()) return sp == Space::kShared || sp == Space::kParam;
   const Type t = a.reg().type;
@@ -324,7 +326,7 @@ Reg KernelBuilder::Atom(Op op, Space sp, Type t, const Operand& addr, const Oper
   const Form* f = FindForm(op, t);
   const std::string what =
       absl::StrCat("atom.", kSpaceName[static_cast<int>(sp)], ".", OpName(op), ".", TypeName(t));
-  if (f == nullptr || op < Op::kAtomAdd) {
+  if (f == nullptr || !IsAtomic(op)) {
     Fail(absl::StrCat("no form ", what));
     return d;
   }
@@ -349,7 +351,7 @@ void KernelBuilder::Red(Op op, Space sp, Type t, const Operand& addr, const Oper
   const Form* f = FindForm(op, t);
   const std::string what =
       absl::StrCat("red.", kSpaceName[static_cast<int>(sp)], ".", OpName(op), ".", TypeName(t));
-  if (f == nullptr || op < Op::kAtomAdd || op == Op::kAtomCas || op == Op::kAtomExch) {
+  if (f == nullptr || !IsAtomic(op) || op == Op::kAtomCas || op == Op::kAtomExch) {
     return Fail(absl::StrCat("no form ", what));
   }
   if (!Require(f->min_sm, f->min_ptx, what)) return;

@@ -82,6 +82,16 @@ constexpr Form kForms[] = {
     {Op::kAtomAnd, "and", "dAs", B(Type::kB32) | B(Type::kB64), 32, 40},
     {Op::kAtomOr, "or", "dAs", B(Type::kB32) | B(Type::kB64), 32, 40},
     {Op::kAtomXor, "xor", "dAs", B(Type::kB32) | B(Type::kB64), 32, 40},
+    {Op::kMmaM16N8K16, "mma.sync.aligned.m16n8k16.row.col", "FFFF", B(Type::kF16) | B(Type::kBF16),
+     80, 70},
+    {Op::kMmaM16N8K8, "mma.sync.aligned.m16n8k8.row.col", "FFFF", B(Type::kF16), 75, 65},
+    {Op::kMmaM16N8K8, "mma.sync.aligned.m16n8k8.row.col", "FFFF", B(Type::kBF16), 80, 70},
+    {Op::kLdmatrix, "ldmatrix.sync.aligned.m8n8", "FS", B(Type::kB16), 75, 65},
+    {Op::kCpAsyncCa, "cp.async.ca.shared.global", "SGi", 0, 80, 70},
+    {Op::kCpAsyncCg, "cp.async.cg.shared.global", "SGi", 0, 80, 70},
+    {Op::kCpAsyncCommit, "cp.async.commit_group", "", 0, 80, 70},
+    {Op::kCpAsyncWait, "cp.async.wait_group", "i", 0, 80, 70},
+    {Op::kCpAsyncWaitAll, "cp.async.wait_all", "", 0, 80, 70},
 };
 
 }  // namespace
@@ -89,6 +99,13 @@ constexpr Form kForms[] = {
 const Form* FindForm(Op op, Type t) {
   for (const Form& f : kForms) {
     if (f.op == op && (f.types & Bit(t)) != 0) return &f;
+  }
+  return nullptr;
+}
+
+const Form* FindUntypedForm(Op op) {
+  for (const Form& f : kForms) {
+    if (f.op == op && f.types == 0) return &f;
   }
   return nullptr;
 }

@@ -1,8 +1,8 @@
-// The instruction table: every arithmetic, logic, comparison and atomic form the
-// builder can write, with its operand roles, the types it accepts and the oldest
-// architecture / PTX ISA that has it. The builder checks each instruction against
-// this table before writing it, so an unsupported combination is an error instead of
-// PTX that ptxas rejects.
+// The instruction table: every arithmetic, logic, comparison, atomic, tensor-core and
+// asynchronous-copy form the builder can write, with its operand roles, the types it
+// accepts and the oldest architecture / PTX ISA that has it. The builder checks each
+// instruction against this table before writing it, so an unsupported combination is an
+// error instead of PTX that ptxas rejects.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,14 @@ enum class Op : uint8_t {
   kAtomAnd,
   kAtomOr,
   kAtomXor,
+  kMmaM16N8K16,  // mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32
+  kMmaM16N8K8,
+  kLdmatrix,       // ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16
+  kCpAsyncCa,      // cp.async.ca.shared.global: 4, 8 or 16 bytes, cached in L1 and L2
+  kCpAsyncCg,      // cp.async.cg.shared.global: 16 bytes, cached in L2 only
+  kCpAsyncCommit,  // cp.async.commit_group
+  kCpAsyncWait,    // cp.async.wait_group N
+  kCpAsyncWaitAll,
 };
 
 // One row of the table. `sig` lists operand roles, destination first:
@@ -61,17 +69,21 @@ enum class Op : uint8_t {
 //   w  destination of twice T's width              x  source of twice T's width
 //   u  u32 source (shift amount, lane, mask)       p  predicate source
 //   P  predicate destination                       A  memory address
+//   F  brace vector of registers (a fragment)      S  shared address
+//   G  global address                              i  integer constant
 struct Form {
   Op op;
   absl::string_view text;  // opcode with fixed modifiers, before the type suffix
   absl::string_view sig;
-  uint32_t types;  // Bit(Type) set
+  uint32_t types;  // Bit(Type) set; 0 for instructions without a type suffix
   int min_sm;
   int min_ptx;  // x10
 };
 
 // The first row for `op` that accepts `t`, or nullptr.
 const Form* FindForm(Op op, Type t);
+// The row of an instruction without a type suffix (the cp.async family), or nullptr.
+const Form* FindUntypedForm(Op op);
 // The opcode text of the first row for `op` (for error messages).
 absl::string_view OpName(Op op);
 

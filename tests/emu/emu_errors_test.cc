@@ -15,18 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Line of the first occurrence of `needle` in tests/emu/ptx/<file>.ptx after `after`.
-int LineOf(const std::string& file, const std::string& needle, const std::string& after = "") {
-  const std::string text = ReadPtx(file);
-  size_t start = after.empty() ? 0 : text.find(after);
-  EXPECT_NE(start, std::string::npos) << after;
-  const size_t pos = text.find(needle, start);
-  EXPECT_NE(pos, std::string::npos) << needle;
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
-}
-
-std::string Line(int n) { return "PTX line " + std::to_string(n); }
-
 TEST(EmuErrors, EarlyExitBeforeBarrierIsReportedNotAHang) {
   Emulator emu;
   const FunctionHandle f = Load(emu, "block_reduce", "early_exit_barrier");
@@ -309,6 +297,14 @@ TEST(EmuErrors, MutatedKernelsFailCleanly) {
 namespace ptxserve::emu::testing {
 namespace {
 
+// race.ptx's `entry` (a buffer and a 0 argument) on one block of two warps, in an emulator
+// with `opts` (a race check turned off).
+absl::Status LaunchRaceUnchecked(const EmulatorOptions& opts, const std::string& entry) {
+  Emulator emu(opts);
+  const uint64_t buf = *emu.Alloc(65 * 4);
+  return emu.Launch(Load(emu, "race", entry), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(0)});
+}
+
 TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
   Emulator emu;
   const uint64_t out = *emu.Alloc(64 * 4);
@@ -327,14 +323,65 @@ TEST(EmuErrors, SharedMemoryRacesBetweenWarps) {
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(st.message(), HasSubstr("warp 1 writes shared address 0x4, which warp 0 read"));
 
+  // Every reader of the epoch counts, not only the last one (warp 1 itself here).
+  st = emu.Launch(Load(emu, "race", "war_many_readers"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0), " +
+                                      Line(LineOf("race", "@%p1 st.shared.u32 [slot], 7"))));
+  EXPECT_THAT(st.message(),
+              HasSubstr("warp 1 writes shared address 0x0, which warp 0 read at " +
+                        Line(LineOf("race", "ld.shared.u32 %r2, [slot]", "war_many_readers("))));
+
+  // Two warps storing different values: the result would depend on the warps' order.
+  const FunctionHandle waw = Load(emu, "race", "waw_race");
+  st = emu.Launch(waw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(0)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("thread (32,0,0)"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("warp 1 writes shared address 0x0, which warp 0 wrote a different value "
+                        "to at " +
+                        Line(LineOf("race", "@%p1 st.shared.u32 [slot], %r5"))));
+  // Storing the same value is benign.
+  ASSERT_TRUE(emu.Launch(waw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out), U32(1)}).ok());
+  for (uint32_t v : Download<uint32_t>(emu, out, 64)) EXPECT_EQ(v, 1u);
+
   // The check can be turned off; the emulator then runs warps one after another.
   EmulatorOptions opts;
   opts.detect_shared_races = false;
-  Emulator quiet(opts);
-  const uint64_t out2 = *quiet.Alloc(64 * 4);
-  EXPECT_TRUE(
-      quiet.Launch(Load(quiet, "race", "raw_race"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(out2), U32(0)})
-          .ok());
+  EXPECT_TRUE(LaunchRaceUnchecked(opts, "raw_race").ok());
+}
+
+TEST(EmuErrors, GlobalMemoryRacesBetweenWarpsOfABlock) {
+  Emulator emu;
+  const uint64_t buf = *emu.Alloc(65 * 4);
+  const FunctionHandle raw = Load(emu, "race", "global_raw");
+  absl::Status st = emu.Launch(raw, {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(0)});
+  ASSERT_FALSE(st.ok());
+  char addr[64];
+  std::snprintf(addr, sizeof(addr), "warp 1 reads global address 0x%llx, which warp 0 wrote at ",
+                static_cast<unsigned long long>(buf));
+  EXPECT_THAT(st.message(), HasSubstr(addr + Line(LineOf("race", "@%p1 st.global.u32 [%rd1], 5"))));
+  EXPECT_THAT(st.message(),
+              HasSubstr("thread (32,0,0), " + Line(LineOf("race", "ld.global.u32 %r3, [%rd1]"))));
+  ASSERT_TRUE(emu.Launch(raw, {2, 1, 1}, {64, 1, 1}, 0, {Ptr(buf), U32(1)}).ok());
+
+  // Reads are not tracked: block 0 runs warp 0's read before warp 1's store and passes,
+  // but block 1 runs its warps in the other order, where the read sees the store.
+  st = emu.Launch(Load(emu, "race", "global_war"), {2, 1, 1}, {64, 1, 1}, 0, {Ptr(buf)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("block (1,0,0), thread (0,0,0)"));
+  EXPECT_THAT(st.message(), HasSubstr("warp 0 reads global address"));
+  EXPECT_THAT(st.message(), HasSubstr("which warp 1 wrote at " +
+                                      Line(LineOf("race", "@%p2 st.global.u32 [%rd1], 9"))));
+
+  st = emu.Launch(Load(emu, "race", "global_waw"), {1, 1, 1}, {64, 1, 1}, 0, {Ptr(buf)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("warp 1 writes global address"));
+  EXPECT_THAT(st.message(), HasSubstr("which warp 0 wrote a different value to"));
+
+  EmulatorOptions opts;
+  opts.detect_global_races = false;
+  EXPECT_TRUE(LaunchRaceUnchecked(opts, "global_raw").ok());
 }
 
 }  // namespace

@@ -40,4 +40,15 @@ FunctionHandle Load(Emulator& emu, const std::string& file, const std::string& e
   return f.ok() ? *f : FunctionHandle{};
 }
 
+int LineOf(const std::string& file, const std::string& needle, const std::string& after) {
+  const std::string text = ReadPtx(file);
+  size_t start = after.empty() ? 0 : text.find(after);
+  EXPECT_NE(start, std::string::npos) << after;
+  const size_t pos = text.find(needle, start);
+  EXPECT_NE(pos, std::string::npos) << needle;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
+}
+
+std::string Line(int n) { return "PTX line " + std::to_string(n); }
+
 }  // namespace ptxserve::emu::testing

@@ -19,6 +19,11 @@ std::vector<std::string> AllPtxFiles();
 // Loads <file>.ptx and returns the .entry `entry` (default: same name as the file).
 FunctionHandle Load(Emulator& emu, const std::string& file, const std::string& entry = "");
 
+// Line of the first occurrence of `needle` in tests/emu/ptx/<file>.ptx after `after`.
+int LineOf(const std::string& file, const std::string& needle, const std::string& after = "");
+// "PTX line <n>", as error messages name a line.
+std::string Line(int n);
+
 template <class T>
 uint64_t Upload(Emulator& emu, const std::vector<T>& v) {
   auto d = emu.Alloc(v.size() * sizeof(T));

@@ -196,6 +196,141 @@ TEST(BuilderTest, MisuseIsAnErrorAndNoPtx) {
   }
 }
 
+TEST(BuilderTest, TensorCoreAndAsyncCopyForms) {
+  absl::StatusOr<std::string> ptx = Build([](KernelBuilder& kb) {
+    const Reg g = kb.GlobalPtrParam("a");
+    const Reg n = kb.Param("n", Type::kU32);
+    const Symbol tile = kb.Shared("tile", 512);
+    const Reg base = kb.AddressOf(tile);
+    kb.CpAsync(CpAsyncCache::kCg, Operand::Addr(base), Operand::Addr(g), 16);
+    kb.CpAsync(CpAsyncCache::kCa, Operand::Addr(base, 16), Operand::Addr(g, 16), 8, n);
+    kb.CpAsync(CpAsyncCache::kCa, Operand::Addr(tile, 32), Operand::Addr(g), 4, 0);
+    kb.CpAsyncCommit();
+    kb.CpAsyncWait(1);
+    kb.CpAsyncWaitAll();
+    const std::vector<Reg> a = kb.Ldmatrix(4, false, Operand::Addr(base));
+    const std::vector<Reg> b = kb.Ldmatrix(2, true, Operand::Addr(base, 256));
+    std::vector<Reg> c;
+    for (int i = 0; i < 4; ++i) c.push_back(kb.Mov(Type::kF32, Operand::F32(0)));
+    const std::vector<Reg> d = kb.Mma(MmaShape::kM16N8K16, Type::kF16, a, b, c);
+    kb.MmaTo(d, MmaShape::kM16N8K8, Type::kBF16, {a[0], a[1]}, {b[0]}, d);
+  });
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(*ptx, HasSubstr("\tcp.async.cg.shared.global \t[%r1], [%rd1], 16;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\tcp.async.ca.shared.global \t[%r1+16], [%rd1+16], 8, %r0;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\tcp.async.ca.shared.global \t[s_tile+32], [%rd1], 4, 0;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\tcp.async.commit_group;\n\tcp.async.wait_group \t1;\n"
+                              "\tcp.async.wait_all;\n"));
+  EXPECT_THAT(*ptx, HasSubstr("\tldmatrix.sync.aligned.m8n8.x4.shared.b16 \t{%r2, %r3, %r4, %r5}, "
+                              "[%r1];\n"));
+  EXPECT_THAT(
+      *ptx, HasSubstr("\tldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 \t{%r6, %r7}, [%r1+256];"));
+  EXPECT_THAT(*ptx,
+              HasSubstr("\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 \t{%f4, %f5, %f6, "
+                        "%f7}, {%r2, %r3, %r4, %r5}, {%r6, %r7}, {%f0, %f1, %f2, %f3};\n"));
+  EXPECT_THAT(*ptx,
+              HasSubstr("\tmma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 \t{%f4, %f5, %f6, "
+                        "%f7}, {%r2, %r3}, {%r6}, {%f4, %f5, %f6, %f7};\n"));
+}
+
+// Every target the builder accepts (sm_80+, ISA 7.0+) has these forms, so the gates are
+// checked in the table itself: a wrong row would only show on an older target.
+TEST(BuilderTest, TensorAndAsyncCopyGatesAreTheIsas) {
+  struct Gate {
+    const Form* form;
+    int sm, ptx;
+  };
+  const Gate gates[] = {
+      {FindForm(Op::kMmaM16N8K16, Type::kF16), 80, 70},
+      {FindForm(Op::kMmaM16N8K16, Type::kBF16), 80, 70},
+      {FindForm(Op::kMmaM16N8K8, Type::kF16), 75, 65},
+      {FindForm(Op::kMmaM16N8K8, Type::kBF16), 80, 70},
+      {FindForm(Op::kLdmatrix, Type::kB16), 75, 65},
+      {FindUntypedForm(Op::kCpAsyncCa), 80, 70},
+      {FindUntypedForm(Op::kCpAsyncCg), 80, 70},
+      {FindUntypedForm(Op::kCpAsyncCommit), 80, 70},
+      {FindUntypedForm(Op::kCpAsyncWait), 80, 70},
+      {FindUntypedForm(Op::kCpAsyncWaitAll), 80, 70},
+  };
+  for (const Gate& g : gates) {
+    ASSERT_NE(g.form, nullptr);
+    EXPECT_EQ(g.form->min_sm, g.sm) << g.form->text;
+    EXPECT_EQ(g.form->min_ptx, g.ptx) << g.form->text;
+  }
+  EXPECT_EQ(FindForm(Op::kMmaM16N8K16, Type::kF32), nullptr);
+}
+
+TEST(BuilderTest, TensorAndAsyncCopyMisuseIsAnError) {
+  auto frag = [](KernelBuilder& kb, int n, Type t) {
+    std::vector<Reg> v;
+    for (int i = 0; i < n; ++i) v.push_back(kb.NewReg(t));
+    return v;
+  };
+  const std::vector<BadCase> cases = {
+      {"ldmatrix of three matrices",
+       [](KernelBuilder& kb) { kb.Ldmatrix(3, false, Operand::Addr(kb.Mov(Type::kU32, 0))); },
+       "loads 1, 2 or 4 matrices"},
+      {"ldmatrix from a global address",
+       [](KernelBuilder& kb) { kb.Ldmatrix(1, false, Operand(kb.GlobalPtrParam("a"))); },
+       "bad shared address"},
+      {"ldmatrix under a guard",
+       [](KernelBuilder& kb) {
+         auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, kb.Special(SReg::kTidX), 0));
+         kb.Ldmatrix(1, false, Operand::Addr(kb.Mov(Type::kU32, 0)));
+       },
+       "every lane must run it"},
+      {"mma with f32 inputs",
+       [&](KernelBuilder& kb) {
+         kb.Mma(MmaShape::kM16N8K16, Type::kF32, frag(kb, 4, Type::kB32), frag(kb, 2, Type::kB32),
+                frag(kb, 4, Type::kF32));
+       },
+       "inputs must be f16 or bf16"},
+      {"mma with a k8 A fragment",
+       [&](KernelBuilder& kb) {
+         kb.Mma(MmaShape::kM16N8K16, Type::kF16, frag(kb, 2, Type::kB32), frag(kb, 2, Type::kB32),
+                frag(kb, 4, Type::kF32));
+       },
+       "takes 4 d, 4 a, 2 b and 4 c registers"},
+      {"mma accumulating into integers",
+       [&](KernelBuilder& kb) {
+         kb.Mma(MmaShape::kM16N8K8, Type::kF16, frag(kb, 2, Type::kB32), frag(kb, 1, Type::kB32),
+                frag(kb, 4, Type::kU32));
+       },
+       "does not fit .f32"},
+      {"cp.async.cg of 8 bytes",
+       [](KernelBuilder& kb) {
+         kb.CpAsync(CpAsyncCache::kCg, Operand::Addr(kb.Mov(Type::kU32, 0)),
+                    Operand::Addr(kb.GlobalPtrParam("a")), 8);
+       },
+       ".cg copies 16 bytes"},
+      {"cp.async of 12 bytes",
+       [](KernelBuilder& kb) {
+         kb.CpAsync(CpAsyncCache::kCa, Operand::Addr(kb.Mov(Type::kU32, 0)),
+                    Operand::Addr(kb.GlobalPtrParam("a")), 12);
+       },
+       "copies 4, 8 or 16 bytes"},
+      {"cp.async src-size over the copy",
+       [](KernelBuilder& kb) {
+         kb.CpAsync(CpAsyncCache::kCa, Operand::Addr(kb.Mov(Type::kU32, 0)),
+                    Operand::Addr(kb.GlobalPtrParam("a")), 8, 9);
+       },
+       "src-size 9 is not in 0..8"},
+      {"cp.async from a shared address",
+       [](KernelBuilder& kb) {
+         const Reg s = kb.Mov(Type::kU32, 0);
+         kb.CpAsync(CpAsyncCache::kCa, Operand::Addr(s), Operand::Addr(s), 4);
+       },
+       "bad global source"},
+      {"cp.async.wait_group of a negative count", [](KernelBuilder& kb) { kb.CpAsyncWait(-1); },
+       "negative"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<std::string> ptx = Build(c.body);
+    ASSERT_FALSE(ptx.ok()) << c.name;
+    EXPECT_THAT(std::string(ptx.status().message()), HasSubstr(c.message)) << c.name;
+  }
+}
+
 TEST(BuilderTest, FirstErrorWinsAndLaterCallsAreHarmless) {
   KernelBuilder kb("k", Target{});
   kb.Emit(Op::kAdd, Type::kU32, {kb.Mov(Type::kF32, 0), 1});
