@@ -151,6 +151,26 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
                           "(vLLM's kv_cache_usage_perc)")
                     .Register(*registry_)
                     .Add({})),
+      kv_blocks_cached_(BuildGauge()
+                            .Name("ptxserve_kv_cache_blocks_cached")
+                            .Help("Free KV blocks still holding K/V the prefix cache can reuse")
+                            .Register(*registry_)
+                            .Add({})),
+      prefix_query_tokens_(BuildCounter()
+                               .Name("ptxserve_prefix_cache_query_tokens_total")
+                               .Help("Prompt tokens looked up in the prefix cache")
+                               .Register(*registry_)
+                               .Add({})),
+      prefix_hit_tokens_(BuildCounter()
+                             .Name("ptxserve_prefix_cache_hit_tokens_total")
+                             .Help("Prompt tokens whose K/V the prefix cache held")
+                             .Register(*registry_)
+                             .Add({})),
+      prefix_evictions_(BuildCounter()
+                            .Name("ptxserve_prefix_cache_evictions_total")
+                            .Help("Cached KV blocks reused for other contents")
+                            .Register(*registry_)
+                            .Add({})),
       request_prompt_tokens_(BuildHistogram()
                                  .Name("ptxserve_request_prompt_tokens")
                                  .Help("Prompt tokens of each finished request")
@@ -274,6 +294,12 @@ void ServerMetrics::Refresh() {
   requests_waiting_.Set(s->requests_waiting);
   kv_blocks_used_.Set(s->kv_blocks_used);
   kv_capacity_blocks_.Set(static_cast<double>(s->kv_blocks_total));
+  kv_blocks_cached_.Set(s->kv_blocks_cached);
+  AddDelta(prefix_query_tokens_, s->prefix_cache_query_tokens_total,
+           last_.prefix_cache_query_tokens_total);
+  AddDelta(prefix_hit_tokens_, s->prefix_cache_hit_tokens_total,
+           last_.prefix_cache_hit_tokens_total);
+  AddDelta(prefix_evictions_, s->prefix_cache_evictions_total, last_.prefix_cache_evictions_total);
   kv_usage_.Set(s->kv_blocks_total > 0 ? static_cast<double>(s->kv_blocks_used) /
                                              static_cast<double>(s->kv_blocks_total)
                                        : 0.0);

@@ -76,6 +76,10 @@ class ServerMetrics : public EngineObserver {
   prometheus::Gauge& kv_blocks_used_;
   prometheus::Gauge& kv_capacity_blocks_;
   prometheus::Gauge& kv_usage_;
+  prometheus::Gauge& kv_blocks_cached_;
+  prometheus::Counter& prefix_query_tokens_;
+  prometheus::Counter& prefix_hit_tokens_;
+  prometheus::Counter& prefix_evictions_;
   prometheus::Histogram& request_prompt_tokens_;
   prometheus::Histogram& request_generation_tokens_;
   prometheus::Counter& preemptions_total_;

@@ -166,6 +166,7 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
   if (out.final()) {
     c.finish = out.finish;
     c.generated = out.generated_tokens;
+    c.cached_prompt = out.cached_prompt_tokens;
     --remaining_;
     if (on_finished_) on_finished_(out);
     failure = ServerFailure(out);
@@ -213,12 +214,17 @@ void CompletionStream::Apply(EngineOutput& out, std::string* events) {
 }
 
 json CompletionStream::Usage() const {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, cached = 0;
   for (int32_t p : job_.prompt_tokens) prompt += p;
   for (const Choice& c : choices_) completion += c.generated;
+  // A prompt counts once however many samples it has: its first sample's cache hits.
+  for (size_t k = 0; k < choices_.size(); k += static_cast<size_t>(job_.n)) {
+    cached += choices_[k].cached_prompt;
+  }
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
-          {"total_tokens", prompt + completion}};
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 std::string CompletionStream::Epilogue() const {

@@ -52,7 +52,8 @@ class CompletionStream final : public ResponseStream {
     nlohmann::ordered_json logprobs;  // accumulated entries (a body)
     int64_t text_offset = 0;          // completions' logprobs.text_offset
     FinishReason finish = FinishReason::kNone;
-    int32_t generated = 0;  // tokens so far
+    int32_t generated = 0;      // tokens so far
+    int32_t cached_prompt = 0;  // prompt tokens the prefix cache held (final output)
   };
 
   CompletionStream(std::shared_ptr<ServedModel> model, CompletionJob job, ResponseIdentity identity,

@@ -124,6 +124,17 @@ TEST_F(HttpTest, EachFinishedRequestIsOneLogLine) {
   }
 }
 
+TEST_F(HttpTest, UsageSaysWhichPromptTokensThePrefixCacheHeld) {
+  const json req = TokenPrompt(40, 2);
+  HttpReply first = Post("/v1/completions", req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(json::parse(first.body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  HttpReply again = Post("/v1/completions", req);
+  ASSERT_EQ(again.status, 200) << again.body;
+  // Two full blocks of 16; the last token is always recomputed.
+  EXPECT_EQ(json::parse(again.body)["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+}
+
 TEST_F(HttpTest, StreamIsServerSentEventsEndingWithDone) {
   json req = TokenPrompt(4, 12);
   req["stream"] = true;

@@ -20,6 +20,10 @@ TEST(MetricsTest, CountersFollowTheStatsSource) {
   s.kv_blocks_total = 100;
   s.kv_blocks_used = 7;
   s.requests_running = 2;
+  s.kv_blocks_cached = 30;
+  s.prefix_cache_query_tokens_total = 1000;
+  s.prefix_cache_hit_tokens_total = 640;
+  s.prefix_cache_evictions_total = 5;
   s.generated_tokens_total = 10;
   s.finished[OutcomeIndex(FinishReason::kCancelled)] = 1;
   m.SetStatsSource([&]() -> std::optional<EngineStats> { return s; });
@@ -29,6 +33,10 @@ TEST(MetricsTest, CountersFollowTheStatsSource) {
   EXPECT_DOUBLE_EQ(MetricValue(text, "ptxserve_kv_cache_usage_ratio"), 0.07);
   EXPECT_NE(text.find("# TYPE ptxserve_kv_cache_capacity_blocks gauge"), std::string::npos);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_running"), 2);
+  EXPECT_EQ(MetricValue(text, "ptxserve_kv_cache_blocks_cached"), 30);
+  EXPECT_EQ(MetricValue(text, "ptxserve_prefix_cache_query_tokens_total"), 1000);
+  EXPECT_EQ(MetricValue(text, "ptxserve_prefix_cache_hit_tokens_total"), 640);
+  EXPECT_EQ(MetricValue(text, "ptxserve_prefix_cache_evictions_total"), 5);
   EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 10);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"cancelled\"}"), 1);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"eos\"}"), 0);
