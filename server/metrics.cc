@@ -72,7 +72,9 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
       requests_total_(BuildCounter()
                           .Name("ptxserve_requests_total")
                           .Help("Requests by outcome: length, stop, eos, cancelled, error "
-                                "(engine), invalid, rejected, unauthenticated (server)")
+                                "(engine); invalid, rejected, unauthenticated, malformed (refused "
+                                "by the server, once "
+                                "per call)")
                           .Register(*registry_)),
       requests_running_(BuildGauge()
                             .Name("ptxserve_requests_running")

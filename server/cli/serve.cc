@@ -162,7 +162,8 @@ int RunServe(int argc, char** argv) {
       "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--prefix-caching=true|false] "
       "[--max-queued N] "
       "[--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]] [--api-key-file F]\n"
-      "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health and server reflection, and the "
+      "Serves ptxserve.v1.DecodeService, grpc.health.v1.Health, server reflection (see "
+      "--reflection), /metrics and the "
       "OpenAI-compatible HTTP API; "
       "without --model, the synthetic default model.");
   // Debian's Abseil is built with Mutex deadlock detection on, which costs a graph
