@@ -48,6 +48,7 @@ struct Engine::Sequence {
   SchedSequence sched;
   std::string request_id;
   int32_t index = 0;
+  int32_t sample = 0;
   int32_t prompt_len = 0;
   int32_t cached_prompt_tokens = 0;
   bool want_logprobs = false;
@@ -147,6 +148,7 @@ absl::StatusOr<std::vector<uint64_t>> Engine::Enqueue(std::vector<EngineRequest>
     s->sched.tokens.reserve(s->sched.tokens.size() + r.stopping.max_new_tokens);
     s->prompt_len = static_cast<int32_t>(s->sched.tokens.size());
     s->index = r.index;
+    s->sample = r.sample;
     s->want_logprobs = r.sampling.logprobs > 0;
     s->stream = stream;
     s->sampler = std::make_unique<SequenceSampler>(r.sampling, SeedFromRequestId(r.request_id));
@@ -322,7 +324,7 @@ void Engine::RunStep() {
     s->was_scheduled = true;
     s->scheduled = t0;
     s->cached_prompt_tokens = static_cast<int32_t>(a->num_computed);  // where it starts
-    new_prompt_tokens += s->prompt_len;
+    if (s->sample == 0) new_prompt_tokens += s->prompt_len;           // a prompt counts once
     if (observer_) observer_->OnScheduled(Seconds(s->arrival, t0), s->prompt_len);
   }
   // Sample on the device when it can take every row: then only the ids (and log-prob
@@ -460,6 +462,7 @@ void Engine::RunStep() {
     StepOutput& so = step_outputs_.emplace_back();
     so.seq = s;
     so.out.index = s->index;
+    so.out.sample = s->sample;
     so.out.token_ids.push_back(r.token);
     so.out.text = std::move(step.text);
     if (s->want_logprobs) so.out.logprobs.push_back(std::move(r));
@@ -508,6 +511,7 @@ void Engine::FinishSequence(Sequence* s, FinishReason reason, absl::Status error
   EngineOutput out;
   if (last) out = std::move(*last);
   out.index = s->index;
+  out.sample = s->sample;
   out.finish = reason;
   if (reason == FinishReason::kCancelled || reason == FinishReason::kError) {
     out.text += s->stop->Flush();
@@ -523,6 +527,7 @@ void Engine::FinishSequence(Sequence* s, FinishReason reason, absl::Status error
   RequestObservation o;
   o.finish = reason;
   o.prompt_tokens = out.prompt_tokens;
+  o.first_sample = s->sample == 0;
   o.generated_tokens = out.generated_tokens;
   o.queue_seconds = out.queue_seconds;
   o.total_seconds = out.total_seconds;

@@ -52,7 +52,8 @@ void ResultStream::Push(EngineOutput output) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
-    auto it = open_.find(output.index);
+    const std::pair<int32_t, int32_t> key(output.index, output.sample);
+    auto it = open_.find(key);
     if (it != open_.end()) {
       // The consumer has not taken the previous piece yet: grow it instead of queueing,
       // so a slow reader costs one message per read, not one per step.
@@ -71,7 +72,7 @@ void ResultStream::Push(EngineOutput output) {
         open_.erase(it);
       }
     } else {
-      if (!output.final()) open_[output.index] = pending_.size();
+      if (!output.final()) open_[key] = pending_.size();
       pending_.push_back(std::move(output));
     }
     if (!armed_ || !on_ready_) return;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -22,6 +23,10 @@ namespace ptxserve {
 struct EngineRequest {
   std::string request_id;  // for logs; seeds the sampler when sampling.seed is empty
   int32_t index = 0;       // echoed in every output (the prompt's index in a batch call)
+  // Which of the n samples of its prompt this is (parallel sampling), echoed in every
+  // output. A sample after the first shares the first's prompt: the prompt's tokens count
+  // once in the engine's prompt-token totals. (index, sample) is unique within a call.
+  int32_t sample = 0;
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StoppingCriteria stopping;
@@ -32,6 +37,7 @@ struct EngineRequest {
 // has not taken yet are merged into one.
 struct EngineOutput {
   int32_t index = 0;
+  int32_t sample = 0;
   std::vector<int32_t> token_ids;  // new tokens
   // The text they complete (whole UTF-8 characters). A request's texts add up to the
   // prompt's continuation: Decode(prompt + generated) minus Decode(prompt), see
@@ -63,7 +69,7 @@ class ResultStream {
  public:
   explicit ResultStream(std::function<void()> on_ready = nullptr);
 
-  // Consumer: moves the pending outputs (merged per index, in the order each index
+  // Consumer: moves the pending outputs (merged per (index, sample), in the order each
   // first appeared) into *out (cleared first). Returns false and arms the notification
   // when none is pending.
   bool PopAll(std::vector<EngineOutput>* out);
@@ -80,7 +86,8 @@ class ResultStream {
  private:
   absl::Mutex mu_;
   std::vector<EngineOutput> pending_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int32_t, size_t> open_ ABSL_GUARDED_BY(mu_);  // index -> pending_ slot
+  // (index, sample) -> pending_ slot
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> open_ ABSL_GUARDED_BY(mu_);
   bool armed_ ABSL_GUARDED_BY(mu_) = true;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int notifying_ ABSL_GUARDED_BY(mu_) = 0;

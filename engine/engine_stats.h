@@ -101,6 +101,9 @@ struct RequestObservation {
   double queue_seconds = 0;  // 0 when never scheduled
   double total_seconds = 0;
   bool scheduled = false;  // it reached the batch at least once
+  // False for the later samples of a prompt (parallel sampling), whose prompt the
+  // first sample already counts.
+  bool first_sample = true;
 };
 
 // Receives observations on the engine thread. Implementations must be quick and must

@@ -131,9 +131,12 @@ void Grpc(const uint8_t* data, size_t size, bool batch, const Fixture& f,
     Note("ParseFromArray", absl::InvalidArgumentError("not a GenerateRequest"));
     return;
   }
-  auto r = server::ToEngineRequest(req, *f.tokenizer, f.limits, "", "fuzz", render);
-  Note("ToEngineRequest", r.status());
-  if (r.ok()) Admit(*r, f);
+  auto rs = server::ToEngineSamples(req, *f.tokenizer, f.limits, "", "fuzz", 0,
+                                    f.limits.max_batch_prompts, render);
+  Note("ToEngineSamples", rs.status());
+  if (rs.ok()) {
+    for (const EngineRequest& r : *rs) Admit(r, f);
+  }
 }
 
 void Http(const uint8_t* data, size_t size, bool chat, const Fixture& f,

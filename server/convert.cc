@@ -10,6 +10,8 @@ namespace ptxserve::server {
 namespace {
 
 constexpr int32_t kMaxLogprobs = 20;
+// As the HTTP API's n.
+constexpr int32_t kMaxSamples = 128;
 
 absl::Status Invalid(std::string_view prefix, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(std::string(prefix), msg));
@@ -181,6 +183,32 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
   return r;
 }
 
+absl::StatusOr<std::vector<EngineRequest>> ToEngineSamples(
+    const v1::GenerateRequest& req, const Tokenizer& tokenizer, const RequestLimits& limits,
+    std::string_view prefix, std::string assigned_id, int32_t index, int64_t max_sequences,
+    const ChatRenderer* render_chat) {
+  if (req.n() < 0 || req.n() > kMaxSamples) {
+    return Invalid(prefix, absl::StrCat("n must be in [0, ", kMaxSamples, "], got ", req.n()));
+  }
+  const int32_t n = std::max(req.n(), 1);
+  if (n > max_sequences) {
+    return Invalid(prefix, absl::StrCat("n = ", n, " would pass the ", limits.max_batch_prompts,
+                                        " sequences a call may hold (--max-batch-prompts)"));
+  }
+  auto r = ToEngineRequest(req, tokenizer, limits, prefix, std::move(assigned_id), render_chat);
+  if (!r.ok()) return r.status();
+  r->index = index;
+  std::vector<EngineRequest> samples;
+  samples.reserve(n);
+  const uint64_t seed = r->sampling.seed.value_or(SeedFromRequestId(r->request_id));
+  for (int32_t i = 0; i < n; ++i) {
+    EngineRequest& s = samples.emplace_back(*r);
+    s.sample = i;
+    if (n > 1) s.sampling.seed = seed + static_cast<uint64_t>(i);
+  }
+  return samples;
+}
+
 absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBatchRequest& req,
                                                             const Tokenizer& tokenizer,
                                                             const RequestLimits& limits,
@@ -195,11 +223,14 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBa
   std::vector<EngineRequest> out;
   out.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
-    auto r = ToEngineRequest(req.requests(i), tokenizer, limits, absl::StrCat("requests[", i, "]."),
-                             absl::StrCat(id_base, "-", i), render_chat);
-    if (!r.ok()) return r.status();
-    r->index = i;
-    out.push_back(*std::move(r));
+    // The prompts after this one need a sequence each at least.
+    const int64_t room =
+        limits.max_batch_prompts - static_cast<int64_t>(out.size()) - (req.requests_size() - 1 - i);
+    auto samples =
+        ToEngineSamples(req.requests(i), tokenizer, limits, absl::StrCat("requests[", i, "]."),
+                        absl::StrCat(id_base, "-", i), i, room, render_chat);
+    if (!samples.ok()) return samples.status();
+    for (EngineRequest& s : *samples) out.push_back(std::move(s));
   }
   return out;
 }
@@ -241,6 +272,7 @@ FinishReason FromProto(v1::FinishReason reason) {
 }
 
 void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateResponse* resp) {
+  resp->set_sample_index(out.sample);
   resp->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
   resp->set_text(out.text);
   for (const SampleResult& s : out.logprobs) {
@@ -257,8 +289,10 @@ void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateRe
   }
   if (!out.final()) return;
   resp->set_finish_reason(ToProto(out.finish));
-  resp->mutable_usage()->set_prompt_tokens(out.prompt_tokens);
-  resp->mutable_usage()->set_cached_prompt_tokens(out.cached_prompt_tokens);
+  if (out.sample == 0) {  // the prompt counts once however many samples share it
+    resp->mutable_usage()->set_prompt_tokens(out.prompt_tokens);
+    resp->mutable_usage()->set_cached_prompt_tokens(out.cached_prompt_tokens);
+  }
   resp->mutable_usage()->set_generated_tokens(out.generated_tokens);
   resp->mutable_timing()->set_queue_seconds(out.queue_seconds);
   resp->mutable_timing()->set_time_to_first_token_seconds(out.ttft_seconds);

@@ -51,11 +51,21 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const v1::GenerateRequest& req,
 absl::StatusOr<std::string> RenderChat(const v1::ChatMessages& chat,
                                        const ChatRenderer* render_chat);
 
+// Converts one GenerateRequest into its n sequences (GenerateRequest.n; 0 means 1), each
+// as ToEngineRequest converts it, with index `index` and sample i; when n > 1 sample i
+// draws from the request's seed (or the one derived from its id) + i. InvalidArgument
+// naming n when it is outside [0, 128] or above `max_sequences`.
+absl::StatusOr<std::vector<EngineRequest>> ToEngineSamples(
+    const v1::GenerateRequest& req, const Tokenizer& tokenizer, const RequestLimits& limits,
+    std::string_view prefix, std::string assigned_id, int32_t index, int64_t max_sequences,
+    const ChatRenderer* render_chat = nullptr);
+
 // A token's text for log-probs: its bytes, ill-formed UTF-8 replaced by U+FFFD.
 std::string TokenText(const Tokenizer& tokenizer, int32_t id);
 
-// Converts a whole batch; request i gets index i and id `id_base` + "-" + i when it has
-// none. InvalidArgument for an empty or too large batch or any bad request.
+// Converts a whole batch; request i gets index i (and its n samples) and id `id_base` +
+// "-" + i when it has none. InvalidArgument for an empty batch, more prompts or sequences
+// than limits.max_batch_prompts, or any bad request.
 absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(
     const v1::GenerateBatchRequest& req, const Tokenizer& tokenizer, const RequestLimits& limits,
     const std::string& id_base, const ChatRenderer* render_chat = nullptr);
@@ -64,7 +74,8 @@ v1::FinishReason ToProto(FinishReason reason);
 FinishReason FromProto(v1::FinishReason reason);
 
 // Fills one stream message from an engine output (usage, timing, request_id and
-// error_message only on a final one); `tokenizer` gives the log-probs' token text.
+// error_message only on a final one; the prompt's usage on sample 0's only);
+// `tokenizer` gives the log-probs' token text.
 void ToProto(const EngineOutput& out, const Tokenizer& tokenizer, v1::GenerateResponse* resp);
 
 }  // namespace ptxserve::server

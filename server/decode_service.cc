@@ -215,13 +215,8 @@ class DecodeCall final : public grpc::ServerGenericBidiReactor, public Pumpable 
     if (method_ == Method::kGenerate) {
       v1::GenerateRequest req;
       if (!Parse(&req)) return;
-      auto one =
-          ToEngineRequest(req, *m.tokenizer, m.limits, "", svc_->NextRequestId(), &m.render_chat);
-      if (one.ok()) {
-        reqs.emplace().push_back(*std::move(one));
-      } else {
-        reqs = one.status();
-      }
+      reqs = ToEngineSamples(req, *m.tokenizer, m.limits, "", svc_->NextRequestId(), 0,
+                             m.limits.max_batch_prompts, &m.render_chat);
     } else {
       v1::GenerateBatchRequest req;
       if (!Parse(&req)) return;

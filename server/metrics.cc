@@ -88,7 +88,8 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
                             .Add({})),
       prompt_tokens_total_(BuildCounter()
                                .Name("ptxserve_prompt_tokens_total")
-                               .Help("Prompt tokens of admitted requests")
+                               .Help("Prompt tokens of admitted requests (once per prompt however "
+                                     "many samples it has)")
                                .Register(*registry_)
                                .Add({})),
       generated_tokens_total_(BuildCounter()
@@ -175,7 +176,8 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
                             .Add({})),
       request_prompt_tokens_(BuildHistogram()
                                  .Name("ptxserve_request_prompt_tokens")
-                                 .Help("Prompt tokens of each finished request")
+                                 .Help("Prompt tokens of each finished request (once per prompt "
+                                       "however many samples it has)")
                                  .Register(*registry_)
                                  .Add({}, LengthBuckets())),
       request_generation_tokens_(BuildHistogram()
@@ -362,7 +364,7 @@ void ServerMetrics::OnInterToken(double seconds) { inter_token_.Observe(seconds)
 void ServerMetrics::OnFinished(const RequestObservation& request) {
   request_duration_.Observe(request.total_seconds);
   if (request.scheduled) {
-    request_prompt_tokens_.Observe(request.prompt_tokens);
+    if (request.first_sample) request_prompt_tokens_.Observe(request.prompt_tokens);
     request_generation_tokens_.Observe(request.generated_tokens);
   }
 }

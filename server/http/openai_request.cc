@@ -394,6 +394,7 @@ absl::StatusOr<CompletionJob> ParseCompletionJob(absl::string_view body_text, bo
     for (int32_t j = 0; j < job.n; ++j) {
       EngineRequest r;
       r.index = static_cast<int32_t>(job.requests.size());
+      r.sample = j;
       r.request_id = absl::StrCat(ctx.id, "-", r.index);
       r.prompt = p.ids;
       r.sampling = *sampling;

@@ -108,6 +108,52 @@ TEST(ConvertTest, BatchLimits) {
   EXPECT_NE(too_many.status().message().find("at most 3"), absl::string_view::npos);
 }
 
+TEST(ConvertTest, SamplesDeriveTheirSeedsAndCountAgainstTheBatchLimit) {
+  testing::FakeTokenizer tok;
+  v1::GenerateRequest req;
+  req.set_text("abc");
+  req.set_n(3);
+  req.mutable_sampling()->set_seed(10);
+  auto samples = ToEngineSamples(req, tok, Limits(), "", "id", 4, 3);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 3u);
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*samples)[i].index, 4);
+    EXPECT_EQ((*samples)[i].sample, i);
+    EXPECT_EQ((*samples)[i].request_id, "id");
+    EXPECT_EQ((*samples)[i].sampling.seed, std::optional<uint64_t>(10 + i));
+  }
+  // Unseeded: the id's seed, + i.
+  req.mutable_sampling()->clear_seed();
+  samples = ToEngineSamples(req, tok, Limits(), "", "id", 0, 3);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ((*samples)[2].sampling.seed, SeedFromRequestId("id") + 2);
+  // n = 0 is one sample that keeps its (absent) seed.
+  req.set_n(0);
+  samples = ToEngineSamples(req, tok, Limits(), "", "id", 0, 3);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 1u);
+  EXPECT_FALSE((*samples)[0].sampling.seed.has_value());
+
+  // Two prompts of 2 samples pass the limit of 3 sequences: the second is named.
+  v1::GenerateBatchRequest b;
+  req.set_n(2);
+  *b.add_requests() = req;
+  *b.add_requests() = req;
+  auto batch = ToEngineRequests(b, tok, Limits(), "id");
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(batch.status().message().find("requests[1].n = 2"), absl::string_view::npos)
+      << batch.status();
+  b.mutable_requests(1)->set_n(1);
+  batch = ToEngineRequests(b, tok, Limits(), "id");
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 3u);
+  EXPECT_EQ((*batch)[1].index, 0);
+  EXPECT_EQ((*batch)[1].sample, 1);
+  EXPECT_EQ((*batch)[2].index, 1);
+  EXPECT_EQ((*batch)[2].request_id, "id-1");
+}
+
 TEST(ConvertTest, FinalOutputCarriesUsageTimingAndError) {
   EngineOutput out;
   out.token_ids = {4, 5};

@@ -98,6 +98,24 @@ def main():
         b = [t for m in stub.Generate(sreq, timeout=60) for t in m.token_ids]
         assert a == b and len(a) == 20, (a, b)
 
+        # n samples: sample i repeats the request seeded 7 + i; the prompt counts once.
+        nreq = pb.GenerateRequest()
+        nreq.CopyFrom(sreq)
+        nreq.n = 3
+        samples = {0: [], 1: [], 2: []}
+        usage = {}
+        for m in stub.Generate(nreq, timeout=60):
+            samples[m.sample_index].extend(m.token_ids)
+            if m.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+                usage[m.sample_index] = (m.usage.prompt_tokens, m.usage.generated_tokens)
+        assert usage == {0: (4, 20), 1: (0, 20), 2: (0, 20)}, usage
+        assert samples[0] == a, (samples[0], a)
+        for i in (1, 2):
+            lone = pb.GenerateRequest()
+            lone.CopyFrom(sreq)
+            lone.sampling.seed = 7 + i
+            assert samples[i] == [t for m in stub.Generate(lone, timeout=60) for t in m.token_ids]
+
         # Batch: every index finishes once and matches its single run.
         breq = pb.GenerateBatchRequest(requests=[sreq, req])
         got = {0: [], 1: []}
