@@ -242,7 +242,12 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
   if (kind == "cuda") {
     driver = LoadCudaDriver();
   } else if (kind == "emulated") {
-    driver = LoadEmulatedDriver();
+    absl::StatusOr<EmulatedDeviceOptions> profile = EmulatedDeviceProfile(options.emulated_device);
+    if (!profile.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--emulated_device: ", profile.status().message()));
+    }
+    driver = LoadEmulatedDriver(*profile);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("GPU backend kind \"", kind, "\": want cuda or emulated"));
@@ -270,6 +275,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, c
   KvCacheConfig host_kv = kv;
   if (host_kv.num_blocks <= 0) {
     host_kv.num_blocks = DefaultHostKvBlocks(model.config, kv, options.max_seqs);
+  }
+  if (kind != "emulated" && options.emulated_device != "small") {
+    return absl::InvalidArgumentError(absl::StrCat("--emulated_device=", options.emulated_device,
+                                                   " applies to --backend=emulated only, not ",
+                                                   kind));
   }
   if (kind == "cpu") return CreateCpuBackend(model, host_kv);
   if (kind == "cuda" || kind == "emulated") {

@@ -152,12 +152,13 @@ absl::Status CheckRanges() {
 
 int RunServe(int argc, char** argv) {
   SetSubcommandFlags({"server/cli/serve.cc", "model", "model_cache_dir", "kv_blocks", "block_size",
-                      "backend", "cuda_graphs"});
+                      "backend", "emulated_device", "cuda_graphs"});
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
       "[--metrics-port 9464] "
-      "[--backend cpu|cuda|emulated|auto] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks "
+      "[--backend cpu|cuda|emulated|auto] [--emulated-device small|a100|h100] [--max-batch-size N] "
+      "[--max-batch-tokens N] [--kv-blocks "
       "N | "
       "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--prefix-caching=true|false] "
       "[--max-queued N] "
@@ -227,6 +228,7 @@ int RunServe(int argc, char** argv) {
 
   server::ModelOptions mo;
   mo.backend = sc.backend;
+  mo.emulated_device = absl::GetFlag(FLAGS_emulated_device);
   mo.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   mo.block_size = absl::GetFlag(FLAGS_block_size);
   mo.chat_template_path = absl::GetFlag(FLAGS_chat_template);
