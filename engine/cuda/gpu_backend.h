@@ -232,12 +232,17 @@ class GpuBackend final : public Backend {
 };
 
 // Opens a device for `kind` ("cuda": libcuda.so.1, device 0; "emulated": the PTX
-// emulator with options.emulated_device's profile; an unknown profile is InvalidArgument
-// naming --emulated_device and the valid names) and creates a GpuBackend on it.
+// emulator with options.emulated_device's profile, checked by CheckEmulatedDeviceFlag)
+// and creates a GpuBackend on it.
 absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                                                              const KvCacheConfig& kv,
                                                              absl::string_view kind,
                                                              GpuBackendOptions options = {});
+
+// OK when `emulated_device` (--emulated_device) names a profile (EmulatedDeviceProfile)
+// and is "small" unless `backend` (--backend) is "emulated" (another profile would be
+// ignored); else InvalidArgument naming the flag and the valid values.
+absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device);
 
 // The server's --backend: "cpu", "cuda", "emulated" or "auto" (cuda when the driver
 // loads and the backend comes up on device 0, else cpu). `*note` (may be null) receives,
@@ -245,7 +250,7 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
 // a real GPU sizes the pools from options.kv_memory_fraction of its free memory; cpu and
 // emulated (host memory, whatever memory the profile reports) take
 // DefaultHostKvBlocks(config, kv, options.max_seqs). A profile other than "small" with a
-// kind other than emulated is InvalidArgument (it would be ignored).
+// kind other than emulated is InvalidArgument (CheckEmulatedDeviceFlag).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
                                                        const KvCacheConfig& kv,
                                                        GpuBackendOptions options = {},

@@ -26,6 +26,12 @@ int RunGenerate(int argc, char** argv) {
                        "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S] "
                        "[--backend auto|cpu|cuda|emulated] [--emulated-device small|a100|h100]");
+  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(absl::GetFlag(FLAGS_backend),
+                                                      absl::GetFlag(FLAGS_emulated_device));
+      !st.ok()) {
+    std::fprintf(stderr, "generate: %s\n", st.ToString().c_str());
+    return 1;
+  }
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   if (prompt.empty()) {
     std::fprintf(stderr, "generate: --prompt is required\n");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "engine/cuda/gpu_backend.h"
 #include "engine/util/log.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
@@ -269,6 +270,9 @@ int RunServe(int argc, char** argv) {
       mo.backend != "auto") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--backend=", mo.backend, ": want cpu, cuda, emulated or auto")));
+  }
+  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(mo.backend, mo.emulated_device); !st.ok()) {
+    return Fail(st);
   }
 
   server::Server srv(sc);
