@@ -495,26 +495,28 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
 // SXM5: 132 SMs, 80 GB), the 80 GB boards of each. Memory is taken as GiB; a real board's
 // cuMemGetInfo reports somewhat less (what the driver and ECC reserve).
 absl::StatusOr<EmulatedDeviceOptions> EmulatedDeviceProfile(std::string_view name) {
-  // The defaults' default shared memory per block, registers and threads hold for both.
+  struct Gpu {
+    const char* profile;
+    const char* name;
+    int compute_major, num_sms, optin_kib, per_sm_kib;
+  };
+  // Both are sm_x0 boards of 80 GB; the defaults' 48 KiB per block by default, registers
+  // and threads per SM hold for both.
+  constexpr Gpu kGpus[] = {
+      {"a100", "ptxserve emulated NVIDIA A100-SXM4-80GB (PTX interpreter)", 8, 108, 163, 164},
+      {"h100", "ptxserve emulated NVIDIA H100 80GB HBM3 (PTX interpreter)", 9, 132, 227, 228},
+  };
   EmulatedDeviceOptions o;
   if (name == "small") return o;
-  o.memory_bytes = uint64_t{80} << 30;
-  if (name == "a100") {
-    o.name = "ptxserve emulated NVIDIA A100-SXM4-80GB (PTX interpreter)";
-    o.compute_major = 8;
+  for (const Gpu& g : kGpus) {
+    if (name != g.profile) continue;
+    o.name = g.name;
+    o.compute_major = g.compute_major;
     o.compute_minor = 0;
-    o.num_sms = 108;
-    o.max_shared_per_block_optin = 163 * 1024;
-    o.max_shared_per_sm = 164 * 1024;
-    return o;
-  }
-  if (name == "h100") {
-    o.name = "ptxserve emulated NVIDIA H100 80GB HBM3 (PTX interpreter)";
-    o.compute_major = 9;
-    o.compute_minor = 0;
-    o.num_sms = 132;
-    o.max_shared_per_block_optin = 227 * 1024;
-    o.max_shared_per_sm = 228 * 1024;
+    o.num_sms = g.num_sms;
+    o.memory_bytes = uint64_t{80} << 30;
+    o.max_shared_per_block_optin = g.optin_kib * 1024;
+    o.max_shared_per_sm = g.per_sm_kib * 1024;
     return o;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown emulated device profile \"",

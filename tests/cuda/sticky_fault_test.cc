@@ -64,6 +64,15 @@ void Prepare(Device& d, OutOfBounds* k) {
   ASSERT_TRUE(d.Memset(k->py, 0, 64, "y").ok());
 }
 
+// Runs the out-of-bounds kernel and expects its synchronisation to report the illegal
+// address.
+void Fault(Device& d, OutOfBounds& k) {
+  ASSERT_TRUE(d.Launch(k.fn, "residual_add", k.dims, k.params).ok());
+  const absl::Status st = d.Synchronize("the faulting step");
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"));
+}
+
 class StickyFaults : public ::testing::Test {
  protected:
   void SetUp() override { SetEmulatedFault({}); }
@@ -77,10 +86,8 @@ TEST_F(StickyFaults, AnIllegalAddressLosesTheContextForEveryLaterCall) {
     OutOfBounds k;
     Prepare(*d, &k);
     if (HasFatalFailure()) return;
-    ASSERT_TRUE(d->Launch(k.fn, "residual_add", k.dims, k.params).ok());
-    const absl::Status st = d->Synchronize("the faulting step");
-    ASSERT_FALSE(st.ok());
-    EXPECT_THAT(std::string(st.message()), HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"));
+    Fault(*d, k);
+    if (HasFatalFailure()) return;
     EXPECT_TRUE(d->lost());
 
     // The driver: every call on the context returns the fault (this thread has it current).
@@ -133,10 +140,8 @@ TEST_F(StickyFaults, WithoutStickyFaultsTheContextLivesOn) {
   OutOfBounds k;
   Prepare(*d, &k);
   if (HasFatalFailure()) return;
-  ASSERT_TRUE(d->Launch(k.fn, "residual_add", k.dims, k.params).ok());
-  const absl::Status st = d->Synchronize("the faulting step");
-  ASSERT_FALSE(st.ok());
-  EXPECT_THAT(std::string(st.message()), HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS"));
+  Fault(*d, k);
+  if (HasFatalFailure()) return;
   EXPECT_FALSE(d->lost());
   EXPECT_TRUE(d->Memset(k.px, 0, 64, "x").ok());
   EXPECT_TRUE(d->Synchronize("after recovery").ok());
