@@ -20,6 +20,7 @@
 //
 //   build/bench/gpu_bench                           # needs libcuda.so.1 and a GPU
 //   build/bench/gpu_bench --device=emulated         # smoke run anywhere
+//   build/bench/gpu_bench --emulated-device=h100    # emulated, reporting itself as an H100
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/cuda/device.h"
@@ -46,12 +48,13 @@ namespace ptxserve::cuda {
 namespace {
 
 bool g_emulated = false;
-double g_copy_bytes_per_s = 0;  // measured by BM_CopyBandwidth (runs first)
+EmulatedDeviceOptions g_profile;  // --emulated-device (small by default)
+double g_copy_bytes_per_s = 0;    // measured by BM_CopyBandwidth (runs first)
 // BM_Decode's tokens/s by batch, [0] launch by launch, [1] with CUDA graphs.
 std::map<int, double> g_decode_tokens_per_s[2];
 
 std::unique_ptr<Device> OpenDevice() {
-  auto t = g_emulated ? LoadEmulatedDriver() : LoadCudaDriver();
+  auto t = g_emulated ? LoadEmulatedDriver(g_profile) : LoadCudaDriver();
   if (!t.ok()) return nullptr;
   auto d = Device::Open(*std::move(t));
   return d.ok() ? *std::move(d) : nullptr;
@@ -314,8 +317,18 @@ void PrintGraphComparison() {
 int main(int argc, char** argv) {
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
+    constexpr std::string_view kProfile = "--emulated-device=";
     if (std::strcmp(argv[i], "--device=emulated") == 0) {
       ptxserve::cuda::g_emulated = true;
+    } else if (std::string_view(argv[i]).substr(0, kProfile.size()) == kProfile) {
+      auto p = ptxserve::cuda::EmulatedDeviceProfile(argv[i] + kProfile.size());
+      if (!p.ok()) {
+        std::fprintf(stderr, "gpu_bench: --emulated-device: %s\n",
+                     std::string(p.status().message()).c_str());
+        return 2;
+      }
+      ptxserve::cuda::g_profile = *std::move(p);
+      ptxserve::cuda::g_emulated = true;  // a profile is of the emulated device
     } else if (std::strcmp(argv[i], "--device=cuda") != 0) {
       args.push_back(argv[i]);
     }

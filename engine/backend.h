@@ -74,6 +74,10 @@ class Backend {
   virtual const KvCacheConfig& kv_config() const = 0;
   // "cpu", "cuda", "emulated".
   virtual std::string name() const = 0;
+  // False once no step can ever succeed again (a GPU context lost to a sticky fault):
+  // the engine then fails for good at once, whatever EngineConfig::max_step_failures
+  // would tolerate, instead of retrying on a dead device.
+  virtual bool usable() const { return true; }
 };
 
 }  // namespace ptxserve

@@ -404,7 +404,7 @@ void Engine::RunStep() {
   if (!st.ok()) {
     ++consecutive_failures_;
     PTX_LOG(ERROR) << "step failed (" << consecutive_failures_ << " in a row): " << st;
-    const bool fatal = consecutive_failures_ >= config_.max_step_failures;
+    const bool fatal = consecutive_failures_ >= config_.max_step_failures || !backend_->usable();
     {
       absl::MutexLock lock(&mu_);
       ++stats_.step_failures_total;

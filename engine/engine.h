@@ -41,7 +41,8 @@ struct EngineConfig {
   int32_t max_queued = 1024;        // waiting requests beyond which Enqueue refuses
   // Consecutive failed backend steps after which the engine gives up (fails for good and
   // health turns NOT_SERVING). 1: the first failed step (a device error leaves the device
-  // in an unknown state, so serving on would risk wrong tokens).
+  // in an unknown state, so serving on would risk wrong tokens). A backend that reports
+  // itself unusable (Backend::usable) fails the engine at its first failed step.
   int32_t max_step_failures = 1;
   // Keep the K/V of full blocks after their sequences end and start new sequences from
   // the longest cached run of their leading tokens (scheduler.h, kv_block_manager.h).

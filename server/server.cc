@@ -143,6 +143,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   gpu.max_tokens = o.engine.max_batch_tokens;
   gpu.kv_memory_fraction = o.kv_memory_fraction;
   gpu.cuda_graphs = o.cuda_graphs;
+  gpu.emulated_device = o.emulated_device;
   if (o.on_kernel_compile) {
     gpu.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
   }

@@ -67,6 +67,8 @@ struct ModelOptions {
   // "cpu", "cuda" (libcuda.so.1, device 0), "emulated" (the PTX emulator) or "auto" (cuda
   // when it comes up, else cpu).
   std::string backend = "cpu";
+  // The emulated device's profile (small, a100 or h100) for backend "emulated".
+  std::string emulated_device = "small";
   int32_t kv_blocks = 0;  // 0 = from kv_memory_bytes, else enough for max_batch_size
   int64_t kv_memory_bytes = 0;
   // Neither set, on a GPU: this fraction of the device memory free after weights and

@@ -1,5 +1,6 @@
 #include "engine/cuda/device.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,8 @@ std::atomic<uint64_t> next_generation{1};
 }  // namespace
 
 // ---- RAII holders ----
+// On a lost device they free nothing: the driver would refuse, and the context's teardown
+// takes everything with it.
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
@@ -31,7 +34,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 void DeviceBuffer::Reset() {
-  if (device_ != nullptr && ptr_ != 0) {
+  if (device_ != nullptr && ptr_ != 0 && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
     const CUresult r = device_->driver().cuMemFree_v2(ptr_);
     if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuMemFree_v2");
@@ -55,7 +58,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
 }
 
 void PinnedBuffer::Reset() {
-  if (device_ != nullptr && data_ != nullptr) {
+  if (device_ != nullptr && data_ != nullptr && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
     const CUresult r = device_->driver().cuMemFreeHost(data_);
     if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuMemFreeHost");
@@ -78,7 +81,7 @@ ModuleHandle& ModuleHandle::operator=(ModuleHandle&& o) noexcept {
 }
 
 void ModuleHandle::Reset() {
-  if (device_ != nullptr && module_ != nullptr) {
+  if (device_ != nullptr && module_ != nullptr && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
     const CUresult r = device_->driver().cuModuleUnload(module_);
     if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuModuleUnload");
@@ -100,7 +103,7 @@ Graph& Graph::operator=(Graph&& o) noexcept {
 }
 
 void Graph::Reset() {
-  if (device_ != nullptr && graph_ != nullptr) {
+  if (device_ != nullptr && graph_ != nullptr && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
     const CUresult r = device_->driver().cuGraphDestroy(graph_);
     if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphDestroy");
@@ -122,7 +125,7 @@ GraphExec& GraphExec::operator=(GraphExec&& o) noexcept {
 }
 
 void GraphExec::Reset() {
-  if (device_ != nullptr && exec_ != nullptr) {
+  if (device_ != nullptr && exec_ != nullptr && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
     const CUresult r = device_->driver().cuGraphExecDestroy(exec_);
     if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphExecDestroy");
@@ -146,7 +149,25 @@ absl::Status Device::Error(CUresult r, absl::string_view call, absl::string_view
     if (detail != nullptr && detail[0] != '\0') absl::StrAppend(&msg, ": ", detail);
   }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
+  absl::Status st = absl::InternalError(msg);
+  // A sticky code is confirmed by a call that needs a working context: on a GPU it fails
+  // with the same error from then on, while an emulated device without sticky faults
+  // answers (its failures are transient, and the device stays usable).
+  if (IsStickyResult(r) && !lost()) {
+    size_t free_bytes = 0, total = 0;
+    if (driver_->cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> l(lost_mu_);
+      if (!lost_flag_.load(std::memory_order_relaxed)) {
+        lost_ = absl::InternalError(
+            absl::StrCat("the device's context is lost (no further CUDA work can run on it; "
+                         "restart the process): ",
+                         msg));
+        lost_flag_.store(true, std::memory_order_release);
+        PTX_LOG(ERROR) << lost_.message();
+      }
+    }
+  }
+  return st;
 }
 
 absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::unique_ptr<DriverTable> driver,
@@ -183,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::unique_ptr<DriverTable
       {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &info.cc_minor},
       {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &info.num_sms},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &info.max_shared_per_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &info.max_shared_per_block_optin},
   };
   for (const auto& [attr, out] : attrs) {
     if (CUresult r = t.cuDeviceGetAttribute(out, attr, d->device_); r != CUDA_SUCCESS) {
@@ -206,8 +228,9 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Open(std::unique_ptr<DriverTable
 
 Device::~Device() {
   if (ctx_ == nullptr) return;  // Open failed before retaining the context
-  absl::Status st = MakeCurrent();
-  if (st.ok() && stream_ != nullptr) {
+  // A lost context is only released: the release destroys it with its stream.
+  absl::Status st = lost() ? absl::OkStatus() : MakeCurrent();
+  if (st.ok() && !lost() && stream_ != nullptr) {
     st = Synchronize("Device teardown");
     if (const CUresult r = driver_->cuStreamDestroy_v2(stream_); st.ok() && r != CUDA_SUCCESS) {
       st = Error(r, "cuStreamDestroy_v2");
@@ -227,6 +250,10 @@ Device::~Device() {
 }
 
 absl::Status Device::MakeCurrent() {
+  if (lost()) {
+    std::lock_guard<std::mutex> l(lost_mu_);
+    return lost_;
+  }
   if (tls_ctx == ctx_ && tls_generation == generation_) return absl::OkStatus();
   if (CUresult r = driver_->cuCtxSetCurrent(ctx_); r != CUDA_SUCCESS) {
     return Error(r, "cuCtxSetCurrent");
@@ -349,6 +376,28 @@ absl::Status Device::Launch(CUfunction fn, absl::string_view kernel,
                                              dims.block[0], dims.block[1], dims.block[2],
                                              dims.shared_bytes, stream_, params, nullptr);
   if (r != CUDA_SUCCESS) return Error(r, "cuLaunchKernel", kernel);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> Device::MaxDynamicShared(CUfunction fn, absl::string_view kernel) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  int v = 0;
+  if (CUresult r =
+          driver_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn);
+      r != CUDA_SUCCESS) {
+    return Error(r, "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", kernel);
+  }
+  return static_cast<uint32_t>(std::max(v, 0));
+}
+
+absl::Status Device::SetMaxDynamicShared(CUfunction fn, uint32_t bytes, absl::string_view kernel) {
+  if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  if (CUresult r = driver_->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               static_cast<int>(bytes));
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, ", bytes, ")"),
+                 kernel);
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,11 @@
 // emulated device. Codes: CUDA_ERROR_OUT_OF_MEMORY -> RESOURCE_EXHAUSTED, everything else
 // INTERNAL (a failing step fails its sequences with INTERNAL).
 //
+// A sticky fault (IsStickyResult: an illegal address and its kin) corrupts the context for
+// good on a GPU. When a call reports one and the context confirms it, the device is lost:
+// every later method returns that first error (INTERNAL) without calling the driver again,
+// and buffers, modules and graphs are dropped without freeing (they go with the context).
+//
 // All work goes to the device's one stream, in order; copies are asynchronous and only
 // Synchronize waits. The stream can be captured into a CUDA graph (BeginCapture ..
 // EndCapture: the launches in between are recorded, not run), instantiated once and
@@ -15,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,7 +41,8 @@ struct DeviceInfo {
   int ordinal = 0;
   int cc_major = 0, cc_minor = 0;
   int num_sms = 0;
-  int max_shared_per_block = 0;
+  int max_shared_per_block = 0;        // without opting in
+  int max_shared_per_block_optin = 0;  // the most a kernel may opt in to
   size_t total_memory = 0;
 };
 
@@ -165,8 +172,11 @@ class Device {
   const DriverTable& driver() const { return *driver_; }
 
   // Binds the context to the calling thread when another (or none) is bound. Every
-  // method below calls it; cheap when already bound.
+  // method below calls it; cheap when already bound. Once the device is lost, returns the
+  // fault that lost it.
   absl::Status MakeCurrent();
+  // Whether a sticky fault has lost the context (see above). Any thread.
+  bool lost() const { return lost_flag_.load(std::memory_order_acquire); }
 
   // `what` names the buffer in errors ("weights layers.3.wq", "KV pool").
   absl::StatusOr<DeviceBuffer> Alloc(size_t bytes, absl::string_view what);
@@ -188,9 +198,16 @@ class Device {
   absl::StatusOr<ModuleHandle> LoadModule(const std::string& ptx, absl::string_view kernel);
   absl::StatusOr<CUfunction> GetFunction(const ModuleHandle& module, const char* entry,
                                          absl::string_view kernel);
-  // cuLaunchKernel on the stream; `params[i]` points at parameter i's value.
+  // cuLaunchKernel on the stream; `params[i]` points at parameter i's value. Dynamic
+  // shared memory above the function's MaxDynamicShared needs SetMaxDynamicShared first.
   absl::Status Launch(CUfunction fn, absl::string_view kernel, const kernels::LaunchDims& dims,
                       void** params);
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of `fn`: the dynamic shared memory a
+  // launch may ask for (info().max_shared_per_block less the static part until raised).
+  absl::StatusOr<uint32_t> MaxDynamicShared(CUfunction fn, absl::string_view kernel);
+  // cuFuncSetAttribute of that attribute: up to info().max_shared_per_block_optin less the
+  // function's static shared memory (INTERNAL naming CUDA_ERROR_INVALID_VALUE above it).
+  absl::Status SetMaxDynamicShared(CUfunction fn, uint32_t bytes, absl::string_view kernel);
 
   // Stream capture in CU_STREAM_CAPTURE_MODE_THREAD_LOCAL (this thread must not allocate,
   // free or synchronise until EndCapture; other threads are unaffected). Between the two,
@@ -213,6 +230,7 @@ class Device {
   TransferStats transfers() const;
 
   // Error for a failed driver call: "<call> [<kernel>] failed: <name>: <string>[: detail]".
+  // A sticky code that the context confirms marks the device lost.
   absl::Status Error(CUresult r, absl::string_view call, absl::string_view kernel = {}) const;
 
  private:
@@ -228,6 +246,10 @@ class Device {
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   uint64_t generation_ = 0;  // tells this device's context from an earlier one's
+  // The fault that lost the context (set once, under lost_mu_, before lost_flag_).
+  mutable std::mutex lost_mu_;
+  mutable absl::Status lost_;
+  mutable std::atomic<bool> lost_flag_{false};
   std::atomic<int64_t> h2d_bytes_{0}, h2d_count_{0}, d2h_bytes_{0}, d2h_count_{0}, d2d_bytes_{0},
       d2d_count_{0};
 };

@@ -50,8 +50,12 @@ enum CUresult {
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
   CUDA_ERROR_LAUNCH_TIMEOUT = 702,
+  CUDA_ERROR_ASSERT = 710,
+  CUDA_ERROR_HARDWARE_STACK_ERROR = 714,
   CUDA_ERROR_ILLEGAL_INSTRUCTION = 715,
   CUDA_ERROR_MISALIGNED_ADDRESS = 716,
+  CUDA_ERROR_INVALID_ADDRESS_SPACE = 717,
+  CUDA_ERROR_INVALID_PC = 718,
   CUDA_ERROR_LAUNCH_FAILED = 719,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
@@ -83,13 +87,17 @@ enum CUdevice_attribute {
   CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
   CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+  CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12,
   CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,
   CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37,
   CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
+  CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR = 82,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
 };
 
@@ -98,6 +106,10 @@ enum CUfunction_attribute {
   CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
   CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
   CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+  // Settable (cuFuncSetAttribute): the dynamic shared memory a launch may ask for. It starts
+  // at the device's 48 KiB per-block default less the function's static shared memory; a
+  // launch above it fails with CUDA_ERROR_INVALID_VALUE. Raising it (up to the device's
+  // opt-in maximum less the static part) is how a kernel gets more than 48 KiB.
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 };
 
@@ -172,6 +184,7 @@ inline constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuModuleUnload, CUresult, (CUmodule module))                                                  \
   X(cuModuleGetFunction, CUresult, (CUfunction * fn, CUmodule module, const char* name))          \
   X(cuFuncGetAttribute, CUresult, (int* value, CUfunction_attribute attrib, CUfunction fn))       \
+  X(cuFuncSetAttribute, CUresult, (CUfunction fn, CUfunction_attribute attrib, int value))        \
   X(cuLaunchKernel, CUresult,                                                                     \
     (CUfunction fn, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,                \
      unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, \
@@ -214,5 +227,11 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadCudaDriver();
 // "CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure" (the driver's name and string of
 // `r`), or "CUresult <n>" where the driver does not know it.
 std::string DescribeResult(const DriverTable& driver, CUresult r);
+
+// Whether `r` is one of the errors the driver documents as sticky: a kernel faulted (illegal
+// or misaligned address, illegal instruction, trap, timeout...), the context is corrupt and
+// "any further CUDA work will return the same error" until the process ends (cuda.h on
+// CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED and their kin).
+bool IsStickyResult(CUresult r);
 
 }  // namespace ptxserve::cuda

@@ -86,6 +86,9 @@ void DestroyDevice(State& s) {
   s.events.clear();
   s.host_allocations.clear();
   s.allocations.clear();
+  s.counters.live_allocations = 0;
+  s.counters.live_bytes = 0;
+  s.counters.live_host_allocations = 0;
   s.emu.reset();
 }
 
@@ -168,10 +171,20 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice dev)
       *value = 1024;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
-      *value = 48 * 1024;
+      *value = o.max_shared_per_block;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-      *value = 227 * 1024;
+      *value = o.max_shared_per_block_optin;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      *value = o.max_shared_per_sm;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      *value = o.registers_per_sm;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      *value = o.max_threads_per_sm;
       break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
       *value = 32;
@@ -216,7 +229,9 @@ CUresult PrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
     eo.num_threads = std::max(1, s.options.host_threads);
     eo.poison_allocations = s.options.poison_allocations;
     eo.max_device_bytes = s.options.memory_bytes;
+    eo.max_shared_bytes = static_cast<uint32_t>(s.options.max_shared_per_block_optin);
     s.emu = std::make_unique<emu::Emulator>(eo);
+    s.sticky = CUDA_SUCCESS;
     const int64_t started = s.counters.devices_started + 1;
     s.counters = EmulatedDeviceCounters{};
     s.counters.devices_started = started;
@@ -371,7 +386,12 @@ CUresult CheckContext() {
   if (tls_current == nullptr || tls_current != &s.ctx || s.ctx_refs == 0) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
-  return CUDA_SUCCESS;
+  if (s.sticky != CUDA_SUCCESS) {
+    const ErrorText* e = FindError(s.sticky);
+    SetDetail(absl::StrCat("the context was lost to an earlier kernel fault (",
+                           e != nullptr ? e->name : "an injected code", ")"));
+  }
+  return s.sticky;
 }
 
 CUresult Flush() {
@@ -383,13 +403,15 @@ CUresult Flush() {
     if (!st.ok()) {
       s.queue.clear();
       SetDetail(std::string(st.message()));
+      CUresult code = op.code;
       // A kernel's memory fault is what a GPU reports as an illegal or misaligned
       // address; the emulator says which in its (stable) fault text.
-      if (op.code == CUDA_ERROR_LAUNCH_FAILED) {
-        if (absl::StrContains(st.message(), "out-of-bounds")) return CUDA_ERROR_ILLEGAL_ADDRESS;
-        if (absl::StrContains(st.message(), "misaligned")) return CUDA_ERROR_MISALIGNED_ADDRESS;
+      if (code == CUDA_ERROR_LAUNCH_FAILED) {
+        if (absl::StrContains(st.message(), "out-of-bounds")) code = CUDA_ERROR_ILLEGAL_ADDRESS;
+        if (absl::StrContains(st.message(), "misaligned")) code = CUDA_ERROR_MISALIGNED_ADDRESS;
       }
-      return op.code;
+      if (op.kernel && s.options.sticky_faults) s.sticky = code;
+      return code;
     }
   }
   return CUDA_SUCCESS;
@@ -451,6 +473,7 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
   t->cuModuleUnload = ModuleUnload;
   t->cuModuleGetFunction = ModuleGetFunction;
   t->cuFuncGetAttribute = FuncGetAttribute;
+  t->cuFuncSetAttribute = FuncSetAttribute;
   t->cuLaunchKernel = LaunchKernel;
   t->cuStreamBeginCapture_v2 = StreamBeginCapture;
   t->cuStreamEndCapture = StreamEndCapture;
@@ -462,6 +485,46 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
   t->ErrorDetail = ErrorDetail;
   return t;
 }
+
+// Sources of the profiles' figures: the CUDA C++ Programming Guide, "Compute Capabilities",
+// table "Technical Specifications per Compute Capability" (8.0 and 9.0: 1024 threads and
+// 64K 32-bit registers per block, 2048 resident threads and 64K registers per SM, 48 KB of
+// shared memory per block by default; opt-in per block 163 KB on 8.0 and 227 KB on 9.0, per
+// SM 164 KB and 228 KB); SM counts and memory from the NVIDIA A100 Tensor Core GPU
+// Architecture whitepaper (108 SMs) and the NVIDIA H100 Tensor Core GPU datasheet (H100
+// SXM5: 132 SMs, 80 GB), the 80 GB boards of each. Memory is taken as GiB; a real board's
+// cuMemGetInfo reports somewhat less (what the driver and ECC reserve).
+absl::StatusOr<EmulatedDeviceOptions> EmulatedDeviceProfile(std::string_view name) {
+  struct Gpu {
+    const char* profile;
+    const char* name;
+    int compute_major, num_sms, optin_kib, per_sm_kib;
+  };
+  // Both are sm_x0 boards of 80 GB; the defaults' 48 KiB per block by default, registers
+  // and threads per SM hold for both.
+  constexpr Gpu kGpus[] = {
+      {"a100", "ptxserve emulated NVIDIA A100-SXM4-80GB (PTX interpreter)", 8, 108, 163, 164},
+      {"h100", "ptxserve emulated NVIDIA H100 80GB HBM3 (PTX interpreter)", 9, 132, 227, 228},
+  };
+  EmulatedDeviceOptions o;
+  if (name == "small") return o;
+  for (const Gpu& g : kGpus) {
+    if (name != g.profile) continue;
+    o.name = g.name;
+    o.compute_major = g.compute_major;
+    o.compute_minor = 0;
+    o.num_sms = g.num_sms;
+    o.memory_bytes = uint64_t{80} << 30;
+    o.max_shared_per_block_optin = g.optin_kib * 1024;
+    o.max_shared_per_sm = g.per_sm_kib * 1024;
+    return o;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown emulated device profile \"",
+                                                 std::string(name), "\": want ",
+                                                 EmulatedDeviceProfileNames()));
+}
+
+const char* EmulatedDeviceProfileNames() { return "small, a100 or h100"; }
 
 void SetEmulatedFault(const EmulatedFault& fault) {
   emulated::Lock l(emulated::S().mu);

@@ -17,10 +17,22 @@
 //    copy's source, before synchronising sees the same stale data as on a GPU. Kernel
 //    parameters are copied at cuLaunchKernel, as the driver does.
 //  - Faults found while running deferred work (out-of-bounds access, barrier deadlock...)
-//    come back from the synchronising call (CUDA_ERROR_ILLEGAL_ADDRESS or
-//    CUDA_ERROR_LAUNCH_FAILED), with the emulator's message in DriverTable::ErrorDetail.
-//    Unlike a GPU, errors are not sticky: the rest of the failed batch of work is dropped
-//    and the context stays usable.
+//    come back from the synchronising call (CUDA_ERROR_ILLEGAL_ADDRESS,
+//    CUDA_ERROR_MISALIGNED_ADDRESS or CUDA_ERROR_LAUNCH_FAILED), with the emulator's message
+//    in DriverTable::ErrorDetail; the rest of the queued work is dropped. As on a GPU, a
+//    kernel's fault is sticky (EmulatedDeviceOptions::sticky_faults): from then on every
+//    call that needs the context fails with the same code, until the primary context is
+//    released by its last holder (the next retain creates a fresh device). Without
+//    sticky_faults the context stays usable. Injected failures (EmulatedFault) are
+//    transient unless EmulatedFault::sticky says otherwise.
+//  - Memory as the device profile says (EmulatedDeviceProfile): cuMemGetInfo reports the
+//    profile's total less what is allocated, while host RAM is taken only by what
+//    cuMemAlloc actually allocates, so an 80 GB device costs nothing until used. Device
+//    pointers are at least 256-byte aligned, as the driver's are.
+//  - Shared memory as on the driver: a launch may ask for dynamic shared memory up to the
+//    function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (48 KiB less its static
+//    shared memory until cuFuncSetAttribute raises it, at most to the profile's opt-in
+//    maximum less the static part); above it the launch fails with CUDA_ERROR_INVALID_VALUE.
 //  - Stream capture (CUDA graphs) records kernel launches only: cuLaunchKernel on a
 //    capturing stream copies its parameters into the capture and runs nothing;
 //    cuStreamEndCapture makes a graph of them (in order), cuGraphInstantiateWithFlags
@@ -37,21 +49,36 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/driver.h"
 
 namespace ptxserve::cuda {
 
+// The defaults are the "small" profile: a few SMs and 1 GiB, cheap for tests.
 struct EmulatedDeviceOptions {
   std::string name = "ptxserve emulated device (PTX interpreter)";
   int compute_major = 8;  // reported compute capability (the kernels' target sm)
   int compute_minor = 0;
-  int num_sms = 8;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-  uint64_t memory_bytes = uint64_t{1} << 30;  // device memory (host RAM, used on demand)
-  int host_threads = 2;                       // emulator threads running one launch's blocks
-  bool poison_allocations = true;             // new device memory reads as 0xff bytes
+  int num_sms = 8;                              // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  uint64_t memory_bytes = uint64_t{1} << 30;    // device memory (host RAM, used on demand)
+  int max_shared_per_block = 48 * 1024;         // without opting in (cuFuncSetAttribute)
+  int max_shared_per_block_optin = 227 * 1024;  // the most a function may opt in to
+  int max_shared_per_sm = 228 * 1024;
+  int registers_per_sm = 64 * 1024;  // 32-bit registers; also the per-block maximum
+  int max_threads_per_sm = 2048;
+  int host_threads = 2;            // emulator threads running one launch's blocks
+  bool poison_allocations = true;  // new device memory reads as 0xff bytes
+  bool sticky_faults = true;       // a kernel's fault poisons the context (see above)
 };
+
+// The device profiles --emulated_device names: "small" (the defaults above), "a100"
+// (A100 SXM4 80GB) and "h100" (H100 SXM5 80GB). InvalidArgument naming the valid names
+// for any other.
+absl::StatusOr<EmulatedDeviceOptions> EmulatedDeviceProfile(std::string_view name);
+// "small, a100 or h100": the profile names, for error messages and help texts.
+const char* EmulatedDeviceProfileNames();
 
 // The emulated table. `options` take effect when the device is (re)created, i.e. at the
 // next primary-context retain while no context is retained.
@@ -70,6 +97,9 @@ struct EmulatedFault {
   int64_t fail_launch = 0;  // fail the n-th kernel launch from now (1 = the next); 0 = never
   CUresult launch_code = CUDA_ERROR_LAUNCH_FAILED;
   Site site = Site::kLaunch;
+  // kSync: the failure poisons the context as a kernel's own fault does (with
+  // EmulatedDeviceOptions::sticky_faults): a planted illegal address, say.
+  bool sticky = false;
   int64_t fail_alloc = 0;  // fail the n-th cuMemAlloc_v2 with CUDA_ERROR_OUT_OF_MEMORY
 };
 void SetEmulatedFault(const EmulatedFault& fault);

@@ -209,14 +209,15 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   emu::Emulator* e = s.emu.get();
   for (size_t i = 0; i < n; ++i) {
     if (i == fail_at) {
-      s.queue.push_back(Op{[what] { return absl::InternalError(what); }, s.fault.launch_code});
+      s.queue.push_back(
+          Op{[what] { return absl::InternalError(what); }, s.fault.launch_code, s.fault.sticky});
       continue;
     }
     s.queue.push_back(Op{[e, nodes, i] {
                            const GraphNode& g = (*nodes)[i];
                            return e->Launch(g.handle, g.grid, g.block, g.shared, g.args);
                          },
-                         CUDA_ERROR_LAUNCH_FAILED});
+                         CUDA_ERROR_LAUNCH_FAILED, /*kernel=*/true});
   }
   s.counters.launches += static_cast<int64_t>(n);
   ++s.counters.graph_launches;

@@ -155,6 +155,8 @@ CUresult ModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
   f->name = name;
   f->params = *std::move(params);
   f->static_shared = *shared;
+  const auto per_block = static_cast<uint32_t>(s.options.max_shared_per_block);
+  f->max_dynamic_shared = per_block > *shared ? per_block - *shared : 0;
   *fn = f.get();
   module->functions.emplace(name, std::move(f));
   return CUDA_SUCCESS;
@@ -179,11 +181,31 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction fn
       *value = 0;  // an interpreter has neither spills nor a register file
       break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      *value = 48 * 1024 - static_cast<int>(f->static_shared);
+      *value = static_cast<int>(f->max_dynamic_shared);
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
+  return CUDA_SUCCESS;
+}
+
+CUresult FuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int value) {
+  ClearDetail();
+  Lock l(S().mu);
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  CUfunc_st* f = LiveFunction(fn);
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // The only attribute the backend sets; the others the table declares are read-only.
+  if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
+  const int64_t limit = int64_t{S().options.max_shared_per_block_optin} - f->static_shared;
+  if (value < 0 || value > limit) {
+    SetDetail(absl::StrCat("cuFuncSetAttribute ", f->name, ": ", value,
+                           " bytes of dynamic shared memory; the device allows at most ", limit,
+                           " (", S().options.max_shared_per_block_optin, " opt-in less ",
+                           f->static_shared, " static)"));
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  f->max_dynamic_shared = static_cast<uint32_t>(value);
   return CUDA_SUCCESS;
 }
 
@@ -208,10 +230,14 @@ CUresult LaunchLocked(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
                            ") or block (", bx, ",", by, ",", bz, ")"));
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (uint64_t{shared} + f->static_shared > 48 * 1024) {
-    SetDetail(absl::StrCat("cuLaunchKernel ", f->name, ": ", shared, " dynamic + ",
-                           f->static_shared, " static shared bytes exceed 48 KiB"));
-    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  if (shared > f->max_dynamic_shared) {
+    SetDetail(absl::StrCat("cuLaunchKernel ", f->name, ": ", shared,
+                           " bytes of dynamic shared memory exceed the function's "
+                           "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of ",
+                           f->max_dynamic_shared,
+                           " (raise it with cuFuncSetAttribute to use more than ",
+                           s.options.max_shared_per_block / 1024, " KiB)"));
+    return CUDA_ERROR_INVALID_VALUE;
   }
   if (params == nullptr && !f->params.empty()) return CUDA_ERROR_INVALID_VALUE;
   // Parameters are copied now: the caller may reuse its argument storage at once.
@@ -234,7 +260,7 @@ CUresult LaunchLocked(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
       SetDetail(std::move(what));
       return code;
     }
-    s.queue.push_back(Op{[what] { return absl::InternalError(what); }, code});
+    s.queue.push_back(Op{[what] { return absl::InternalError(what); }, code, s.fault.sticky});
     ++s.counters.launches;
     return CUDA_SUCCESS;
   }
@@ -244,7 +270,7 @@ CUresult LaunchLocked(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
       Op{[e, h, gx, gy, gz, bx, by, bz, shared, args = std::move(args)] {
            return e->Launch(h, emu::Dim3{gx, gy, gz}, emu::Dim3{bx, by, bz}, shared, args);
          },
-         CUDA_ERROR_LAUNCH_FAILED});
+         CUDA_ERROR_LAUNCH_FAILED, /*kernel=*/true});
   ++s.counters.launches;
   return CUDA_SUCCESS;
 }

@@ -45,6 +45,9 @@ struct CUfunc_st {
   std::string name;
   std::vector<emu::ParamDesc> params;
   uint32_t static_shared = 0;
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the device's default per-block shared
+  // memory less static_shared until cuFuncSetAttribute raises it.
+  uint32_t max_dynamic_shared = 0;
 };
 struct CUmod_st {
   emu::ModuleHandle handle;
@@ -76,10 +79,13 @@ struct CUevent_st {
 
 namespace emulated {
 
-// One piece of deferred stream work. `code` is what a failure of `run` reports.
+// One piece of deferred stream work. `code` is what a failure of `run` reports; `kernel`:
+// the work runs a kernel, whose failure is a fault that sticks to the context (when the
+// device's sticky_faults is on).
 struct Op {
   std::function<absl::Status()> run;
   CUresult code = CUDA_ERROR_LAUNCH_FAILED;
+  bool kernel = false;
 };
 
 struct State {
@@ -98,6 +104,9 @@ struct State {
   std::set<CUgraph_st*> graphs;
   std::set<CUgraphExec_st*> graph_execs;
   std::deque<Op> queue;  // all streams' work in submission order (stronger than needed)
+  // CUDA_SUCCESS, or the fault that poisoned the live context: every call that needs the
+  // context returns it (CheckContext) until the device is torn down.
+  CUresult sticky = CUDA_SUCCESS;
   EmulatedFault fault;
   int64_t launches_since_fault = 0;
   int64_t allocs_since_fault = 0;
@@ -109,7 +118,8 @@ State& S();
 // Clears and sets this thread's error detail (DriverTable::ErrorDetail).
 void ClearDetail();
 void SetDetail(std::string detail);
-// CUDA_SUCCESS when a live context is current on this thread (call with S().mu held).
+// CUDA_SUCCESS when a live, unpoisoned context is current on this thread; else why not
+// (the sticky fault for a poisoned one). Call with S().mu held.
 CUresult CheckContext();
 // Runs every queued op in order; on the first failure drops the rest, sets the detail and
 // returns the op's code. Call with S().mu held.
@@ -153,6 +163,7 @@ CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int num_
 CUresult ModuleUnload(CUmodule module);
 CUresult ModuleGetFunction(CUfunction* fn, CUmodule module, const char* name);
 CUresult FuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction fn);
+CUresult FuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int value);
 CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                       CUstream stream, void** params, void** extra);

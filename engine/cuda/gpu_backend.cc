@@ -234,6 +234,19 @@ KernelStats GpuBackend::kernel_stats() const {
   return k;
 }
 
+absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device) {
+  if (!EmulatedDeviceProfile(std::string(emulated_device)).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--emulated_device=", emulated_device, ": want ",
+                                                   EmulatedDeviceProfileNames()));
+  }
+  if (backend != "emulated" && emulated_device != "small") {
+    return absl::InvalidArgumentError(absl::StrCat("--emulated_device=", emulated_device,
+                                                   " applies to --backend=emulated only, not ",
+                                                   backend));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                                                              const KvCacheConfig& kv,
                                                              absl::string_view kind,
@@ -242,7 +255,10 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
   if (kind == "cuda") {
     driver = LoadCudaDriver();
   } else if (kind == "emulated") {
-    driver = LoadEmulatedDriver();
+    if (absl::Status st = CheckEmulatedDeviceFlag(kind, options.emulated_device); !st.ok()) {
+      return st;
+    }
+    driver = LoadEmulatedDriver(*EmulatedDeviceProfile(options.emulated_device));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("GPU backend kind \"", kind, "\": want cuda or emulated"));
@@ -270,6 +286,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, c
   KvCacheConfig host_kv = kv;
   if (host_kv.num_blocks <= 0) {
     host_kv.num_blocks = DefaultHostKvBlocks(model.config, kv, options.max_seqs);
+  }
+  if (absl::Status st = CheckEmulatedDeviceFlag(kind, options.emulated_device); !st.ok()) {
+    return st;
   }
   if (kind == "cpu") return CreateCpuBackend(model, host_kv);
   if (kind == "cuda" || kind == "emulated") {

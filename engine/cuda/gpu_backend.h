@@ -102,6 +102,9 @@ struct GpuBackendOptions {
   // When KvCacheConfig::num_blocks <= 0: size the K/V pools to this fraction of the device
   // memory free after weights and activations (serve --kv_memory_fraction).
   double kv_memory_fraction = 0.9;
+  // The emulated device's profile (EmulatedDeviceProfile: small, a100 or h100; serve
+  // --emulated_device); only the emulated kind reads it.
+  std::string emulated_device = "small";
   // Called after each kernel compilation (key, seconds): the compile-seconds histogram.
   std::function<void(absl::string_view key, double seconds)> on_compile;
   bool log_progress = true;  // weight upload and warm-up progress at INFO
@@ -134,7 +137,8 @@ class GpuBackend final : public Backend {
 
   // Backend: validates `batch` (InvalidArgument naming the field), runs the step and
   // returns the logits rows. A driver failure is INTERNAL naming the call and kernel; the
-  // backend stays usable for later steps as far as the device allows.
+  // backend stays usable for later steps as far as the device allows: after a sticky
+  // fault (Device::lost) every step fails at once with that fault, touching no device.
   absl::Status Step(const StepBatch& batch, std::vector<float>* logits) override;
   // The same forward pass, then, when some row has penalty entries, the penalties kernel
   // (a penalised copy of the logits rows that the draw reads), then the sampling kernel
@@ -156,6 +160,8 @@ class GpuBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   const KvCacheConfig& kv_config() const override { return kv_; }
   std::string name() const override { return device_->info().emulated ? "emulated" : "cuda"; }
+  // False once a sticky fault has lost the device's context.
+  bool usable() const override { return !device_->lost(); }
 
   // Kernel and transfer counters in the engine's shape (EngineStats::kernels). Any thread.
   KernelStats kernel_stats() const;
@@ -226,17 +232,25 @@ class GpuBackend final : public Backend {
 };
 
 // Opens a device for `kind` ("cuda": libcuda.so.1, device 0; "emulated": the PTX
-// emulator) and creates a GpuBackend on it.
+// emulator with options.emulated_device's profile, checked by CheckEmulatedDeviceFlag)
+// and creates a GpuBackend on it.
 absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                                                              const KvCacheConfig& kv,
                                                              absl::string_view kind,
                                                              GpuBackendOptions options = {});
 
+// OK when `emulated_device` (--emulated_device) names a profile (EmulatedDeviceProfile)
+// and is "small" unless `backend` (--backend) is "emulated" (another profile would be
+// ignored); else InvalidArgument naming the flag and the valid values.
+absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device);
+
 // The server's --backend: "cpu", "cuda", "emulated" or "auto" (cuda when the driver
 // loads and the backend comes up on device 0, else cpu). `*note` (may be null) receives,
 // for auto, why the CUDA backend was not used (empty when it was). kv.num_blocks <= 0:
 // a real GPU sizes the pools from options.kv_memory_fraction of its free memory; cpu and
-// emulated (host memory) take DefaultHostKvBlocks(config, kv, options.max_seqs).
+// emulated (host memory, whatever memory the profile reports) take
+// DefaultHostKvBlocks(config, kv, options.max_seqs). A profile other than "small" with a
+// kind other than emulated is InvalidArgument (CheckEmulatedDeviceFlag).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
                                                        const KvCacheConfig& kv,
                                                        GpuBackendOptions options = {},

@@ -48,10 +48,13 @@ absl::Status KernelCache::Compile(const KernelSpec& spec, Entry* e) {
     if (m.ok()) {
       e->module = *std::move(m);
       absl::StatusOr<CUfunction> fn = device_->GetFunction(e->module, spec.entry, spec.key);
-      if (fn.ok()) {
+      absl::StatusOr<uint32_t> dyn =
+          fn.ok() ? device_->MaxDynamicShared(*fn, spec.key) : fn.status();
+      if (dyn.ok()) {
         e->kernel.fn = *fn;
+        e->kernel.max_dynamic_shared.store(*dyn, std::memory_order_relaxed);
       } else {
-        st = fn.status();
+        st = dyn.status();
       }
     } else {
       st = m.status();
@@ -96,6 +99,12 @@ absl::StatusOr<const CompiledKernel*> KernelCache::Get(const KernelSpec& spec) {
   }
   if (!e->status.ok()) return e->status;
   return &e->kernel;
+}
+
+absl::Status KernelCache::RaiseDynamicShared(const CompiledKernel& k, uint32_t bytes) {
+  if (absl::Status st = device_->SetMaxDynamicShared(k.fn, bytes, k.key); !st.ok()) return st;
+  k.max_dynamic_shared.store(bytes, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 std::vector<const CompiledKernel*> KernelCache::StopRecording() {

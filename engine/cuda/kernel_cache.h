@@ -44,6 +44,9 @@ struct CompiledKernel {
   const char* entry = "";
   CUfunction fn = nullptr;
   std::atomic<int64_t>* launches = nullptr;  // the counter of kernel `entry`
+  // The dynamic shared memory its launches may ask for now (the driver's
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); Launch raises it on demand.
+  mutable std::atomic<uint32_t> max_dynamic_shared{0};
 };
 
 // What one replay of a captured graph launches: per kernel counter, how many times; and the
@@ -79,7 +82,13 @@ class KernelCache {
 
   // Launches `k` on the device's stream and counts a hit and a launch; while recording,
   // appends `k` to the recording instead of counting (a captured launch runs nothing).
+  // A launch asking for more dynamic shared memory than the kernel allows so far (48 KiB
+  // less its static shared memory at first) raises the kernel's limit first, once, as
+  // the driver requires (cuFuncSetAttribute).
   absl::Status Launch(const CompiledKernel& k, const kernels::LaunchDims& dims, void** params) {
+    if (dims.shared_bytes > k.max_dynamic_shared.load(std::memory_order_relaxed)) {
+      if (absl::Status st = RaiseDynamicShared(k, dims.shared_bytes); !st.ok()) return st;
+    }
     absl::Status st = device_->Launch(k.fn, k.key, dims, params);
     if (st.ok()) {
       if (recording_ != nullptr) {
@@ -111,6 +120,7 @@ class KernelCache {
  private:
   struct Entry;
   absl::Status Compile(const KernelSpec& spec, Entry* e);
+  absl::Status RaiseDynamicShared(const CompiledKernel& k, uint32_t bytes);
   std::atomic<int64_t>* LaunchCounter(const char* entry);
 
   Device* device_;

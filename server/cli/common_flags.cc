@@ -39,6 +39,10 @@ ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(std::string, backend, "auto",
           "the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated (the "
           "PTX emulator, for tests) or auto (cuda when it comes up, else cpu)");
+ABSL_FLAG(std::string, emulated_device, "small",
+          "with --backend=emulated, the GPU the emulated device reports: small (8 SMs, 1 GiB), "
+          "a100 (A100 80GB: sm_80, 108 SMs, 163 KiB opt-in shared memory) or h100 (H100 SXM5 "
+          "80GB: sm_90, 132 SMs, 227 KiB); its memory is host RAM, taken only as allocated");
 ABSL_FLAG(std::string, log_level, "info",
           "log messages at this level and above: debug, info, warning or error");
 ABSL_FLAG(std::string, log_format, "text",

@@ -15,6 +15,7 @@ ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(int32_t, kv_blocks);
 ABSL_DECLARE_FLAG(int32_t, block_size);
 ABSL_DECLARE_FLAG(std::string, backend);
+ABSL_DECLARE_FLAG(std::string, emulated_device);
 ABSL_DECLARE_FLAG(bool, cuda_graphs);
 
 namespace ptxserve::cli {

@@ -21,11 +21,17 @@ namespace ptxserve::cli {
 int RunGenerate(int argc, char** argv) {
   SetSubcommandFlags({"server/cli/generate.cc", "server/cli/sampling_flags.cc", "model",
                       "model_cache_dir", "seed", "kv_blocks", "block_size", "backend",
-                      "cuda_graphs"});
+                      "emulated_device", "cuda_graphs"});
   ParseSubcommandFlags(argc, argv,
                        "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S] "
-                       "[--backend auto|cpu|cuda|emulated]");
+                       "[--backend auto|cpu|cuda|emulated] [--emulated-device small|a100|h100]");
+  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(absl::GetFlag(FLAGS_backend),
+                                                      absl::GetFlag(FLAGS_emulated_device));
+      !st.ok()) {
+    std::fprintf(stderr, "generate: %s\n", st.ToString().c_str());
+    return 1;
+  }
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   if (prompt.empty()) {
     std::fprintf(stderr, "generate: --prompt is required\n");
@@ -59,6 +65,7 @@ int RunGenerate(int argc, char** argv) {
   gpu.max_seqs = 1;
   gpu.max_tokens = EngineConfig{}.prefill_chunk;
   gpu.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  gpu.emulated_device = absl::GetFlag(FLAGS_emulated_device);
   const Clock::time_point t_backend = Clock::now();
   auto backend = cuda::CreateBackend(absl::GetFlag(FLAGS_backend), *model, kv, std::move(gpu));
   if (!backend.ok()) return fail(backend.status());

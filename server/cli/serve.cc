@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "engine/cuda/gpu_backend.h"
 #include "engine/util/log.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
@@ -152,12 +153,13 @@ absl::Status CheckRanges() {
 
 int RunServe(int argc, char** argv) {
   SetSubcommandFlags({"server/cli/serve.cc", "model", "model_cache_dir", "kv_blocks", "block_size",
-                      "backend", "cuda_graphs"});
+                      "backend", "emulated_device", "cuda_graphs"});
   ParseSubcommandFlags(
       argc, argv,
       "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
       "[--metrics-port 9464] "
-      "[--backend cpu|cuda|emulated|auto] [--max-batch-size N] [--max-batch-tokens N] [--kv-blocks "
+      "[--backend cpu|cuda|emulated|auto] [--emulated-device small|a100|h100] [--max-batch-size N] "
+      "[--max-batch-tokens N] [--kv-blocks "
       "N | "
       "--kv-memory BYTES] [--block-size 16] [--prefill-chunk N] [--prefix-caching=true|false] "
       "[--max-queued N] "
@@ -227,6 +229,7 @@ int RunServe(int argc, char** argv) {
 
   server::ModelOptions mo;
   mo.backend = sc.backend;
+  mo.emulated_device = absl::GetFlag(FLAGS_emulated_device);
   mo.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
   mo.block_size = absl::GetFlag(FLAGS_block_size);
   mo.chat_template_path = absl::GetFlag(FLAGS_chat_template);
@@ -267,6 +270,9 @@ int RunServe(int argc, char** argv) {
       mo.backend != "auto") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--backend=", mo.backend, ": want cpu, cuda, emulated or auto")));
+  }
+  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(mo.backend, mo.emulated_device); !st.ok()) {
+    return Fail(st);
   }
 
   server::Server srv(sc);

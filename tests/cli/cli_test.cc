@@ -112,6 +112,10 @@ TEST(CliTest, ServeRefusesFlagsThatCannotWorkNamingThem) {
            {"--stall-timeout nan", "--stall_timeout=nan"},
            {"--drain-timeout -1", "--drain_timeout=-1"},
            {"--writer-threads 0", "--writer_threads=0"},
+           {"--backend emulated --emulated-device h200",
+            "--emulated_device=h200: want small, a100 or h100"},
+           {"--backend cpu --emulated-device h100",
+            "--emulated_device=h100 applies to --backend=emulated only"},
        }) {
     const CliRun r = RunPtxserve("serve " + args);
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.err;

@@ -3,6 +3,7 @@
 // growth, the backend factory, and the engine running on it.
 #include "engine/cuda/gpu_backend.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -311,6 +312,55 @@ TEST_F(GpuBackendTest, BackendFactory) {
     EXPECT_THAT(note, HasSubstr("libcuda.so.1 not found"));
     EXPECT_THAT(note, HasSubstr("serving from the CPU backend"));
   }
+}
+
+TEST_F(GpuBackendTest, BackendFactoryChecksTheEmulatedDeviceProfile) {
+  GpuBackendOptions o;
+  o.log_progress = false;
+  o.emulated_device = "h200";
+  auto bad = CreateBackend("emulated", *model_, kKv, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--emulated_device"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("small, a100 or h100"));
+  o.emulated_device = "h100";
+  auto cpu = CreateBackend("cpu", *model_, kKv, o);
+  ASSERT_FALSE(cpu.ok()) << "a profile the cpu backend would ignore";
+  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cpu.status().message()),
+              HasSubstr("--emulated_device=h100 applies to --backend=emulated only"));
+  // Unsized, the emulated backend takes the host's default whatever memory the profile
+  // reports: 80 GiB of KV pools would be 80 GiB of host RAM.
+  KvCacheConfig unsized = kKv;
+  unsized.num_blocks = 0;
+  auto h100 = CreateBackend("emulated", *model_, unsized, o);
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  EXPECT_EQ((*h100)->kv_config().num_blocks,
+            DefaultHostKvBlocks(model_->config, unsized, o.max_seqs));
+}
+
+// The GPU sizing rule (kv_memory_fraction of the free memory) reads the profile's 80 GiB:
+// a small fraction of it keeps the pools, and the host memory behind them, small.
+TEST_F(GpuBackendTest, TheH100ProfileSizesKvPoolsFromItsFreeMemory) {
+  GpuBackendOptions o;
+  o.log_progress = false;
+  o.warmup = false;
+  o.emulated_device = "h100";
+  o.kv_memory_fraction = 1e-4;  // of ~80 GiB: ~8 MiB
+  KvCacheConfig unsized = kKv;
+  unsized.num_blocks = 0;
+  auto b = CreateGpuBackend(*model_, unsized, "emulated", o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->device_info().num_sms, 132);
+  const double free_before_kv = static_cast<double>(
+      (*b)->device_info().total_memory - GetEmulatedDeviceCounters().live_bytes + (*b)->kv_bytes());
+  const double budget = o.kv_memory_fraction * free_before_kv;
+  const double per_block = static_cast<double>((*b)->kv_bytes()) / (*b)->kv_config().num_blocks;
+  EXPECT_GT((*b)->kv_config().num_blocks, 1);
+  // As many blocks as the budget holds (within one: buffers allocated after the pools
+  // blur the free memory the backend saw by a few KiB).
+  EXPECT_NEAR((*b)->kv_config().num_blocks, std::floor(budget / per_block), 1.0);
+  EXPECT_LT(GetEmulatedDeviceCounters().live_bytes, int64_t{64} << 20);
 }
 
 // The engine on the emulated device generates what it generates on the CPU backend.

@@ -97,6 +97,7 @@ class GpuLogprobsDevices : public ::testing::TestWithParam<std::tuple<std::strin
   absl::StatusOr<std::unique_ptr<GpuBackend>> Gpu() const {
     GpuBackendOptions options;
     options.log_progress = false;
+    options.emulated_device = testing::EmulatedDeviceUnderTest();
     return CreateGpuBackend(*model_, kKv, std::get<0>(GetParam()), options);
   }
 

@@ -51,6 +51,7 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
   opts.attention_partition = c.attention_partition;
   const auto t0 = std::chrono::steady_clock::now();
   opts.log_progress = false;
+  opts.emulated_device = testing::EmulatedDeviceUnderTest();
   auto gpu = CreateGpuBackend(model, kv, kind, opts);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const auto t1 = std::chrono::steady_clock::now();

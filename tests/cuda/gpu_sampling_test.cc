@@ -241,6 +241,7 @@ TEST_P(GpuSamplingDevices, StepSampledEqualsRowDrawerOnTheStepsLogits) {
   ASSERT_TRUE(model.ok()) << model.status();
   GpuBackendOptions options;
   options.log_progress = false;
+  options.emulated_device = testing::EmulatedDeviceUnderTest();
   auto gpu = CreateGpuBackend(*model, kKv, kind, options);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   GpuBackend& b = **gpu;
@@ -310,6 +311,7 @@ TEST_P(GpuSamplingDevices, StepSampledWithPenaltiesEqualsTheHost) {
   ASSERT_TRUE(model.ok()) << model.status();
   GpuBackendOptions options;
   options.log_progress = false;
+  options.emulated_device = testing::EmulatedDeviceUnderTest();
   auto gpu = CreateGpuBackend(*model, kKv, kind, options);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   GpuBackend& b = **gpu;

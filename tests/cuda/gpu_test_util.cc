@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -209,10 +210,16 @@ StepFn DeviceGreedy(GpuBackend& backend) {
   };
 }
 
+std::string EmulatedDeviceUnderTest() {
+  const char* env = std::getenv("PTXSERVE_EMULATED_DEVICE");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string("small");
+}
+
 absl::StatusOr<std::unique_ptr<GpuBackend>> EmulatedBackend(const Model& model,
                                                             const KvCacheConfig& kv,
                                                             GpuBackendOptions options) {
   options.log_progress = false;
+  options.emulated_device = EmulatedDeviceUnderTest();
   return CreateGpuBackend(model, kv, "emulated", std::move(options));
 }
 

@@ -83,7 +83,13 @@ double RelErr(const float* a, const float* b, int64_t n);
 // driver, no device); computed once per process.
 std::string Unavailable(const std::string& kind);
 
-// An emulated-device GpuBackend for `model` (warm-up on unless options say otherwise).
+// The emulated device profile the GPU suites run on: $PTXSERVE_EMULATED_DEVICE when set
+// (tests/cuda/CMakeLists.txt registers some suites a second time with h100), else
+// "small". Read here, at the tests' edge, never in the library.
+std::string EmulatedDeviceUnderTest();
+
+// An emulated-device GpuBackend for `model` (warm-up on unless options say otherwise) on
+// EmulatedDeviceUnderTest().
 absl::StatusOr<std::unique_ptr<GpuBackend>> EmulatedBackend(const Model& model,
                                                             const KvCacheConfig& kv,
                                                             GpuBackendOptions options = {});

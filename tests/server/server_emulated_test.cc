@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/emulated_driver.h"
 #include "server/client.h"
+#include "tests/cuda/gpu_test_util.h"
 #include "tests/server/test_server.h"
 
 namespace ptxserve {
@@ -71,6 +72,7 @@ class EmulatedServerTest : public ::testing::Test {
     ASSERT_NE(t_, nullptr);
     server::ModelOptions mo = TestServer::DefaultModelOptions();
     mo.backend = "emulated";
+    mo.emulated_device = cuda::testing::EmulatedDeviceUnderTest();
     mo.engine.max_batch_size = 4;
     mo.kv_blocks = 64;
     ASSERT_TRUE(t_->Load(mo).ok());
@@ -155,6 +157,45 @@ TEST_F(EmulatedServerTest, InjectedLaunchFailureFailsTheRequestAndTurnsHealthNot
   const std::string m = HttpGet(t_->server->metrics_port(), "/metrics");
   EXPECT_EQ(MetricValue(m, "ptxserve_engine_failed"), 1);
   EXPECT_EQ(MetricValue(m, "ptxserve_health_serving"), 0);
+}
+
+// A kernel's illegal address loses the device's context for good, as on a GPU: both
+// requests in flight end with INTERNAL naming the fault, health turns NOT_SERVING, and
+// nothing more is launched on the dead context (the default policy fails the engine at
+// its first failed step; a lost device would end it even under a tolerant one).
+TEST_F(EmulatedServerTest, AnIllegalAddressFailsTheRequestsInFlightAndTheServerForGood) {
+  cuda::EmulatedFault f;
+  f.fail_launch = 3;  // inside the requests' first step
+  f.site = cuda::EmulatedFault::Site::kSync;
+  f.launch_code = cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+  f.sticky = true;
+  cuda::SetEmulatedFault(f);
+  v1::GenerateBatchRequest batch;
+  *batch.add_requests() = Greedy(5, 4, 1);
+  *batch.add_requests() = Greedy(6, 4, 2);
+  std::vector<v1::FinishReason> finish(2, v1::FINISH_REASON_UNSPECIFIED);
+  grpc::Status st = client_->GenerateBatch(batch, [&](const v1::GenerateBatchResponse& m) {
+    if (m.response().finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      finish.at(m.index()) = m.response().finish_reason();
+    }
+    return true;
+  });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INTERNAL) << st.error_message();
+  EXPECT_NE(st.error_message().find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(finish, std::vector<v1::FinishReason>(2, v1::FINISH_REASON_ERROR));
+  HealthCheckResponse::ServingStatus status = HealthCheckResponse::SERVING;
+  for (int i = 0; i < 300 && status != HealthCheckResponse::NOT_SERVING; ++i) {
+    ASSERT_TRUE(client_->Check("", &status).ok()) << "the process still answers";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING);
+  const int64_t launches = cuda::GetEmulatedDeviceCounters().launches;
+  grpc::Status again = client_->Generate(Greedy(5, 3, 3), [](const auto&) { return true; });
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::UNAVAILABLE) << again.error_message();
+  EXPECT_EQ(cuda::GetEmulatedDeviceCounters().launches, launches);
+  EXPECT_EQ(MetricValue(HttpGet(t_->server->metrics_port(), "/metrics"), "ptxserve_engine_failed"),
+            1);
 }
 
 // Polls (bounded) until the engine holds no live request and no KV block.
@@ -269,6 +310,7 @@ TEST(EmulatedServerLogprobsTest, LogprobsStayOnTheDeviceAndEqualTheCpuBackends) 
   server::ModelOptions mo = TestServer::DefaultModelOptions();
   mo.model_dir = testing::TestModelDir();
   mo.backend = "emulated";
+  mo.emulated_device = cuda::testing::EmulatedDeviceUnderTest();
   mo.engine.max_batch_size = 4;
   mo.kv_blocks = 64;
   auto model = server::LoadServedModel(mo, &emu->server->metrics());
