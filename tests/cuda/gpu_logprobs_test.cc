@@ -76,6 +76,7 @@ class HostSampled : public Backend {
   const ModelConfig& config() const override { return inner_->config(); }
   const KvCacheConfig& kv_config() const override { return inner_->kv_config(); }
   std::string name() const override { return inner_->name(); }
+  bool usable() const override { return inner_->usable(); }
 
  private:
   std::unique_ptr<Backend> inner_;

@@ -95,6 +95,7 @@ class GatedBackend : public Backend {
   const ModelConfig& config() const override { return inner_->config(); }
   const KvCacheConfig& kv_config() const override { return inner_->kv_config(); }
   std::string name() const override { return inner_->name(); }
+  bool usable() const override { return inner_->usable(); }
 
   // Step n (1 = the warm-up) and later ones wait before running until Unblock.
   void BlockFromStep(int64_t n);

@@ -59,6 +59,7 @@ class ControlledBackend : public Backend {
   const ModelConfig& config() const override { return inner_->config(); }
   const KvCacheConfig& kv_config() const override { return inner_->kv_config(); }
   std::string name() const override { return inner_->name(); }
+  bool usable() const override { return inner_->usable(); }
 
   void set_delay_us(int us) { delay_us_.store(us); }
   void set_fail_always(bool f) {
