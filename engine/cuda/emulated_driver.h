@@ -37,9 +37,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/driver.h"
+#include "kernels/emu/counters.h"
 
 namespace ptxserve::cuda {
 
@@ -51,6 +53,7 @@ struct EmulatedDeviceOptions {
   uint64_t memory_bytes = uint64_t{1} << 30;  // device memory (host RAM, used on demand)
   int host_threads = 2;                       // emulator threads running one launch's blocks
   bool poison_allocations = true;             // new device memory reads as 0xff bytes
+  bool kernel_counters = false;  // gather the emulator's counters per launch (below)
 };
 
 // The emulated table. `options` take effect when the device is (re)created, i.e. at the
@@ -90,5 +93,10 @@ struct EmulatedDeviceCounters {
   int64_t devices_started = 0;  // primary contexts created since process start
 };
 EmulatedDeviceCounters GetEmulatedDeviceCounters();
+
+// With EmulatedDeviceOptions::kernel_counters, the counters of every kernel launch that ran
+// since the previous call (each names its kernel; the newest 4096 are kept), oldest first,
+// so a test can profile the GPU backend's kernels. Empty without a live device.
+std::vector<emu::KernelCounters> TakeEmulatedKernelCounters();
 
 }  // namespace ptxserve::cuda

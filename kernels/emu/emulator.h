@@ -50,6 +50,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/emu/counters.h"
 
 namespace ptxserve::emu {
 
@@ -120,6 +122,11 @@ struct EmulatorOptions {
   bool detect_global_races = true;
   uint32_t max_shared_bytes = 227 * 1024;
   uint64_t max_device_bytes = 16ull << 30;  // total live allocation limit
+  // Gather KernelCounters (counters.h) for every successful launch, kept for TakeCounters.
+  // Off, launches run an interpreter loop without counting code; on, they run slower by a
+  // factor measured in tests/emu/emu_counters_test.cc (about 1.1-1.5x).
+  bool collect_counters = false;
+  size_t counters_history = 4096;  // launches kept; the oldest go first
 };
 
 class Emulator {
@@ -163,6 +170,10 @@ class Emulator {
 
   EmulatorStats stats() const;
 
+  // The counters of the successful launches since the previous call, oldest first (at
+  // most counters_history of them); empty unless collect_counters.
+  std::vector<KernelCounters> TakeCounters();
+
  private:
   struct Buffer {
     uint64_t size = 0;
@@ -184,6 +195,7 @@ class Emulator {
   std::vector<std::unique_ptr<GlobalWrites>> race_tables_;  // per host thread of a launch
   uint32_t next_module_ = 1;
   EmulatorStats stats_;
+  std::deque<KernelCounters> counters_;
 };
 
 }  // namespace ptxserve::emu
