@@ -216,7 +216,7 @@ CUresult PrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
     eo.num_threads = std::max(1, s.options.host_threads);
     eo.poison_allocations = s.options.poison_allocations;
     eo.max_device_bytes = s.options.memory_bytes;
-    eo.collect_counters = s.options.kernel_counters;
+    eo.collect_counters = s.kernel_counters;
     s.emu = std::make_unique<emu::Emulator>(eo);
     const int64_t started = s.counters.devices_started + 1;
     s.counters = EmulatedDeviceCounters{};
@@ -474,6 +474,12 @@ void SetEmulatedFault(const EmulatedFault& fault) {
 EmulatedDeviceCounters GetEmulatedDeviceCounters() {
   emulated::Lock l(emulated::S().mu);
   return emulated::S().counters;
+}
+
+void SetEmulatedKernelCounters(bool on) {
+  emulated::Lock l(emulated::S().mu);
+  emulated::S().kernel_counters = on;
+  if (emulated::S().emu != nullptr) emulated::S().emu->SetCollectCounters(on);
 }
 
 std::vector<emu::KernelCounters> TakeEmulatedKernelCounters() {

@@ -53,7 +53,6 @@ struct EmulatedDeviceOptions {
   uint64_t memory_bytes = uint64_t{1} << 30;  // device memory (host RAM, used on demand)
   int host_threads = 2;                       // emulator threads running one launch's blocks
   bool poison_allocations = true;             // new device memory reads as 0xff bytes
-  bool kernel_counters = false;  // gather the emulator's counters per launch (below)
 };
 
 // The emulated table. `options` take effect when the device is (re)created, i.e. at the
@@ -94,9 +93,13 @@ struct EmulatedDeviceCounters {
 };
 EmulatedDeviceCounters GetEmulatedDeviceCounters();
 
-// With EmulatedDeviceOptions::kernel_counters, the counters of every kernel launch that ran
-// since the previous call (each names its kernel; the newest 4096 are kept), oldest first,
-// so a test can profile the GPU backend's kernels. Empty without a live device.
+// Kernel counters (kernels/emu/counters.h), to profile the GPU backend's kernels in tests.
+// While on (off by default: counting slows the emulator), every kernel launch that runs
+// keeps its counters, named by kernel, for TakeEmulatedKernelCounters; the setting holds
+// for the live device and for devices created later.
+void SetEmulatedKernelCounters(bool on);
+// The counters of the launches that ran since the previous call, oldest first (the newest
+// 4096 are kept); empty without a live device.
 std::vector<emu::KernelCounters> TakeEmulatedKernelCounters();
 
 }  // namespace ptxserve::cuda

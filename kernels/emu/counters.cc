@@ -10,10 +10,9 @@ namespace ptxserve::emu {
 namespace {
 
 constexpr const char* kClassNames[kNumInstrClasses] = {
-    "tensor",       "fp32",         "fp_other",    "sfu",         "int",
-    "load_global",  "store_global", "atom_global", "load_shared", "store_shared",
-    "atom_shared",  "local",        "param",       "async_copy",  "warp",
-    "barrier",      "control",      "other"};
+    "tensor",       "fp32",        "fp_other",    "sfu",          "int",         "load_global",
+    "store_global", "atom_global", "load_shared", "store_shared", "atom_shared", "local",
+    "param",        "async_copy",  "warp",        "barrier",      "control",     "other"};
 
 double Ratio(uint64_t a, uint64_t b) {
   return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
@@ -36,8 +35,8 @@ std::string SharedLine(const char* what, const SharedTraffic& t) {
 
 std::string GlobalJson(const GlobalTraffic& t) {
   return absl::StrFormat(
-      R"({"requests":%u,"sectors":%u,"ideal_sectors":%u,"sectors_per_request":%.4f})",
-      t.requests, t.sectors, t.ideal_sectors, t.SectorsPerRequest());
+      R"({"requests":%u,"sectors":%u,"ideal_sectors":%u,"sectors_per_request":%.4f})", t.requests,
+      t.sectors, t.ideal_sectors, t.SectorsPerRequest());
 }
 
 std::string SharedJson(const SharedTraffic& t) {
@@ -61,9 +60,9 @@ const BufferTraffic* KernelCounters::Buffer(uint64_t addr) const {
 }
 
 std::string KernelCounters::ToString() const {
-  std::string s = absl::StrFormat(
-      "kernel %s  grid %s  block %s  dynamic shared %u B  CTAs %u (all run)\n", kernel,
-      Dims(grid), Dims(block), dynamic_shared_bytes, ctas);
+  std::string s =
+      absl::StrFormat("kernel %s  grid %s  block %s  dynamic shared %u B  CTAs %u (all run)\n",
+                      kernel, Dims(grid), Dims(block), dynamic_shared_bytes, ctas);
   absl::StrAppendFormat(&s, "warp instructions %u (thread instructions %u)\n", warp_instructions,
                         thread_instructions);
   std::vector<std::string> mix;
@@ -78,7 +77,8 @@ std::string KernelCounters::ToString() const {
   s += "shared memory (32 banks x 4 B; conflicts = extra wavefronts)\n";
   s += SharedLine("loads", shared_load);
   s += SharedLine("stores", shared_store);
-  absl::StrAppendFormat(&s, "DRAM (each 32-byte sector once per launch)\n  read %u B  written %u B\n",
+  absl::StrAppendFormat(&s,
+                        "DRAM (each 32-byte sector once per launch)\n  read %u B  written %u B\n",
                         dram_read_bytes, dram_write_bytes);
   for (const BufferTraffic& b : buffers) {
     absl::StrAppendFormat(&s,
@@ -110,10 +110,9 @@ std::string KernelCounters::ToJson() const {
                       dynamic_shared_bytes, ctas, warp_instructions),
       absl::StrFormat(R"("thread_instructions":%u,"instructions":{%s},)", thread_instructions,
                       absl::StrJoin(mix, ",")),
-      R"("global_load":)", GlobalJson(global_load), R"(,"global_store":)",
-      GlobalJson(global_store), R"(,"global_atomic":)", GlobalJson(global_atomic),
-      R"(,"shared_load":)", SharedJson(shared_load), R"(,"shared_store":)",
-      SharedJson(shared_store),
+      R"("global_load":)", GlobalJson(global_load), R"(,"global_store":)", GlobalJson(global_store),
+      R"(,"global_atomic":)", GlobalJson(global_atomic), R"(,"shared_load":)",
+      SharedJson(shared_load), R"(,"shared_store":)", SharedJson(shared_store),
       absl::StrFormat(R"(,"dram_read_bytes":%u,"dram_write_bytes":%u,"buffers":[%s],)",
                       dram_read_bytes, dram_write_bytes, absl::StrJoin(bufs, ",")),
       absl::StrFormat(R"("tensor_flops":%u,"fp32_flops":%u})", tensor_flops, fp32_flops));

@@ -93,8 +93,8 @@ struct KernelCounters {
   uint32_t dynamic_shared_bytes = 0;
   uint64_t ctas = 0;  // CTAs run and counted: the whole grid
 
-  uint64_t warp_instructions = 0;    // issued, predicated-off ones included
-  uint64_t thread_instructions = 0;  // summed over the lanes of each issue
+  uint64_t warp_instructions = 0;                         // issued, predicated-off ones included
+  uint64_t thread_instructions = 0;                       // summed over the lanes of each issue
   std::array<uint64_t, kNumInstrClasses> instructions{};  // warp instructions by class
   uint64_t Instructions(InstrClass c) const { return instructions[static_cast<int>(c)]; }
 

@@ -88,11 +88,18 @@ const uint64_t* Slot(const Warp& w, uint16_t slot) {
 
 bool InWindow(uint64_t a, uint64_t base, uint64_t size) { return a >= base && a - base < size; }
 
+// Sorts and deduplicates v[0, n) in place; returns the distinct count. Coalesced accesses
+// come sorted already, which skips the sort.
+template <class T>
+int Distinct(T* v, int n) {
+  if (!std::is_sorted(v, v + n)) std::sort(v, v + n);
+  return static_cast<int>(std::unique(v, v + n) - v);
+}
+
 // Wavefronts of one shared-memory phase addressing `words` (4-byte word indices; sorted and
 // deduplicated in place): the most distinct words any bank holds.
 uint32_t Wavefronts(uint32_t* words, int n, uint32_t* distinct) {
-  std::sort(words, words + n);
-  n = static_cast<int>(std::unique(words, words + n) - words);
+  n = Distinct(words, n);
   uint32_t per_bank[kBanks] = {};
   uint32_t most = 0;
   for (int i = 0; i < n; ++i) most = std::max(most, ++per_bank[words[i] % kBanks]);
@@ -157,8 +164,7 @@ void CounterSink::Global(const uint64_t* addr, const uint32_t* bytes, int n, Glo
     sectors[i] = addr[i] >> kSectorShift;
     total += bytes[i];
   }
-  std::sort(sectors, sectors + n);
-  const int distinct = static_cast<int>(std::unique(sectors, sectors + n) - sectors);
+  const int distinct = Distinct(sectors, n);
   const uint64_t ideal = (total + 31) >> kSectorShift;
   ++t->requests;
   t->sectors += static_cast<uint64_t>(distinct);
@@ -173,12 +179,13 @@ void CounterSink::Global(const uint64_t* addr, const uint32_t* bytes, int n, Glo
 
 void CounterSink::Shared(const uint64_t* addr, const uint32_t* bytes, int n, SharedTraffic* t) {
   if (n == 0) return;
-  uint32_t words[kWarpSize * 4];  // a lane touches at most 16 bytes
+  // An aligned access of at most 16 bytes covers at most 4 words; a misaligned one (which
+  // the handler rejects) is cut to 4 so it cannot overrun the array.
+  uint32_t words[kWarpSize * 4];
   int k = 0;
   for (int i = 0; i < n; ++i) {
-    for (uint64_t wd = addr[i] / 4; wd <= (addr[i] + bytes[i] - 1) / 4; ++wd) {
-      words[k++] = static_cast<uint32_t>(wd);
-    }
+    const uint64_t last = std::min(addr[i] / 4 + 3, (addr[i] + bytes[i] - 1) / 4);
+    for (uint64_t wd = addr[i] / 4; wd <= last; ++wd) words[k++] = static_cast<uint32_t>(wd);
   }
   uint32_t distinct = 0;
   ++t->requests;
@@ -205,8 +212,7 @@ void CounterSink::Ldmatrix(const Warp& w, const Instr& in) {
   }
 }
 
-void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t issued,
-                        uint32_t m) {
+void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t issued, uint32_t m) {
   ++out_.warp_instructions;
   out_.thread_instructions += static_cast<uint64_t>(std::popcount(issued));
   InstrClass cls = classes_[pc];
@@ -280,14 +286,21 @@ void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t is
       });
       const bool load = op == Op::kLd || op == Op::kLdu;
       const bool atom = op == Op::kAtom || op == Op::kRed;
-      Global(gaddr, gbytes, ng, load ? &out_.global_load : atom ? &out_.global_atomic : &out_.global_store,
+      Global(gaddr, gbytes, ng,
+             load   ? &out_.global_load
+             : atom ? &out_.global_atomic
+                    : &out_.global_store,
              load || atom, !load);
       Shared(saddr, sbytes, ns, load ? &out_.shared_load : &out_.shared_store);
       if (in.space == Space::kGeneric) {  // classed by where its lanes went
         if (ng != 0) {
-          cls = load ? InstrClass::kLoadGlobal : atom ? InstrClass::kAtomGlobal : InstrClass::kStoreGlobal;
+          cls = load   ? InstrClass::kLoadGlobal
+                : atom ? InstrClass::kAtomGlobal
+                       : InstrClass::kStoreGlobal;
         } else if (ns != 0) {
-          cls = load ? InstrClass::kLoadShared : atom ? InstrClass::kAtomShared : InstrClass::kStoreShared;
+          cls = load   ? InstrClass::kLoadShared
+                : atom ? InstrClass::kAtomShared
+                       : InstrClass::kStoreShared;
         } else if (nl != 0) {
           cls = InstrClass::kLocal;
         }

@@ -48,7 +48,7 @@ class CounterSink {
   // Per allocation, a bit per 32-byte sector read / written; sized on first touch.
   std::vector<std::vector<uint64_t>> read_bits_, write_bits_;
   std::vector<GlobalTraffic> per_alloc_;  // requests by the allocation of their first lane
-  KernelCounters out_;  // everything but the DRAM figures, which Merge derives
+  KernelCounters out_;                    // everything but the DRAM figures, which Merge derives
 };
 
 }  // namespace ptxserve::emu

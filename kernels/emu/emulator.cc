@@ -312,6 +312,11 @@ EmulatorStats Emulator::stats() const {
   return stats_;
 }
 
+void Emulator::SetCollectCounters(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  opts_.collect_counters = on;
+}
+
 std::vector<KernelCounters> Emulator::TakeCounters() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<KernelCounters> out(std::make_move_iterator(counters_.begin()),

@@ -43,6 +43,10 @@
 // textures/surfaces, other mma shapes and types, wgmma, directed rounding (.rz/.rm/.rp) of
 // arithmetic (cvt supports every rounding mode).
 //
+// Counters: with EmulatorOptions::collect_counters every launch also yields KernelCounters
+// (counters.h: memory requests and sectors, DRAM bytes, bank conflicts, instruction mix,
+// FLOPs), gathered over every CTA and kept for TakeCounters.
+//
 // Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
 // run its blocks on several host threads (blocks are independent except for atomics, which
 // use host atomics).
@@ -173,6 +177,8 @@ class Emulator {
   // The counters of the successful launches since the previous call, oldest first (at
   // most counters_history of them); empty unless collect_counters.
   std::vector<KernelCounters> TakeCounters();
+  // Turns EmulatorOptions::collect_counters on or off for later launches.
+  void SetCollectCounters(bool on);
 
  private:
   struct Buffer {

@@ -236,13 +236,12 @@ class CountersTwoThreadsTest : public CountersTest {
 TEST_F(CountersTwoThreadsTest, DramCountsEachSectorOncePerLaunch) {
   const uint64_t in = Buffer(128), out = Buffer(16 * 64 * 4);
   // 16 blocks of 2 warps on two host threads, every warp reading the same 128 bytes.
-  const KernelCounters c =
-      Run(kSameRow, "same_row", {16, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
+  const KernelCounters c = Run(kSameRow, "same_row", {16, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
   EXPECT_EQ(c.ctas, 16u);
   EXPECT_EQ(c.global_load.requests, 32u);
   EXPECT_EQ(c.global_load.sectors, 32u * 4);
   EXPECT_EQ(c.Buffer(in)->access.sectors, 32u * 4);  // what the cache hierarchy sees
-  EXPECT_EQ(c.Buffer(in)->dram_read_bytes, 128u);     // what DRAM sees
+  EXPECT_EQ(c.Buffer(in)->dram_read_bytes, 128u);    // what DRAM sees
   EXPECT_EQ(c.dram_write_bytes, 16u * 64 * 4);
   // A second launch counts its sectors afresh.
   EXPECT_EQ(Run(kSameRow, "same_row", {1, 1, 1}, {32, 1, 1}, {Ptr(in), Ptr(out)}).dram_read_bytes,
@@ -295,9 +294,8 @@ TEST_F(CountersTest, MmaTileCountsTensorFlopsAndLdmatrixPhases) {
   const std::vector<float> cmat(16 * 8, 0.0f);
   const uint64_t da = Upload(emu, a), db = Upload(emu, b), dc = Upload(emu, cmat);
   const uint64_t d16 = Buffer(16 * 8 * 4), d8 = Buffer(16 * 8 * 4);
-  ASSERT_TRUE(emu.Launch(f, {1, 1, 1}, {32, 1, 1}, 0,
-                         {Ptr(da), Ptr(db), Ptr(dc), Ptr(d16), Ptr(d8)})
-                  .ok());
+  ASSERT_TRUE(
+      emu.Launch(f, {1, 1, 1}, {32, 1, 1}, 0, {Ptr(da), Ptr(db), Ptr(dc), Ptr(d16), Ptr(d8)}).ok());
   EXPECT_EQ(Download<float>(emu, d16, 1)[0], 16.0f);
   const std::vector<KernelCounters> all = emu.TakeCounters();
   ASSERT_EQ(all.size(), 1u);
@@ -356,6 +354,31 @@ TEST_F(CountersTest, FailedLaunchesLeaveNoCounters) {
   EXPECT_FALSE(emu_->Launch(*emu_->GetFunction(*m, "strided_copy"), {1, 1, 1}, {32, 1, 1}, 0,
                             {Ptr(in), Ptr(out), U32(1)})
                    .ok());
+  EXPECT_TRUE(emu_->TakeCounters().empty());
+}
+
+TEST_F(CountersTest, MisalignedSharedAccessFailsTheLaunchAndLeavesNoCounters) {
+  // Counting sees the addresses before the handler rejects them: 16 bytes at byte 2 span
+  // five words, one more than an aligned access.
+  constexpr char kMisaligned[] = R"(
+.visible .entry misaligned_v4()
+{
+    .shared .align 16 .b8 buf[1024];
+    .reg .b32 %r<4>;
+    .reg .f32 %f<4>;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 4;
+    mov.u32 %r3, buf;
+    add.s32 %r2, %r2, %r3;
+    ld.shared.v4.f32 {%f0, %f1, %f2, %f3}, [%r2+2];
+    ret;
+}
+)";
+  auto m = emu_->LoadModule(absl::StrCat(kHeader, kMisaligned));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const absl::Status st =
+      emu_->Launch(*emu_->GetFunction(*m, "misaligned_v4"), {1, 1, 1}, {32, 1, 1}, 0, {});
+  EXPECT_NE(st.message().find("misaligned"), absl::string_view::npos) << st;
   EXPECT_TRUE(emu_->TakeCounters().empty());
 }
 

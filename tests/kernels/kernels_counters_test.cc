@@ -60,15 +60,15 @@ struct GemvCase {
 };
 
 TEST(KernelCounters, GemvReadsEachWeightByteOnceInCoalescedLoads) {
-  for (const GemvCase& c : {GemvCase{1, 64, 1024, ElemType::kF16},
-                            GemvCase{4, 40, 512, ElemType::kF16},
-                            GemvCase{8, 33, 256, ElemType::kF32},
-                            // Rows of 2000 bytes: odd rows start mid-sector, so each of
-                            // their 512-byte loads spans 17 sectors and the sector two
-                            // consecutive loads share is requested twice: 8 rows x 63 + 8
-                            // x 66 sectors, where the rows span 8 x 63 + 8 x 64 (and DRAM
-                            // sees 1000). The layout's doing, not the kernel's.
-                            GemvCase{3, 16, 1000, ElemType::kF16, 1032}}) {
+  for (const GemvCase& c :
+       {GemvCase{1, 64, 1024, ElemType::kF16}, GemvCase{4, 40, 512, ElemType::kF16},
+        GemvCase{8, 33, 256, ElemType::kF32},
+        // Rows of 2000 bytes: odd rows start mid-sector, so each of
+        // their 512-byte loads spans 17 sectors and the sector two
+        // consecutive loads share is requested twice: 8 rows x 63 + 8
+        // x 66 sectors, where the rows span 8 x 63 + 8 x 64 (and DRAM
+        // sees 1000). The layout's doing, not the kernel's.
+        GemvCase{3, 16, 1000, ElemType::kF16, 1032}}) {
     SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", ElemTypeName(c.dt)));
     GemmConfig base;
     base.n = c.n;
@@ -82,9 +82,9 @@ TEST(KernelCounters, GemvReadsEachWeightByteOnceInCoalescedLoads) {
     const uint64_t dx = h.Upload(std::vector<float>(c.m * c.k, 1.0f));
     const std::vector<uint8_t> w = Ones(c.dt, static_cast<size_t>(c.n) * c.k);
     const uint64_t dw = h.Upload(w), dy = h.Alloc(c.m * c.n * 4);
-    ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
-                      {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(c.m)})
-                    .ok());
+    ASSERT_TRUE(
+        h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(c.m)})
+            .ok());
     EXPECT_EQ(h.Download<float>(dy, 1)[0], static_cast<float>(c.k));
     const emu::KernelCounters kc = Only(h);
     const emu::BufferTraffic* wt = kc.Buffer(dw);
@@ -183,9 +183,9 @@ uint64_t RequestedRowsToday(const DecodeAttentionShape& sh, int len) {
 }
 
 TEST(KernelCounters, DecodeAttentionReadsEachKvByteOnceInCoalescedLoads) {
-  for (const AttnCase& c : {AttnCase{8, 2, 128, 16, ElemType::kF16},
-                            AttnCase{4, 4, 64, 32, ElemType::kF16},
-                            AttnCase{16, 2, 128, 16, ElemType::kF32}}) {
+  for (const AttnCase& c :
+       {AttnCase{8, 2, 128, 16, ElemType::kF16}, AttnCase{4, 4, 64, 32, ElemType::kF16},
+        AttnCase{16, 2, 128, 16, ElemType::kF32}}) {
     // Contexts on the kernel's 64-token grid, then off the block grid (partial last
     // blocks, a single token).
     for (const std::vector<int32_t>& lens :
@@ -214,8 +214,8 @@ TEST(KernelCounters, DecodeAttentionReadsEachKvByteOnceInCoalescedLoads) {
       const uint64_t dout = h.Alloc(rows * c.heads * c.head_dim * 4);
       ASSERT_TRUE(h.Run(*ptx, kDecodeAttentionEntry,
                         DecodeAttentionLaunch(*shape, c.kv_heads, rows, 1),
-                        {Ptr(dq), Ptr(dk), Ptr(dv), Ptr(dbt), Ptr(dlen), Ptr(0), Ptr(0),
-                         Ptr(dout), Ptr(0), U32(b.max_blocks), U32(rows), U32(rows),
+                        {Ptr(dq), Ptr(dk), Ptr(dv), Ptr(dbt), Ptr(dlen), Ptr(0), Ptr(0), Ptr(dout),
+                         Ptr(0), U32(b.max_blocks), U32(rows), U32(rows),
                          F32(1.0f / std::sqrt(static_cast<float>(c.head_dim))), U32(0)})
                       .ok());
       EXPECT_EQ(h.Download<float>(dout, 1)[0], 1.0f);  // softmax-weighted ones
@@ -263,7 +263,8 @@ double Fastest(int reps, F launch) {
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     launch();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -289,16 +290,16 @@ TEST(KernelCounters, CountingLeavesResultsAloneAndItsCostIsPrinted) {
     std::vector<uint8_t> w = Ones(ElemType::kF16, static_cast<size_t>(base.n) * base.k);
     const uint64_t dw = h.Upload(w), dy = h.Alloc(2 * base.n * 4);
     seconds[on] = Fastest(3, [&] {
-      ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, 2),
-                        {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(2)})
-                      .ok());
+      ASSERT_TRUE(
+          h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, 2), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(2)})
+              .ok());
     });
     y[on] = h.Download<float>(dy, 2 * base.n);
     EXPECT_EQ(h.emu().TakeCounters().size(), on != 0 ? 3u : 0u);
   }
   EXPECT_EQ(y[0], y[1]);
   absl::PrintF("gemv 2x512x2048 f16, one host thread: %.4f s counters off, %.4f s on (x%.2f)\n",
-              seconds[0], seconds[1], seconds[1] / seconds[0]);
+               seconds[0], seconds[1], seconds[1] / seconds[0]);
 }
 
 }  // namespace
