@@ -2,6 +2,7 @@
 // (SetEmulatedKernelCounters): one decode step of the tiny model reads every linear
 // weight exactly once, each weight sector requested once, and its decode attention reads
 // the batch's KV rows once from DRAM.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,16 +79,15 @@ TEST_F(GpuCountersTest, DecodeStepReadsEachWeightOnce) {
       weight_bytes += w->dram_read_bytes;
     }
     if (k.kernel == "decode_attention") {
-      // K and V pools (rows of head_dim padded to 32 elements): the sequences' rows per KV
-      // head, once each.
-      const uint64_t row = static_cast<uint64_t>(c.num_kv_heads) * dp * 4;
-      uint64_t kv = 0;
-      for (const emu::BufferTraffic& b : k.buffers) {
-        if (b.size == static_cast<uint64_t>(kKv.num_blocks) * kKv.block_size * row) {
-          kv += b.dram_read_bytes;
-        }
-      }
-      EXPECT_EQ(kv, 2u * n * len * row) << k.ToString();
+      // The K and V pools are what it reads most (rows of head_dim padded to 32 elements):
+      // the sequences' rows per KV head, once each.
+      std::vector<uint64_t> reads;
+      for (const emu::BufferTraffic& b : k.buffers) reads.push_back(b.dram_read_bytes);
+      ASSERT_GE(reads.size(), 2u);
+      std::sort(reads.rbegin(), reads.rend());
+      const uint64_t rows = static_cast<uint64_t>(n) * len * c.num_kv_heads;
+      EXPECT_EQ(reads[0], rows * dp * 4) << k.ToString();
+      EXPECT_EQ(reads[1], rows * dp * 4) << k.ToString();
     }
   }
   // What the backend says a step reads: every linear weight and the LM head.
