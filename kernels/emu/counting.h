@@ -2,6 +2,9 @@
 // CounterSink per host thread of a launch sees every issued warp instruction before it
 // executes (a load may overwrite its own address register); the sinks are merged when the
 // launch ends, their DRAM sector sets united so a sector two threads touched counts once.
+// Every figure is a sum over warp instructions or a union of sector sets, so neither the
+// order the executor runs warps in (odd blocks last to first, for race detection) nor the
+// spread of blocks over host threads changes the counts.
 #pragma once
 
 #include <cstdint>
