@@ -20,6 +20,8 @@ constexpr Subcommand kSubcommands[] = {
     {"serve", ptxserve::cli::RunServe, "run the gRPC decode server (metrics on /metrics)"},
     {"client", ptxserve::cli::RunClient, "talk to a server: generate, batch, health, info"},
     {"bench", ptxserve::cli::RunBench, "load-test a server: throughput, TTFT, inter-token"},
+    {"emulate", ptxserve::cli::RunEmulate,
+     "run one PTX kernel on the emulator, print its counters"},
 };
 
 int Usage(FILE* out) {

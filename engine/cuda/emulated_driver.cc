@@ -230,6 +230,7 @@ CUresult PrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
     eo.poison_allocations = s.options.poison_allocations;
     eo.max_device_bytes = s.options.memory_bytes;
     eo.max_shared_bytes = static_cast<uint32_t>(s.options.max_shared_per_block_optin);
+    eo.collect_counters = s.kernel_counters;
     s.emu = std::make_unique<emu::Emulator>(eo);
     s.sticky = CUDA_SUCCESS;
     const int64_t started = s.counters.devices_started + 1;
@@ -536,6 +537,18 @@ void SetEmulatedFault(const EmulatedFault& fault) {
 EmulatedDeviceCounters GetEmulatedDeviceCounters() {
   emulated::Lock l(emulated::S().mu);
   return emulated::S().counters;
+}
+
+void SetEmulatedKernelCounters(bool on) {
+  emulated::Lock l(emulated::S().mu);
+  emulated::S().kernel_counters = on;
+  if (emulated::S().emu != nullptr) emulated::S().emu->SetCollectCounters(on);
+}
+
+std::vector<emu::KernelCounters> TakeEmulatedKernelCounters() {
+  emulated::Lock l(emulated::S().mu);
+  if (emulated::S().emu == nullptr) return {};
+  return emulated::S().emu->TakeCounters();
 }
 
 }  // namespace ptxserve::cuda

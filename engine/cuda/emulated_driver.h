@@ -50,9 +50,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/driver.h"
+#include "kernels/emu/counters.h"
 
 namespace ptxserve::cuda {
 
@@ -120,5 +122,14 @@ struct EmulatedDeviceCounters {
   int64_t devices_started = 0;  // primary contexts created since process start
 };
 EmulatedDeviceCounters GetEmulatedDeviceCounters();
+
+// Kernel counters (kernels/emu/counters.h), to profile the GPU backend's kernels in tests.
+// While on (off by default: counting slows the emulator), every kernel launch that runs
+// keeps its counters, named by kernel, for TakeEmulatedKernelCounters; the setting holds
+// for the live device and for devices created later.
+void SetEmulatedKernelCounters(bool on);
+// The counters of the launches that ran since the previous call, oldest first (the newest
+// 4096 are kept); empty without a live device.
+std::vector<emu::KernelCounters> TakeEmulatedKernelCounters();
 
 }  // namespace ptxserve::cuda

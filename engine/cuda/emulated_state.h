@@ -111,6 +111,7 @@ struct State {
   int64_t launches_since_fault = 0;
   int64_t allocs_since_fault = 0;
   EmulatedDeviceCounters counters;
+  bool kernel_counters = false;  // SetEmulatedKernelCounters
 };
 
 // The process-wide state (never destroyed: drivers outlive static destructors).

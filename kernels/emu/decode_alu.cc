@@ -147,6 +147,8 @@ absl::Status Decoder::Alu() {
     in_.fn = SelectIntOp(sel);
   }
   if (in_.fn == nullptr) return Err("unsupported combination of type and modifiers");
+  in_.type = t;
+  in_.approx = m_.approx;
   return absl::OkStatus();
 }
 
@@ -182,6 +184,7 @@ absl::Status Decoder::Setp() {
   in_.mode2 = static_cast<uint8_t>(m_.bop);
   in_.fn = SelectSetp(t);
   if (in_.fn == nullptr) return Err("unsupported type for setp");
+  in_.type = t;
   return absl::OkStatus();
 }
 

@@ -96,6 +96,7 @@ absl::Status Decoder::Mma() {
     if (!c.ok()) return c.status();
     in_.s2[2 + i] = *c;
   }
+  in_.mode = static_cast<uint8_t>(k);  // for the counters' 2*16*8*k FLOPs
   in_.fn = SelectMma(k, m[6] == "bf16");
   return absl::OkStatus();
 }

@@ -1,6 +1,8 @@
 #include "kernels/emu/emulator.h"
 
 #include <chrono>
+#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "kernels/emu/executor.h"
@@ -286,19 +288,41 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
     for (const auto& t : race_tables_) cfg.global_writes.push_back(t.get());
   }
   LaunchCounters counters;
+  KernelCounters kc;
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status st = ExecuteLaunch(cfg, &counters);
+  absl::Status st = ExecuteLaunch(cfg, &counters, opts_.collect_counters ? &kc : nullptr);
   stats_.launch_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.launches;
   stats_.warp_instructions += counters.warp_instructions;
   stats_.thread_instructions += counters.thread_instructions;
+  if (st.ok() && opts_.collect_counters && opts_.counters_history != 0) {
+    kc.kernel = fn->name;
+    kc.grid = {grid.x, grid.y, grid.z};
+    kc.block = {block.x, block.y, block.z};
+    kc.dynamic_shared_bytes = dyn;
+    if (counters_.size() == opts_.counters_history) counters_.pop_front();
+    counters_.push_back(std::move(kc));
+  }
   return st;
 }
 
 EmulatorStats Emulator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+void Emulator::SetCollectCounters(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  opts_.collect_counters = on;
+}
+
+std::vector<KernelCounters> Emulator::TakeCounters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<KernelCounters> out(std::make_move_iterator(counters_.begin()),
+                                  std::make_move_iterator(counters_.end()));
+  counters_.clear();
+  return out;
 }
 
 }  // namespace ptxserve::emu

@@ -43,6 +43,10 @@
 // textures/surfaces, other mma shapes and types, wgmma, directed rounding (.rz/.rm/.rp) of
 // arithmetic (cvt supports every rounding mode).
 //
+// Counters: with EmulatorOptions::collect_counters every launch also yields KernelCounters
+// (counters.h: memory requests and sectors, DRAM bytes, bank conflicts, instruction mix,
+// FLOPs), gathered over every CTA and kept for TakeCounters.
+//
 // Thread-safe: calls are serialised by an internal mutex; a launch is synchronous and may
 // run its blocks on several host threads (blocks are independent except for atomics, which
 // use host atomics).
@@ -50,6 +54,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +64,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/emu/counters.h"
 
 namespace ptxserve::emu {
 
@@ -120,6 +126,11 @@ struct EmulatorOptions {
   bool detect_global_races = true;
   uint32_t max_shared_bytes = 227 * 1024;
   uint64_t max_device_bytes = 16ull << 30;  // total live allocation limit
+  // Gather KernelCounters (counters.h) for every successful launch, kept for TakeCounters.
+  // Off, launches run an interpreter loop without counting code; on, a load-heavy GEMV
+  // takes about 1.6x the CPU time (tests/kernels/kernels_counters_test.cc prints it).
+  bool collect_counters = false;
+  size_t counters_history = 4096;  // launches kept; the oldest go first
 };
 
 class Emulator {
@@ -163,6 +174,12 @@ class Emulator {
 
   EmulatorStats stats() const;
 
+  // The counters of the successful launches since the previous call, oldest first (at
+  // most counters_history of them); empty unless collect_counters.
+  std::vector<KernelCounters> TakeCounters();
+  // Turns EmulatorOptions::collect_counters on or off for later launches.
+  void SetCollectCounters(bool on);
+
  private:
   struct Buffer {
     uint64_t size = 0;
@@ -184,6 +201,7 @@ class Emulator {
   std::vector<std::unique_ptr<GlobalWrites>> race_tables_;  // per host thread of a launch
   uint32_t next_module_ = 1;
   EmulatorStats stats_;
+  std::deque<KernelCounters> counters_;
 };
 
 }  // namespace ptxserve::emu

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/emu/async_copy.h"
+#include "kernels/emu/counting.h"
 #include "kernels/emu/mem_access.h"
 #include "kernels/emu/ops.h"
 
@@ -31,8 +33,10 @@ std::string Dim(const Dim3u& d) { return absl::StrFormat("(%u,%u,%u)", d.x, d.y,
 
 class BlockRunner {
  public:
-  // `worker`: the host thread's index, which selects its global-race table.
-  BlockRunner(const LaunchConfig& cfg, size_t worker) : cfg_(cfg), fn_(*cfg.fn) {
+  // `worker`: the host thread's index, which selects its global-race table. `sink`: where
+  // counters go, or null when the launch is not counted.
+  BlockRunner(const LaunchConfig& cfg, size_t worker, CounterSink* sink)
+      : cfg_(cfg), fn_(*cfg.fn), sink_(sink) {
     nthreads_ = cfg.block.x * cfg.block.y * cfg.block.z;
     nwarps_ = (nthreads_ + kWarpSize - 1) / kWarpSize;
     const size_t slots = fn_.num_slots;
@@ -80,6 +84,7 @@ class BlockRunner {
 
  private:
   void InitWarp(uint32_t wi);
+  template <bool kCount>
   absl::Status RunWarp(Warp& w);
   static bool NextGroup(Warp& w);
   static void Reconverge(Warp& w);
@@ -106,6 +111,7 @@ class BlockRunner {
 
   const LaunchConfig& cfg_;
   const Function& fn_;
+  CounterSink* sink_;
   uint32_t nthreads_ = 0, nwarps_ = 0;
   std::vector<uint64_t> regs_;
   std::vector<uint32_t> init_, preds_, pinit_;
@@ -312,6 +318,7 @@ absl::Status BlockRunner::Barrier(Warp& w, const Instr& in, uint32_t m) {
   return absl::OkStatus();
 }
 
+template <bool kCount>
 absl::Status BlockRunner::RunWarp(Warp& w) {
   const Instr* code = fn_.code.data();
   const uint64_t limit = cfg_.max_warp_instructions;
@@ -339,6 +346,7 @@ absl::Status BlockRunner::RunWarp(Warp& w) {
                                      limit));
       break;
     }
+    if constexpr (kCount) sink_->Count(w, in, w.pc, w.active, m);
     switch (in.ctl) {
       case Ctl::kNone:
         if (m != 0) {
@@ -470,6 +478,7 @@ absl::Status BlockRunner::Run(uint64_t b) {
   // A new epoch instead of clearing the race tags: the previous block's are all older.
   ++ctx_.epoch;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
+  if (sink_ != nullptr) sink_->CountCta();
   // Odd blocks run their warps last to first, so a global read that another warp later
   // overwrites (reads are not tracked) shows, in one of the two orders, as a read of that
   // warp's write.
@@ -480,7 +489,7 @@ absl::Status BlockRunner::Run(uint64_t b) {
       Warp& w = warps_[reverse ? nwarps_ - 1 - i : i];
       if ((w.active | w.suspended) == 0) continue;
       ran = true;
-      if (auto s = RunWarp(w); !s.ok()) return s;
+      if (auto s = sink_ != nullptr ? RunWarp<true>(w) : RunWarp<false>(w); !s.ok()) return s;
     }
     if (!ran) break;
   }
@@ -499,16 +508,34 @@ std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_
       OpName(op), reg, missing, warp);
 }
 
-absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
+absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
+                           KernelCounters* kernel_counters) {
   const uint64_t nblocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
   const int nthreads = static_cast<int>(
       std::min<uint64_t>(std::max(cfg.num_threads, 1), std::max<uint64_t>(nblocks, 1)));
+  // One sink per host thread, merged once the launch succeeded.
+  std::vector<InstrClass> classes;
+  std::vector<std::unique_ptr<CounterSink>> sinks;
+  if (kernel_counters != nullptr) {
+    classes = ClassifyCode(*cfg.fn);
+    for (int i = 0; i < nthreads; ++i) {
+      sinks.push_back(std::make_unique<CounterSink>(classes, cfg.allocs, cfg.num_allocs));
+    }
+  }
+  const auto sink = [&](size_t worker) { return sinks.empty() ? nullptr : sinks[worker].get(); };
+  const auto merge = [&](const absl::Status& st) {
+    if (!st.ok() || kernel_counters == nullptr) return;
+    std::vector<const CounterSink*> all;
+    for (const auto& s : sinks) all.push_back(s.get());
+    CounterSink::Merge(all, kernel_counters);
+  };
   if (nthreads <= 1) {
-    BlockRunner r(cfg, 0);
+    BlockRunner r(cfg, 0, sink(0));
     absl::Status st;
     for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = r.Run(b);
     counters->warp_instructions += r.counters().warp_instructions;
     counters->thread_instructions += r.counters().thread_instructions;
+    merge(st);
     return st;
   }
   std::atomic<uint64_t> next{0};
@@ -518,7 +545,7 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   absl::Status fail;
   LaunchCounters total;
   auto work = [&](size_t worker) {
-    BlockRunner r(cfg, worker);
+    BlockRunner r(cfg, worker, sink(worker));
     while (!failed.load(std::memory_order_relaxed)) {
       const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= nblocks) break;
@@ -542,6 +569,7 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters) {
   for (auto& t : threads) t.join();
   counters->warp_instructions += total.warp_instructions;
   counters->thread_instructions += total.thread_instructions;
+  merge(fail);
   return fail;
 }
 

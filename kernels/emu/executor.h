@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/emu/counters.h"
 #include "kernels/emu/module.h"
 
 namespace ptxserve::emu {
@@ -46,6 +47,9 @@ uint64_t SpecialValue(Special sp, const SpecialInputs& in, uint32_t t);
 
 // Executes every block of the grid. The first fault (lowest block index when several
 // threads fail) is returned; it names the kernel, block, thread, PTX line and address.
-absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters);
+// With `kernel_counters`, the launch's counters are added to it (counters.h); without, the
+// warps run an instantiation of the interpreter loop that has no counting code at all.
+absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
+                           KernelCounters* kernel_counters = nullptr);
 
 }  // namespace ptxserve::emu

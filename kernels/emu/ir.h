@@ -79,8 +79,9 @@ struct Instr {
   uint8_t mode = 0;   // op-specific sub-mode (shfl mode, vote mode, atom op, cmp op, ...)
   uint8_t mode2 = 0;  // op-specific (bool op of setp, rounding of cvt, ...)
   Space space = Space::kGeneric;
-  Ty type = Ty::kNone;
+  Ty type = Ty::kNone;  // element type of ld/st/atom, operand type of ALU ops and setp
   Ty type2 = Ty::kNone;
+  bool approx = false;   // .approx (the counters class rcp/sqrt.approx as special functions)
   bool addr32 = false;   // address register is 32-bit
   bool has_pd2 = false;  // second predicate destination (setp p|q, shfl d|p)
   int32_t guard = -1;    // guard predicate register, -1 when unguarded

@@ -11,5 +11,6 @@ int RunPtx(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunClient(int argc, char** argv);
 int RunBench(int argc, char** argv);
+int RunEmulate(int argc, char** argv);
 
 }  // namespace ptxserve::cli

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -279,6 +280,141 @@ TEST(CliPtxTest, BadSettingsAreErrorsNamingTheKey) {
   const CliRun unknown = RunPtxserve("ptx --kernel nosuch");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.err.find("nosuch"), std::string::npos) << unknown.err;
+}
+
+}  // namespace
+}  // namespace ptxserve
+
+namespace ptxserve {
+namespace {
+
+// out[i] = in[i] * scale and acc[i] += in[i] for i < n; threads past n do nothing.
+constexpr char kScaleAcc[] = R"(.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry scale_acc(.param .u64 in, .param .u64 acc, .param .u64 out,
+                          .param .f32 scale, .param .u32 n)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<5>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [in];
+    ld.param.u64 %rd2, [acc];
+    ld.param.u64 %rd3, [out];
+    ld.param.f32 %f1, [scale];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra $L_done;
+    mul.wide.u32 %rd4, %r5, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    add.s64 %rd6, %rd2, %rd4;
+    add.s64 %rd7, %rd3, %rd4;
+    ld.global.f32 %f2, [%rd5];
+    ld.global.f32 %f3, [%rd6];
+    mul.f32 %f4, %f2, %f1;
+    st.global.f32 [%rd7], %f4;
+    add.f32 %f3, %f3, %f2;
+    st.global.f32 [%rd6], %f3;
+$L_done:
+    ret;
+}
+)";
+
+class CliEmulateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ptxserve-cli-emulate-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::ofstream(Path("k.ptx")) << kScaleAcc;
+    for (int i = 0; i < 40; ++i) in_.push_back(static_cast<float>(i));
+    WriteFloats("in.bin", in_);
+    WriteFloats("acc.bin", std::vector<float>(40, 100.0f));
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  void WriteFloats(const std::string& name, const std::vector<float>& v) const {
+    std::ofstream(Path(name), std::ios::binary)
+        .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  }
+  std::vector<float> ReadFloats(const std::string& name) const {
+    const std::string bytes = Slurp(Path(name));
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    return v;
+  }
+  // The command line for the kernel over 40 elements with `extra` flags.
+  std::string Command(const std::string& extra) const {
+    return "emulate --ptx " + Path("k.ptx") + " --entry scale_acc --grid 2 --block 32,1,1" +
+           " --arg in:" + Path("in.bin") + " --arg inout:" + Path("acc.bin") +
+           " --arg out:" + Path("out.bin") + ":160 --arg f32:0.5 " + extra;
+  }
+
+  std::filesystem::path dir_;
+  std::vector<float> in_;
+};
+
+TEST_F(CliEmulateTest, RunsTheKernelWritesItsBuffersAndPrintsCounters) {
+  const CliRun r = RunPtxserve(Command("--arg u32:40 --format json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> out = ReadFloats("out.bin"), acc = ReadFloats("acc.bin");
+  ASSERT_EQ(out.size(), 40u);
+  ASSERT_EQ(acc.size(), 40u);
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(out[i], in_[i] * 0.5f) << i;
+    EXPECT_EQ(acc[i], 100.0f + in_[i]) << i;
+  }
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["kernel"], "scale_acc");
+  EXPECT_EQ(j["grid"], nlohmann::json::array({2, 1, 1}));
+  EXPECT_EQ(j["ctas"], 2);
+  // Block 0: 32 lanes read in and acc (4 sectors each); block 1: 8 lanes (one sector).
+  EXPECT_EQ(j["global_load"]["requests"], 4);
+  EXPECT_EQ(j["global_load"]["sectors"], 10);
+  EXPECT_EQ(j["global_store"]["sectors"], 10);
+  EXPECT_EQ(j["dram_read_bytes"], 2 * 160);
+  EXPECT_EQ(j["dram_write_bytes"], 2 * 160);
+  EXPECT_EQ(j["fp32_flops"], 2 * 40);  // a mul and an add per element
+  EXPECT_EQ(j["instructions"]["param"], 2 * 5);
+
+  const CliRun table = RunPtxserve(Command("--arg u32:40"));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("kernel scale_acc  grid (2,1,1)  block (32,1,1)"), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("sectors/request"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("--arg 2 (out:" + Path("out.bin") + ":160) is buffer 0x"),
+            std::string::npos)
+      << table.out;
+  EXPECT_EQ(ReadFloats("acc.bin")[1], 102.0f);  // inout: the second run added in again
+}
+
+TEST_F(CliEmulateTest, BadInputIsAnErrorNamingTheFlag) {
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {"", "4 --arg given, scale_acc has 5 parameters (in, acc, out, scale, n)"},
+           {"--arg x:1", "--arg 4 (x:1)"},
+           {"--arg u64:40", "--arg 4 (u64:40): parameter n has 4 bytes, the argument 8"},
+           {"--arg u32:40 --grid 0", "--grid=0"},
+           {"--arg u32:40 --format xml", "--format=xml"},
+           // The kernel reads past the 40-float buffers: the emulator names the access.
+           {"--arg u32:64", "out-of-bounds global load"},
+       }) {
+    const CliRun r = RunPtxserve(Command(extra));
+    EXPECT_EQ(r.exit_code, 1) << extra;
+    EXPECT_NE(r.err.find(want), std::string::npos) << extra << ": " << r.err;
+  }
+  const CliRun missing = RunPtxserve("emulate --ptx " + Path("none.ptx") + " --entry k --block 1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("--ptx"), std::string::npos) << missing.err;
+  const CliRun entry = RunPtxserve("emulate --ptx " + Path("k.ptx") + " --entry nope --block 1");
+  EXPECT_EQ(entry.exit_code, 1);
+  EXPECT_NE(entry.err.find("--entry nope"), std::string::npos) << entry.err;
 }
 
 }  // namespace

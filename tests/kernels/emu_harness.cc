@@ -5,7 +5,7 @@
 
 namespace ptxserve::kernels::testing {
 
-EmuHarness::EmuHarness() : emu_(emu::EmulatorOptions{}) {}
+EmuHarness::EmuHarness(emu::EmulatorOptions opts) : emu_(opts) {}
 
 uint64_t EmuHarness::UploadBytes(const void* data, size_t bytes) {
   const uint64_t d = Alloc(bytes);

@@ -15,7 +15,7 @@ namespace ptxserve::kernels::testing {
 
 class EmuHarness {
  public:
-  EmuHarness();
+  explicit EmuHarness(emu::EmulatorOptions opts = {});
 
   emu::Emulator& emu() { return emu_; }
 
