@@ -24,6 +24,7 @@ using testing::Generate;
 using testing::GenRequest;
 using ::testing::HasSubstr;
 using testing::Prompt;
+using testing::TwoBlockStep;
 
 constexpr KvCacheConfig kKv{64, 16, DType::kF32};
 
@@ -31,45 +32,6 @@ int64_t Total(const std::map<std::string, int64_t>& m) {
   int64_t n = 0;
   for (const auto& [k, v] : m) n += v;
   return n;
-}
-
-// A decode step for `n` sequences whose contexts (of `len` tokens each) are in blocks
-// 2s, 2s + 1 (len <= 32), preceded by its prefill.
-StepBatch DecodeBatch(int n, int32_t len, int64_t vocab) {
-  StepBatch b;
-  b.query_start.push_back(0);
-  b.max_blocks_per_seq = 2;
-  for (int s = 0; s < n; ++s) {
-    const int32_t p = len - 1;
-    b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
-    b.positions.push_back(p);
-    b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
-    b.query_start.push_back(s + 1);
-    b.seq_lens.push_back(len);
-    b.block_tables.push_back(2 * s);
-    b.block_tables.push_back(2 * s + 1);
-    b.logits_rows.push_back(s);
-  }
-  return b;
-}
-
-StepBatch PrefillBatch(int n, int32_t len, int64_t vocab) {
-  StepBatch b;
-  b.query_start.push_back(0);
-  b.max_blocks_per_seq = 2;
-  for (int s = 0; s < n; ++s) {
-    for (int32_t p = 0; p < len; ++p) {
-      b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
-    }
-    b.query_start.push_back(b.num_tokens());
-    b.seq_lens.push_back(len);
-    b.block_tables.push_back(2 * s);
-    b.block_tables.push_back(2 * s + 1);
-    b.logits_rows.push_back(b.num_tokens() - 1);
-  }
-  return b;
 }
 
 class GpuBackendTest : public ::testing::Test {
@@ -106,11 +68,11 @@ TEST_F(GpuBackendTest, WarmUpCompilesEverythingThenEveryLaunchIsAHit) {
   EXPECT_EQ(Total(warm.launches), 0);
   const int64_t vocab = model_->config.vocab_size;
   std::vector<float> logits;
-  ASSERT_TRUE(b->Step(PrefillBatch(3, 20, vocab), &logits).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(3, 20, vocab, false), &logits).ok());
   KernelCacheStats before = b->cache_stats();
   EXPECT_EQ(before.misses, warm.misses);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(b->Step(DecodeBatch(3, 21 + i, vocab), &logits).ok());
+    ASSERT_TRUE(b->Step(TwoBlockStep(3, 21 + i, vocab, true), &logits).ok());
     const KernelCacheStats after = b->cache_stats();
     EXPECT_EQ(after.misses, warm.misses) << "no compilation after warm-up";
     EXPECT_EQ(after.hits - before.hits, LaunchesPerStep());
@@ -135,12 +97,12 @@ TEST_F(GpuBackendTest, WithoutWarmUpKernelsCompileOnFirstUse) {
   EXPECT_EQ(b->cache_stats().misses, 0);
   const int64_t vocab = model_->config.vocab_size;
   std::vector<float> logits;
-  ASSERT_TRUE(b->Step(DecodeBatch(2, 5, vocab), &logits).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(2, 5, vocab, true), &logits).ok());
   const int64_t first = b->cache_stats().misses;
   EXPECT_GT(first, 0);
-  ASSERT_TRUE(b->Step(DecodeBatch(2, 6, vocab), &logits).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(2, 6, vocab, true), &logits).ok());
   EXPECT_EQ(b->cache_stats().misses, first);  // same shapes: nothing new
-  ASSERT_TRUE(b->Step(PrefillBatch(1, 12, vocab), &logits).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(1, 12, vocab, false), &logits).ok());
   EXPECT_GT(b->cache_stats().misses, first);  // ragged attention, tiled GEMMs
 }
 
@@ -153,17 +115,18 @@ TEST_F(GpuBackendTest, OneCopyEachWayPerStep) {
   const int64_t vocab = model_->config.vocab_size;
   std::vector<float> logits;
   std::vector<int32_t> ids;
-  ASSERT_TRUE(b->Step(PrefillBatch(4, 10, vocab), &logits).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(4, 10, vocab, false), &logits).ok());
   for (int B : {1, 3, 4}) {
     const TransferStats t0 = b->transfer_stats();
-    ASSERT_TRUE(b->Step(DecodeBatch(B, 11, vocab), &logits).ok());
+    ASSERT_TRUE(b->Step(TwoBlockStep(B, 11, vocab, true), &logits).ok());
     const TransferStats t1 = b->transfer_stats();
     EXPECT_EQ(t1.h2d_count - t0.h2d_count, 1) << "B=" << B;
     EXPECT_GT(t1.h2d_bytes - t0.h2d_bytes, 0);
     EXPECT_EQ(t1.d2h_count - t0.d2h_count, 1);
     EXPECT_EQ(t1.d2h_bytes - t0.d2h_bytes, B * vocab * 4);
     EXPECT_EQ(t1.d2d_count, t0.d2d_count);
-    ASSERT_TRUE(b->StepSampled(DecodeBatch(B, 11, vocab), std::vector<RowSampling>(B), &ids).ok());
+    ASSERT_TRUE(
+        b->StepSampled(TwoBlockStep(B, 11, vocab, true), std::vector<RowSampling>(B), &ids).ok());
     const TransferStats t2 = b->transfer_stats();
     EXPECT_EQ(t2.h2d_count - t1.h2d_count, 1) << "B=" << B;
     EXPECT_EQ(t2.d2h_count - t1.d2h_count, 1);
@@ -181,7 +144,7 @@ TEST_F(GpuBackendTest, DeviceSamplingAgreesWithTheLogits) {
   const int64_t vocab = model_->config.vocab_size;
   std::vector<float> logits;
   std::vector<int32_t> ids;
-  const StepBatch prefill = PrefillBatch(3, 9, vocab);
+  const StepBatch prefill = TwoBlockStep(3, 9, vocab, false);
   ASSERT_TRUE(b->Step(prefill, &logits).ok());
   // Re-running a step rewrites the same K/V, so the logits are the same.
   ASSERT_TRUE(b->StepSampled(prefill, std::vector<RowSampling>(3), &ids).ok());
@@ -212,14 +175,14 @@ TEST_F(GpuBackendTest, InjectedLaunchFailureFailsOnlyThatStep) {
   EmulatedFault f;
   f.fail_launch = 5;  // the first layer's v projection
   SetEmulatedFault(f);
-  absl::Status st = b->Step(PrefillBatch(2, 7, vocab), &logits);
+  absl::Status st = b->Step(TwoBlockStep(2, 7, vocab, false), &logits);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(st.message()), HasSubstr("cuLaunchKernel (kernel gemm:"));
   EXPECT_THAT(std::string(st.message()), HasSubstr("CUDA_ERROR_LAUNCH_FAILED"));
   // The same work again succeeds and matches the CPU backend.
-  ASSERT_TRUE(b->Step(PrefillBatch(2, 7, vocab), &logits).ok());
-  ASSERT_TRUE((*cpu)->Step(PrefillBatch(2, 7, vocab), &want).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(2, 7, vocab, false), &logits).ok());
+  ASSERT_TRUE((*cpu)->Step(TwoBlockStep(2, 7, vocab, false), &want).ok());
   ASSERT_EQ(logits.size(), want.size());
   EXPECT_LT(testing::RelErr(logits.data(), want.data(), logits.size()), 1e-4);
 
@@ -227,13 +190,13 @@ TEST_F(GpuBackendTest, InjectedLaunchFailureFailsOnlyThatStep) {
   f.site = EmulatedFault::Site::kSync;
   f.fail_launch = 9;
   SetEmulatedFault(f);
-  st = b->Step(DecodeBatch(2, 8, vocab), &logits);
+  st = b->Step(TwoBlockStep(2, 8, vocab, true), &logits);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(st.message()), HasSubstr("cuStreamSynchronize (step)"));
   EXPECT_THAT(std::string(st.message()), HasSubstr("injected failure of kernel"));
-  ASSERT_TRUE(b->Step(DecodeBatch(2, 8, vocab), &logits).ok());
-  ASSERT_TRUE((*cpu)->Step(DecodeBatch(2, 8, vocab), &want).ok());
+  ASSERT_TRUE(b->Step(TwoBlockStep(2, 8, vocab, true), &logits).ok());
+  ASSERT_TRUE((*cpu)->Step(TwoBlockStep(2, 8, vocab, true), &want).ok());
   EXPECT_LT(testing::RelErr(logits.data(), want.data(), logits.size()), 1e-4);
 }
 
@@ -266,12 +229,12 @@ TEST_F(GpuBackendTest, CreationFailureLeaksNothing) {
 TEST_F(GpuBackendTest, MalformedBatchIsInvalidArgument) {
   auto b = Make();
   ASSERT_NE(b, nullptr);
-  StepBatch bad = DecodeBatch(2, 5, model_->config.vocab_size);
+  StepBatch bad = TwoBlockStep(2, 5, model_->config.vocab_size, true);
   bad.token_ids[1] = static_cast<int32_t>(model_->config.vocab_size);
   std::vector<float> logits;
   const absl::Status st = b->Step(bad, &logits);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_TRUE(b->Step(DecodeBatch(2, 5, model_->config.vocab_size), &logits).ok());
+  EXPECT_TRUE(b->Step(TwoBlockStep(2, 5, model_->config.vocab_size, true), &logits).ok());
 }
 
 // Buffers sized for 4 tokens and 1 sequence grow for a 3 x 20-token prefill.
@@ -284,7 +247,7 @@ TEST_F(GpuBackendTest, BuffersGrowForLargerSteps) {
   auto cpu = CpuBackend::Create(*model_, kKv);
   ASSERT_TRUE(cpu.ok());
   std::vector<float> logits, want;
-  const StepBatch big = PrefillBatch(3, 20, model_->config.vocab_size);
+  const StepBatch big = TwoBlockStep(3, 20, model_->config.vocab_size, false);
   ASSERT_TRUE(b->Step(big, &logits).ok());
   ASSERT_TRUE((*cpu)->Step(big, &want).ok());
   ASSERT_EQ(logits.size(), want.size());

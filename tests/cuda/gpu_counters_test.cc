@@ -17,28 +17,9 @@
 namespace ptxserve::cuda {
 namespace {
 
-constexpr KvCacheConfig kKv{64, 16, DType::kF32};
+using testing::TwoBlockStep;
 
-// n sequences of `len` tokens in blocks 2s, 2s + 1 (len <= 32): a prefill step of their
-// whole prompts, or (decode) the step of their last token.
-StepBatch Batch(int n, int32_t len, int64_t vocab, bool decode) {
-  StepBatch b;
-  b.query_start.push_back(0);
-  b.max_blocks_per_seq = 2;
-  for (int s = 0; s < n; ++s) {
-    for (int32_t p = decode ? len - 1 : 0; p < len; ++p) {
-      b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
-    }
-    b.query_start.push_back(b.num_tokens());
-    b.seq_lens.push_back(len);
-    b.block_tables.push_back(2 * s);
-    b.block_tables.push_back(2 * s + 1);
-    b.logits_rows.push_back(b.num_tokens() - 1);
-  }
-  return b;
-}
+constexpr KvCacheConfig kKv{64, 16, DType::kF32};
 
 class GpuCountersTest : public ::testing::Test {
  protected:
@@ -57,9 +38,9 @@ TEST_F(GpuCountersTest, DecodeStepReadsEachWeightOnce) {
   const int n = 2;
   const int32_t len = 21;
   std::vector<float> logits;
-  ASSERT_TRUE((*backend)->Step(Batch(n, len, c.vocab_size, false), &logits).ok());
+  ASSERT_TRUE((*backend)->Step(TwoBlockStep(n, len, c.vocab_size, false), &logits).ok());
   SetEmulatedKernelCounters(true);
-  ASSERT_TRUE((*backend)->Step(Batch(n, len, c.vocab_size, true), &logits).ok());
+  ASSERT_TRUE((*backend)->Step(TwoBlockStep(n, len, c.vocab_size, true), &logits).ok());
   const std::vector<emu::KernelCounters> launches = TakeEmulatedKernelCounters();
   // embedding; per layer rmsnorm, q, k, v, rope, kv_scatter, attention, o, rmsnorm,
   // gate_up, silu_mul, down; gather, rmsnorm, LM head.
@@ -103,7 +84,7 @@ TEST_F(GpuCountersTest, NothingIsKeptWhileOff) {
   auto backend = testing::EmulatedBackend(*model, kKv);
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::vector<float> logits;
-  ASSERT_TRUE((*backend)->Step(Batch(1, 5, model->config.vocab_size, false), &logits).ok());
+  ASSERT_TRUE((*backend)->Step(TwoBlockStep(1, 5, model->config.vocab_size, false), &logits).ok());
   EXPECT_TRUE(TakeEmulatedKernelCounters().empty());
 }
 

@@ -91,6 +91,25 @@ std::string Unavailable(const std::string& kind) {
   return why;
 }
 
+StepBatch TwoBlockStep(int n, int32_t len, int64_t vocab, bool decode) {
+  StepBatch b;
+  b.query_start.push_back(0);
+  b.max_blocks_per_seq = 2;
+  for (int s = 0; s < n; ++s) {
+    for (int32_t p = decode ? len - 1 : 0; p < len; ++p) {
+      b.token_ids.push_back(static_cast<int32_t>(3 + (s * 31 + p) % (vocab - 3)));
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(int64_t{2 * s + p / 16} * 16 + p % 16);
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.seq_lens.push_back(len);
+    b.block_tables.push_back(2 * s);
+    b.block_tables.push_back(2 * s + 1);
+    b.logits_rows.push_back(b.num_tokens() - 1);
+  }
+  return b;
+}
+
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> p(n);
   for (int64_t i = 0; i < n; ++i) {

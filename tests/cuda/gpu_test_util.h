@@ -72,6 +72,11 @@ inline std::string SharedModelsDir() {
 // (Prompt(.., seed + s)) in KV block s, each with one logits row (its last token).
 StepBatch PrefillBatch(int rows, int64_t vocab, int min_len, uint32_t seed, int32_t block_size);
 
+// n sequences of `len` tokens whose K/V live in blocks 2s, 2s + 1 of 16 tokens
+// (len <= 32): the prefill step of their whole prompts, or (decode) the step of their
+// last token after that prefill. One logits row per sequence.
+StepBatch TwoBlockStep(int n, int32_t len, int64_t vocab, bool decode);
+
 // Deterministic prompt of n ids in [3, vocab).
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed);
 
