@@ -1,0 +1,83 @@
+// The cost model: an estimate of a kernel launch's time on a named GPU from the emulator's
+// counters of that launch (kernels/emu/counters.h), its launch resources and the device's
+// datasheet figures. Every figure it prints is an estimate, never a measurement.
+//
+// A launch takes the longest of its limits (they overlap on a GPU: memory, tensor cores,
+// FP32 pipes and instruction issue work at once), plus the launch overhead:
+//  - dram:    DRAM bytes / the bandwidth the launch can draw. That is the smaller of the
+//             sustainable peak and what its resident warps keep in flight (Little's law:
+//             bytes in flight / DRAM latency), so a grid too small to fill the device is slow.
+//  - tensor:  tensor FLOPs / the tensor peak of the SMs the grid occupies.
+//  - fp32:    FP32 FLOPs / the FP32 peak of the SMs the grid occupies.
+//  - issue:   warp instructions / (4 schedulers x clock) of the SMs the grid occupies; the
+//             SFU and shared-memory wavefronts have their own, lower rates.
+//  - latency: the dependent chain one warp cannot hide alone, for grids of few warps: its
+//             instructions at one per 4 cycles (an ALU's dependent-issue latency).
+// Work per SM is the grid's work scaled by the CTAs of the busiest SM (ceil(ctas / SMs)
+// over ctas), so tails and grids smaller than the SM count cost what they cost.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/emu/counters.h"
+
+namespace ptxserve::cost {
+
+// A GPU as the model sees it. cost_model.cc gives each figure's source.
+struct DeviceSpec {
+  std::string name;  // "h100", "a100"
+  std::string description;
+  int sms = 0;
+  double clock_hz = 0;          // boost clock: instruction issue and the SFU/shared rates
+  double dram_bytes_per_s = 0;  // datasheet peak
+  double dram_efficiency = 0;   // share of the peak a streaming kernel sustains
+  double dram_latency_s = 0;    // a DRAM load's latency under load (Little's law)
+  double tensor_f16_flops = 0;  // dense f16/bf16 mma with f32 accumulation
+  double fp32_flops = 0;        // non-tensor FP32 (an FMA is 2)
+  int max_warps_per_sm = 0;
+  int max_ctas_per_sm = 0;
+  int registers_per_sm = 0;
+  int shared_bytes_per_sm = 0;      // usable by CTAs (the carve-out's maximum)
+  int shared_reserved_per_cta = 0;  // the driver keeps 1 KiB per CTA
+  double launch_eager_s = 0;        // one cuLaunchKernel, back to back on a stream
+  double launch_graph_s = 0;        // one kernel node of a replayed CUDA graph
+};
+
+// The named device ("h100", "a100"), or nullptr.
+const DeviceSpec* FindDevice(std::string_view name);
+// The names FindDevice knows, for error messages.
+std::vector<std::string> DeviceNames();
+
+// What a launch holds per CTA beyond the counters: registers per thread (from ptxas when
+// present; 0 = unknown, taken as 32) and static shared memory.
+struct LaunchResources {
+  int registers_per_thread = 0;
+  int static_shared_bytes = 0;
+};
+
+struct Occupancy {
+  int ctas_per_sm = 0;
+  int warps_per_sm = 0;
+  std::string limit;  // "warps", "ctas", "registers", "shared memory"
+};
+Occupancy ComputeOccupancy(const DeviceSpec& d, int threads_per_cta, int shared_bytes_per_cta,
+                           int registers_per_thread);
+
+struct Estimate {
+  double seconds = 0;   // the largest limit + the launch overhead
+  std::string binding;  // the largest limit's name
+  double dram_s = 0, tensor_s = 0, fp32_s = 0, issue_s = 0, sfu_s = 0, shared_s = 0, latency_s = 0,
+         launch_s = 0;
+  double dram_bandwidth = 0;  // bytes/s the launch can draw (after Little's law)
+  Occupancy occupancy;
+  int waves = 0;  // ceil(ctas / (ctas_per_sm x SMs))
+};
+
+// `in_graph`: the launch is a node of a replayed CUDA graph (cheaper launch).
+Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const LaunchResources& r,
+                        bool in_graph);
+
+}  // namespace ptxserve::cost
