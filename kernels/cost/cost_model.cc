@@ -158,10 +158,16 @@ Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const
   e.dram_bandwidth = in_flight > 0 ? std::min(sustained, in_flight / d.dram_latency_s) : sustained;
   e.dram_s = static_cast<double>(c.dram_read_bytes + c.dram_write_bytes) / e.dram_bandwidth;
 
-  // A warp's own chain, once per wave: its instructions back to back and its loads in
-  // batches of kRequestsInFlightPerWarp.
+  // A warp's own chain, once per wave: its instructions back to back and its loads that
+  // reach DRAM in batches of kRequestsInFlightPerWarp. Requests for sectors another warp
+  // already brought in (e.g. every warp of a GEMV reading the same activations) hit the
+  // caches, whose latency the DRAM latency dwarfs: they are not counted.
   const double instructions_per_warp = static_cast<double>(c.warp_instructions) / total_warps;
-  const double load_rounds = in_flight_per_warp > 0 ? requests_per_warp / in_flight_per_warp : 0;
+  const double dram_requests_per_warp =
+      std::min(requests_per_warp,
+               DivOrZero(static_cast<double>(c.dram_read_bytes), bytes_per_request) / total_warps);
+  const double load_rounds =
+      in_flight_per_warp > 0 ? dram_requests_per_warp / in_flight_per_warp : 0;
   e.latency_s = e.waves * (instructions_per_warp * kDependentIssueCycles / sm_clock +
                            load_rounds * d.dram_latency_s);
 

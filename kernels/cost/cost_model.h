@@ -11,8 +11,9 @@
 //  - fp32:    FP32 FLOPs / the FP32 peak of the SMs the grid occupies.
 //  - issue:   warp instructions / (4 schedulers x clock) of the SMs the grid occupies; the
 //             SFU and shared-memory wavefronts have their own, lower rates.
-//  - latency: the dependent chain one warp cannot hide alone, for grids of few warps: its
-//             instructions at one per 4 cycles (an ALU's dependent-issue latency).
+//  - latency: the chain one warp cannot hide alone, once per wave: its instructions at one
+//             per 4 cycles (an ALU's dependent-issue latency) and its DRAM requests, a
+//             DRAM latency per batch of requests it keeps in flight.
 // Work per SM is the grid's work scaled by the CTAs of the busiest SM (ceil(ctas / SMs)
 // over ctas), so tails and grids smaller than the SM count cost what they cost.
 #pragma once
