@@ -12,8 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cost/cost_model.h"
 #include "kernels/emu/emulator.h"
+#include "nlohmann/json.hpp"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
@@ -25,6 +28,12 @@ ABSL_FLAG(std::string, block, "", "emulate: block size X[,Y[,Z]] (threads)");
 ABSL_FLAG(uint32_t, shared_bytes, 0, "emulate: dynamic shared memory bytes");
 ABSL_FLAG(int32_t, threads, 1, "emulate: host threads running the blocks");
 ABSL_FLAG(std::string, format, "table", "emulate: print the counters as a table or as json");
+ABSL_FLAG(std::string, cost_devices, "h100,a100",
+          "emulate: GPUs to estimate the launch's time on with the cost model (h100, a100; "
+          "empty: none). Estimates from the counters, not measurements");
+ABSL_FLAG(int32_t, registers, 0,
+          "emulate: registers per thread for the estimate's occupancy (ptxas -v reports them; 0: "
+          "taken as 32)");
 
 namespace ptxserve::cli {
 namespace {
@@ -32,10 +41,40 @@ namespace {
 constexpr char kUsage[] =
     "ptxserve emulate --ptx FILE --entry NAME --grid X,Y,Z --block X,Y,Z [--shared-bytes N]\n"
     "                 --arg SPEC ... [--threads N] [--format table|json]\n"
+    "                 [--cost-devices h100,a100] [--registers N]\n"
     "One --arg per kernel parameter, in order: a scalar u32:5, s32:-1, u64:7, s64:-7,\n"
     "f32:1.5 or f64:0.25, or a buffer (its device address is the argument): in:FILE (the\n"
     "file's bytes), inout:FILE (the same, written back after the run) or out:FILE:BYTES\n"
     "(BYTES zero bytes, written to FILE after the run).";
+
+// One launch's estimate (an eager launch), as a table line and as JSON.
+std::string EstimateLine(const cost::DeviceSpec& d, const cost::Estimate& e) {
+  return absl::StrFormat(
+      "estimate (cost model, not measured) on %s: %.3f us, bound by %s; dram %.3f us at %.1f "
+      "GB/s, tensor %.3f, fp32 %.3f, issue %.3f, sfu %.3f, shared %.3f, latency %.3f, launch "
+      "%.3f us; %d CTAs/SM (%s), %d waves\n",
+      d.description, e.seconds * 1e6, e.binding, e.dram_s * 1e6, e.dram_bandwidth / 1e9,
+      e.tensor_s * 1e6, e.fp32_s * 1e6, e.issue_s * 1e6, e.sfu_s * 1e6, e.shared_s * 1e6,
+      e.latency_s * 1e6, e.launch_s * 1e6, e.occupancy.ctas_per_sm, e.occupancy.limit, e.waves);
+}
+
+nlohmann::ordered_json EstimateJson(const cost::Estimate& e) {
+  return {{"seconds", e.seconds},
+          {"binding", e.binding},
+          {"limits_seconds",
+           {{"dram", e.dram_s},
+            {"tensor", e.tensor_s},
+            {"fp32", e.fp32_s},
+            {"issue", e.issue_s},
+            {"sfu", e.sfu_s},
+            {"shared", e.shared_s},
+            {"latency", e.latency_s},
+            {"launch", e.launch_s}}},
+          {"dram_bytes_per_second", e.dram_bandwidth},
+          {"ctas_per_sm", e.occupancy.ctas_per_sm},
+          {"occupancy_limit", e.occupancy.limit},
+          {"waves", e.waves}};
+}
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "emulate: %s\n", msg.c_str());
@@ -173,6 +212,18 @@ int RunEmulate(int argc, char** argv) {
   }
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 1 || threads > 256) return Fail("--threads must be 1..256");
+  std::vector<const cost::DeviceSpec*> devices;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_cost_devices), ',', absl::SkipEmpty())) {
+    const cost::DeviceSpec* d = cost::FindDevice(std::string_view(name.data(), name.size()));
+    if (d == nullptr) {
+      return Fail(absl::StrCat("--cost-devices: unknown device '", name, "', want ",
+                               absl::StrJoin(cost::DeviceNames(), ", ")));
+    }
+    devices.push_back(d);
+  }
+  const int registers = absl::GetFlag(FLAGS_registers);
+  if (registers < 0 || registers > 255) return Fail("--registers must be 0..255");
   auto grid = ParseDim("grid", absl::GetFlag(FLAGS_grid));
   if (!grid.ok()) return Fail(std::string(grid.status().message()));
   auto block = ParseDim("block", absl::GetFlag(FLAGS_block));
@@ -240,12 +291,21 @@ int RunEmulate(int argc, char** argv) {
   }
   const std::vector<emu::KernelCounters> counters = e.TakeCounters();
   if (counters.size() != 1) return Fail("the emulator kept no counters for the launch");
+  const cost::LaunchResources resources{.registers_per_thread = registers};
   if (format == "json") {
-    std::fputs((counters[0].ToJson() + "\n").c_str(), stdout);
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(counters[0].ToJson());
+    for (const cost::DeviceSpec* d : devices) {
+      j["estimates"][d->name] =
+          EstimateJson(cost::EstimateLaunch(*d, counters[0], resources, false));
+    }
+    std::fputs((j.dump() + "\n").c_str(), stdout);
     return 0;
   }
   // The table names buffers by device address: say which --arg each one is.
   std::string out = counters[0].ToString();
+  for (const cost::DeviceSpec* d : devices) {
+    out += EstimateLine(*d, cost::EstimateLaunch(*d, counters[0], resources, false));
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     if (IsBuffer(args[i])) {
       absl::StrAppendFormat(&out, "--arg %u (%s) is buffer 0x%x\n", i, args[i].spec,

@@ -383,12 +383,24 @@ TEST_F(CliEmulateTest, RunsTheKernelWritesItsBuffersAndPrintsCounters) {
   EXPECT_EQ(j["dram_write_bytes"], 2 * 160);
   EXPECT_EQ(j["fp32_flops"], 2 * 40);  // a mul and an add per element
   EXPECT_EQ(j["instructions"]["param"], 2 * 5);
+  // The cost model's estimates on both devices: a few loads cannot fill a GPU, so the
+  // launch waits on DRAM latency and its overhead, microseconds at most.
+  for (const char* device : {"h100", "a100"}) {
+    const auto& e = j["estimates"][device];
+    ASSERT_TRUE(e.is_object()) << device << ": " << r.out;
+    EXPECT_GT(e["seconds"].get<double>(), 0.9e-6) << device;
+    EXPECT_LT(e["seconds"].get<double>(), 10e-6) << device;
+    EXPECT_EQ(e["binding"], "dram") << device;
+  }
 
   const CliRun table = RunPtxserve(Command("--arg u32:40"));
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("kernel scale_acc  grid (2,1,1)  block (32,1,1)"), std::string::npos)
       << table.out;
   EXPECT_NE(table.out.find("sectors/request"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("estimate (cost model, not measured) on H100 SXM5 80GB (sm_90): "),
+            std::string::npos)
+      << table.out;
   EXPECT_NE(table.out.find("--arg 2 (out:" + Path("out.bin") + ":160) is buffer 0x"),
             std::string::npos)
       << table.out;
@@ -402,6 +414,7 @@ TEST_F(CliEmulateTest, BadInputIsAnErrorNamingTheFlag) {
            {"--arg u64:40", "--arg 4 (u64:40): parameter n has 4 bytes, the argument 8"},
            {"--arg u32:40 --grid 0", "--grid=0"},
            {"--arg u32:40 --format xml", "--format=xml"},
+           {"--arg u32:40 --cost-devices h100,h200", "--cost-devices: unknown device 'h200'"},
            // The kernel reads past the 40-float buffers: the emulator names the access.
            {"--arg u32:64", "out-of-bounds global load"},
        }) {
