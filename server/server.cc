@@ -105,6 +105,14 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Token
 
 }  // namespace
 
+absl::Status CheckBackendOptions(const ModelOptions& o) {
+  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "emulated" && o.backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", o.backend, ": want cpu, cuda, emulated or auto"));
+  }
+  return cuda::CheckEmulatedDeviceFlag(o.backend, o.emulated_device);
+}
+
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
                                                              EngineObserver* observer) {
   if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "emulated" && o.backend != "auto") {

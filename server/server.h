@@ -89,6 +89,9 @@ struct ModelOptions {
   // When set, wraps the backend before the engine gets it (fault injection, tracing).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
+// Checks options.backend (cpu, cuda, emulated or auto) and options.emulated_device against
+// it before anything loads: InvalidArgument naming the flag and the valid values.
+absl::Status CheckBackendOptions(const ModelOptions& options);
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& options,
                                                              EngineObserver* observer);
 

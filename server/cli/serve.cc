@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "engine/cuda/gpu_backend.h"
 #include "engine/util/log.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
@@ -266,14 +265,7 @@ int RunServe(int argc, char** argv) {
         absl::StrCat("--prefill_chunk (", mo.engine.prefill_chunk,
                      ") must not exceed --max_batch_tokens (", mo.engine.max_batch_tokens, ")")));
   }
-  if (mo.backend != "cpu" && mo.backend != "cuda" && mo.backend != "emulated" &&
-      mo.backend != "auto") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--backend=", mo.backend, ": want cpu, cuda, emulated or auto")));
-  }
-  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(mo.backend, mo.emulated_device); !st.ok()) {
-    return Fail(st);
-  }
+  if (absl::Status st = server::CheckBackendOptions(mo); !st.ok()) return Fail(st);
 
   server::Server srv(sc);
   if (auto st = srv.Start(); !st.ok()) return Fail(st);
