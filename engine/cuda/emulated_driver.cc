@@ -231,6 +231,7 @@ CUresult PrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
     eo.max_device_bytes = s.options.memory_bytes;
     eo.max_shared_bytes = static_cast<uint32_t>(s.options.max_shared_per_block_optin);
     eo.collect_counters = s.kernel_counters;
+    eo.sample_ctas = s.kernel_counter_sample_ctas;
     s.emu = std::make_unique<emu::Emulator>(eo);
     s.sticky = CUDA_SUCCESS;
     const int64_t started = s.counters.devices_started + 1;
@@ -539,10 +540,11 @@ EmulatedDeviceCounters GetEmulatedDeviceCounters() {
   return emulated::S().counters;
 }
 
-void SetEmulatedKernelCounters(bool on) {
+void SetEmulatedKernelCounters(bool on, uint64_t sample_ctas) {
   emulated::Lock l(emulated::S().mu);
   emulated::S().kernel_counters = on;
-  if (emulated::S().emu != nullptr) emulated::S().emu->SetCollectCounters(on);
+  emulated::S().kernel_counter_sample_ctas = sample_ctas;
+  if (emulated::S().emu != nullptr) emulated::S().emu->SetCollectCounters(on, sample_ctas);
 }
 
 std::vector<emu::KernelCounters> TakeEmulatedKernelCounters() {

@@ -126,8 +126,10 @@ EmulatedDeviceCounters GetEmulatedDeviceCounters();
 // Kernel counters (kernels/emu/counters.h), to profile the GPU backend's kernels in tests.
 // While on (off by default: counting slows the emulator), every kernel launch that runs
 // keeps its counters, named by kernel, for TakeEmulatedKernelCounters; the setting holds
-// for the live device and for devices created later.
-void SetEmulatedKernelCounters(bool on);
+// for the live device and for devices created later. `sample_ctas` > 0 runs at most that
+// many CTAs of each launch and scales the counters to the grid (kernels/emu/cta_sample.h):
+// for estimates only, as the launches' outputs are then incomplete.
+void SetEmulatedKernelCounters(bool on, uint64_t sample_ctas = 0);
 // The counters of the launches that ran since the previous call, oldest first (the newest
 // 4096 are kept); empty without a live device.
 std::vector<emu::KernelCounters> TakeEmulatedKernelCounters();

@@ -112,6 +112,7 @@ struct State {
   int64_t allocs_since_fault = 0;
   EmulatedDeviceCounters counters;
   bool kernel_counters = false;  // SetEmulatedKernelCounters
+  uint64_t kernel_counter_sample_ctas = 0;
 };
 
 // The process-wide state (never destroyed: drivers outlive static destructors).

@@ -60,9 +60,12 @@ const BufferTraffic* KernelCounters::Buffer(uint64_t addr) const {
 }
 
 std::string KernelCounters::ToString() const {
+  const std::string run = sampled_ctas == ctas
+                              ? std::string("all run")
+                              : absl::StrFormat("%u run, counts scaled to the grid", sampled_ctas);
   std::string s =
-      absl::StrFormat("kernel %s  grid %s  block %s  dynamic shared %u B  CTAs %u (all run)\n",
-                      kernel, Dims(grid), Dims(block), dynamic_shared_bytes, ctas);
+      absl::StrFormat("kernel %s  grid %s  block %s  dynamic shared %u B  CTAs %u (%s)\n", kernel,
+                      Dims(grid), Dims(block), dynamic_shared_bytes, ctas, run);
   absl::StrAppendFormat(&s, "warp instructions %u (thread instructions %u)\n", warp_instructions,
                         thread_instructions);
   std::vector<std::string> mix;
@@ -106,8 +109,9 @@ std::string KernelCounters::ToJson() const {
   return absl::StrCat(
       absl::StrFormat(R"({"kernel":"%s","grid":[%u,%u,%u],"block":[%u,%u,%u],)", kernel, grid[0],
                       grid[1], grid[2], block[0], block[1], block[2]),
-      absl::StrFormat(R"("dynamic_shared_bytes":%u,"ctas":%u,"warp_instructions":%u,)",
-                      dynamic_shared_bytes, ctas, warp_instructions),
+      absl::StrFormat(
+          R"("dynamic_shared_bytes":%u,"ctas":%u,"sampled_ctas":%u,"warp_instructions":%u,)",
+          dynamic_shared_bytes, ctas, sampled_ctas, warp_instructions),
       absl::StrFormat(R"("thread_instructions":%u,"instructions":{%s},)", thread_instructions,
                       absl::StrJoin(mix, ",")),
       R"("global_load":)", GlobalJson(global_load), R"(,"global_store":)", GlobalJson(global_store),

@@ -1,6 +1,7 @@
 // Per-launch counters of the PTX emulator: what a kernel asks of the memory system and of
-// the execution units, measured exactly while the emulator runs every CTA of the grid (no
-// sampling: the emulator has to run every CTA anyway to produce the kernel's results).
+// the execution units, measured exactly while the emulator runs every CTA of the grid, or,
+// for launches too large to emulate whole, estimated from a sample of CTAs scaled to the
+// grid (EmulatorOptions::sample_ctas; cta_sample.h says how, and what it assumes).
 //
 // Units follow the GPU's profilers (Nsight Compute) closely enough to reason about speed
 // without a GPU; they are properties of the kernel and its inputs, not timings:
@@ -91,7 +92,8 @@ struct KernelCounters {
   std::string kernel;  // the .entry name
   std::array<uint32_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
-  uint64_t ctas = 0;  // CTAs run and counted: the whole grid
+  uint64_t ctas = 0;          // the grid's CTAs, which the counts stand for
+  uint64_t sampled_ctas = 0;  // CTAs run: ctas, or fewer when the launch was sampled
 
   uint64_t warp_instructions = 0;                         // issued, predicated-off ones included
   uint64_t thread_instructions = 0;                       // summed over the lanes of each issue

@@ -5,7 +5,9 @@
 #include "kernels/emu/counting.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cmath>
 
 #include "kernels/emu/mem_access.h"
 #include "kernels/emu/ops.h"
@@ -121,8 +123,8 @@ CounterSink::CounterSink(const std::vector<InstrClass>& classes, const Allocatio
     : classes_(classes),
       allocs_(allocs),
       num_allocs_(num_allocs),
-      read_bits_(num_allocs),
-      write_bits_(num_allocs),
+      read_runs_(num_allocs),
+      write_runs_(num_allocs),
       per_alloc_(num_allocs) {}
 
 size_t CounterSink::AllocIndex(uint64_t addr) {
@@ -144,12 +146,12 @@ void CounterSink::MarkSector(uint64_t sector, bool read, bool write) {
   // Outside every allocation: the handler faults and the launch's counters are dropped.
   if (a == num_allocs_) return;
   // Allocations are 256-byte aligned, so sector boundaries are the allocation's too.
-  const uint64_t bit = (addr - allocs_[a].base) >> kSectorShift;
-  const size_t words = static_cast<size_t>(((allocs_[a].size + 31) >> kSectorShift) + 63) / 64;
-  for (auto* bits : {read ? &read_bits_[a] : nullptr, write ? &write_bits_[a] : nullptr}) {
-    if (bits == nullptr) continue;
-    if (bits->empty()) bits->resize(words);
-    (*bits)[bit / 64] |= uint64_t{1} << (bit % 64);
+  const uint64_t index = (addr - allocs_[a].base) >> kSectorShift;
+  const size_t sectors = static_cast<size_t>((allocs_[a].size + 31) >> kSectorShift);
+  for (auto* runs : {read ? &read_runs_[a] : nullptr, write ? &write_runs_[a] : nullptr}) {
+    if (runs == nullptr) continue;
+    if (runs->empty()) runs->resize(sectors);
+    (*runs)[index] |= cta_runs_;
   }
 }
 
@@ -313,51 +315,66 @@ void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t is
   ++out_.instructions[static_cast<int>(cls)];
 }
 
-void CounterSink::Merge(const std::vector<const CounterSink*>& sinks, KernelCounters* out) {
-  const auto add_global = [](GlobalTraffic& a, const GlobalTraffic& b) {
-    a.requests += b.requests;
-    a.sectors += b.sectors;
-    a.ideal_sectors += b.ideal_sectors;
+void CounterSink::Merge(const std::vector<const CounterSink*>& sinks, const CtaSample& sample,
+                        KernelCounters* out) {
+  const double k = sample.CtaScale();
+  const auto scaled = [k](uint64_t v) { return static_cast<uint64_t>(std::llround(v * k)); };
+  const auto add_global = [&](GlobalTraffic& a, const GlobalTraffic& b) {
+    a.requests += scaled(b.requests);
+    a.sectors += scaled(b.sectors);
+    a.ideal_sectors += scaled(b.ideal_sectors);
   };
-  const auto add_shared = [](SharedTraffic& a, const SharedTraffic& b) {
-    a.requests += b.requests;
-    a.wavefronts += b.wavefronts;
-    a.ideal_wavefronts += b.ideal_wavefronts;
+  const auto add_shared = [&](SharedTraffic& a, const SharedTraffic& b) {
+    a.requests += scaled(b.requests);
+    a.wavefronts += scaled(b.wavefronts);
+    a.ideal_wavefronts += scaled(b.ideal_wavefronts);
   };
   size_t num_allocs = 0;
+  uint64_t sampled = 0;
   for (const CounterSink* s : sinks) {
     const KernelCounters& c = s->out_;
-    out->ctas += c.ctas;
-    out->warp_instructions += c.warp_instructions;
-    out->thread_instructions += c.thread_instructions;
-    for (int i = 0; i < kNumInstrClasses; ++i) out->instructions[i] += c.instructions[i];
+    sampled += c.ctas;
+    out->warp_instructions += scaled(c.warp_instructions);
+    out->thread_instructions += scaled(c.thread_instructions);
+    for (int i = 0; i < kNumInstrClasses; ++i) out->instructions[i] += scaled(c.instructions[i]);
     add_global(out->global_load, c.global_load);
     add_global(out->global_store, c.global_store);
     add_global(out->global_atomic, c.global_atomic);
     add_shared(out->shared_load, c.shared_load);
     add_shared(out->shared_store, c.shared_store);
-    out->tensor_flops += c.tensor_flops;
-    out->fp32_flops += c.fp32_flops;
+    out->tensor_flops += scaled(c.tensor_flops);
+    out->fp32_flops += scaled(c.fp32_flops);
     num_allocs = std::max(num_allocs, s->num_allocs_);
   }
-  // A sector counts once however many host threads touched it: unite the bitmaps.
-  const auto united_bytes = [&](size_t a, std::vector<std::vector<uint64_t>> CounterSink::*bits) {
-    std::vector<uint64_t> all;
+  out->sampled_ctas += sampled;
+  out->ctas += scaled(sampled);
+  // A sector counts once however many host threads touched it: unite the run sets, then
+  // scale each sector by what its runs say about its sharing (cta_sample.h), at most the
+  // allocation's sectors.
+  std::array<double, 512> sector_scale;
+  for (uint16_t bits = 0; bits < sector_scale.size(); ++bits) {
+    sector_scale[bits] = sample.SectorScale(bits);
+  }
+  const auto dram_bytes = [&](size_t a, std::vector<std::vector<uint16_t>> CounterSink::*runs) {
+    std::vector<uint16_t> all;
     for (const CounterSink* s : sinks) {
-      const std::vector<uint64_t>& b = (s->*bits)[a];
-      if (b.empty()) continue;
-      if (all.empty()) all.assign(b.size(), 0);
-      for (size_t i = 0; i < b.size(); ++i) all[i] |= b[i];
+      const std::vector<uint16_t>& r = (s->*runs)[a];
+      if (r.empty()) continue;
+      if (all.empty()) all.assign(r.size(), 0);
+      for (size_t i = 0; i < r.size(); ++i) all[i] |= r[i];
     }
-    uint64_t n = 0;
-    for (uint64_t word : all) n += static_cast<uint64_t>(std::popcount(word));
-    return n << kSectorShift;
+    double n = 0;
+    for (uint16_t bits : all) {
+      if (bits != 0) n += sector_scale[bits];
+    }
+    const double cap = static_cast<double>(all.size());
+    return static_cast<uint64_t>(std::llround(std::min(n, cap))) << kSectorShift;
   };
   for (size_t a = 0; a < num_allocs; ++a) {
     BufferTraffic b;
     for (const CounterSink* s : sinks) add_global(b.access, s->per_alloc_[a]);
-    b.dram_read_bytes = united_bytes(a, &CounterSink::read_bits_);
-    b.dram_write_bytes = united_bytes(a, &CounterSink::write_bits_);
+    b.dram_read_bytes = dram_bytes(a, &CounterSink::read_runs_);
+    b.dram_write_bytes = dram_bytes(a, &CounterSink::write_runs_);
     if (b.access.requests == 0) continue;
     b.base = sinks.front()->allocs_[a].base;
     b.size = sinks.front()->allocs_[a].size;

@@ -2,6 +2,8 @@
 // CounterSink per host thread of a launch sees every issued warp instruction before it
 // executes (a load may overwrite its own address register); the sinks are merged when the
 // launch ends, their DRAM sector sets united so a sector two threads touched counts once.
+// Each touched sector keeps the CtaSample runs of the CTAs that touched it, from which a
+// sampled launch's DRAM sectors are scaled to the grid (cta_sample.h).
 // Every figure is a sum over warp instructions or a union of sector sets, so neither the
 // order the executor runs warps in (odd blocks last to first, for race detection) nor the
 // spread of blocks over host threads changes the counts.
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "kernels/emu/counters.h"
+#include "kernels/emu/cta_sample.h"
 #include "kernels/emu/ir.h"
 #include "kernels/emu/module.h"
 
@@ -29,10 +32,16 @@ class CounterSink {
   // Counts warp instruction `in` (at `pc`) issued for the lanes in `issued`, of which
   // `m` passed its guard, before it executes.
   void Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t issued, uint32_t m);
-  void CountCta() { ++out_.ctas; }
+  // A CTA starts; `run_bits` are its runs in the launch's sample (CtaSample::RunBits).
+  void CountCta(uint16_t run_bits) {
+    ++out_.ctas;
+    cta_runs_ = run_bits;
+  }
 
-  // Adds the sinks' counts into `out` (whose kernel and launch shape the caller fills).
-  static void Merge(const std::vector<const CounterSink*>& sinks, KernelCounters* out);
+  // Adds the sinks' counts, scaled from `sample` to the grid, into `out` (whose kernel and
+  // launch shape the caller fills).
+  static void Merge(const std::vector<const CounterSink*>& sinks, const CtaSample& sample,
+                    KernelCounters* out);
 
  private:
   // One request of `n` lanes' accesses (address, bytes); DRAM sectors marked as given.
@@ -48,8 +57,10 @@ class CounterSink {
   const Allocation* allocs_;
   size_t num_allocs_;
   size_t last_alloc_ = 0;  // allocation of the previous sector: accesses cluster
-  // Per allocation, a bit per 32-byte sector read / written; sized on first touch.
-  std::vector<std::vector<uint64_t>> read_bits_, write_bits_;
+  uint16_t cta_runs_ = 0;  // the running CTA's RunBits
+  // Per allocation and 32-byte sector read / written, the OR of the RunBits of the CTAs
+  // that did (0: untouched); sized on first touch.
+  std::vector<std::vector<uint16_t>> read_runs_, write_runs_;
   std::vector<GlobalTraffic> per_alloc_;  // requests by the allocation of their first lane
   KernelCounters out_;                    // everything but the DRAM figures, which Merge derives
 };

@@ -279,6 +279,7 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
   cfg.num_allocs = table_.size();
   cfg.num_threads = opts_.num_threads;
   cfg.max_warp_instructions = opts_.max_warp_instructions;
+  cfg.sample_ctas = opts_.collect_counters ? opts_.sample_ctas : 0;
   cfg.poison_shared = opts_.poison_shared;
   cfg.detect_shared_races = opts_.detect_shared_races;
   if (opts_.detect_global_races) {
@@ -312,9 +313,10 @@ EmulatorStats Emulator::stats() const {
   return stats_;
 }
 
-void Emulator::SetCollectCounters(bool on) {
+void Emulator::SetCollectCounters(bool on, uint64_t sample_ctas) {
   std::lock_guard<std::mutex> lock(mu_);
   opts_.collect_counters = on;
+  opts_.sample_ctas = sample_ctas;
 }
 
 std::vector<KernelCounters> Emulator::TakeCounters() {

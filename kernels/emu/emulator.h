@@ -130,6 +130,10 @@ struct EmulatorOptions {
   // Off, launches run an interpreter loop without counting code; on, a load-heavy GEMV
   // takes about 1.6x the CPU time (tests/kernels/kernels_counters_test.cc prints it).
   bool collect_counters = false;
+  // With collect_counters: run at most this many CTAs of each launch and scale their
+  // counters to the grid (cta_sample.h). For estimates only: the CTAs not run write
+  // nothing, so the launch's outputs are incomplete. 0 = run every CTA.
+  uint64_t sample_ctas = 0;
   size_t counters_history = 4096;  // launches kept; the oldest go first
 };
 
@@ -177,8 +181,8 @@ class Emulator {
   // The counters of the successful launches since the previous call, oldest first (at
   // most counters_history of them); empty unless collect_counters.
   std::vector<KernelCounters> TakeCounters();
-  // Turns EmulatorOptions::collect_counters on or off for later launches.
-  void SetCollectCounters(bool on);
+  // Sets EmulatorOptions::collect_counters and sample_ctas for later launches.
+  void SetCollectCounters(bool on, uint64_t sample_ctas = 0);
 
  private:
   struct Buffer {

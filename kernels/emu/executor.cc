@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/emu/async_copy.h"
 #include "kernels/emu/counting.h"
+#include "kernels/emu/cta_sample.h"
 #include "kernels/emu/mem_access.h"
 #include "kernels/emu/ops.h"
 
@@ -79,7 +80,8 @@ class BlockRunner {
   BlockRunner(const BlockRunner&) = delete;
   BlockRunner& operator=(const BlockRunner&) = delete;
 
-  absl::Status Run(uint64_t linear_block);
+  // `run_bits`: the block's runs in the launch's CtaSample (CtaSample::RunBits).
+  absl::Status Run(uint64_t linear_block, uint16_t run_bits);
   const LaunchCounters& counters() const { return counters_; }
 
  private:
@@ -465,7 +467,7 @@ absl::Status BlockRunner::DeadlockError() const {
   return absl::FailedPreconditionError(msg);
 }
 
-absl::Status BlockRunner::Run(uint64_t b) {
+absl::Status BlockRunner::Run(uint64_t b, uint16_t run_bits) {
   const Dim3u& g = cfg_.grid;
   ctx_.block_idx = Dim3u{static_cast<uint32_t>(b % g.x), static_cast<uint32_t>((b / g.x) % g.y),
                          static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
@@ -478,7 +480,7 @@ absl::Status BlockRunner::Run(uint64_t b) {
   // A new epoch instead of clearing the race tags: the previous block's are all older.
   ++ctx_.epoch;
   for (uint32_t wi = 0; wi < nwarps_; ++wi) InitWarp(wi);
-  if (sink_ != nullptr) sink_->CountCta();
+  if (sink_ != nullptr) sink_->CountCta(run_bits);
   // Odd blocks run their warps last to first, so a global read that another warp later
   // overwrites (reads are not tracked) shows, in one of the two orders, as a read of that
   // warp's write.
@@ -510,7 +512,11 @@ std::string UninitMessage(Op op, std::string_view reg, uint32_t missing, uint32_
 
 absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
                            KernelCounters* kernel_counters) {
-  const uint64_t nblocks = uint64_t{cfg.grid.x} * cfg.grid.y * cfg.grid.z;
+  const CtaSample sample(cfg.grid, cfg.sample_ctas);
+  const uint64_t nblocks = sample.size();
+  const auto run = [&](BlockRunner& r, uint64_t i) {
+    return r.Run(sample.LinearBlock(i), sample.RunBits(i));
+  };
   const int nthreads = static_cast<int>(
       std::min<uint64_t>(std::max(cfg.num_threads, 1), std::max<uint64_t>(nblocks, 1)));
   // One sink per host thread, merged once the launch succeeded.
@@ -527,12 +533,12 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
     if (!st.ok() || kernel_counters == nullptr) return;
     std::vector<const CounterSink*> all;
     for (const auto& s : sinks) all.push_back(s.get());
-    CounterSink::Merge(all, kernel_counters);
+    CounterSink::Merge(all, sample, kernel_counters);
   };
   if (nthreads <= 1) {
     BlockRunner r(cfg, 0, sink(0));
     absl::Status st;
-    for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = r.Run(b);
+    for (uint64_t b = 0; b < nblocks && st.ok(); ++b) st = run(r, b);
     counters->warp_instructions += r.counters().warp_instructions;
     counters->thread_instructions += r.counters().thread_instructions;
     merge(st);
@@ -549,7 +555,7 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
     while (!failed.load(std::memory_order_relaxed)) {
       const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= nblocks) break;
-      absl::Status st = r.Run(b);
+      absl::Status st = run(r, b);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (b < fail_block) {

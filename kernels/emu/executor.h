@@ -24,8 +24,11 @@ struct LaunchConfig {
   size_t num_allocs = 0;
   int num_threads = 1;                 // host threads running blocks
   uint64_t max_warp_instructions = 0;  // per host thread; 0 = unlimited
-  bool poison_shared = true;           // fill shared memory with 0xff per block
-  bool detect_shared_races = true;     // read-after-write across warps without a barrier
+  // Run at most this many CTAs, a CtaSample (cta_sample.h), and scale the counters to the
+  // grid: for estimates only, the other CTAs' outputs are never written. 0 = every CTA.
+  uint64_t sample_ctas = 0;
+  bool poison_shared = true;        // fill shared memory with 0xff per block
+  bool detect_shared_races = true;  // read-after-write across warps without a barrier
   // Race detection in global memory between the warps of a block: one table per host
   // thread (at least num_threads), kept by the caller across launches; empty: off.
   std::vector<GlobalWrites*> global_writes;
@@ -45,10 +48,10 @@ struct SpecialInputs {
 // The 32-bit value of special register `sp` for thread `t` (linear index in the block).
 uint64_t SpecialValue(Special sp, const SpecialInputs& in, uint32_t t);
 
-// Executes every block of the grid. The first fault (lowest block index when several
-// threads fail) is returned; it names the kernel, block, thread, PTX line and address.
-// With `kernel_counters`, the launch's counters are added to it (counters.h); without, the
-// warps run an instantiation of the interpreter loop that has no counting code at all.
+// Executes every block of the grid (or the sample cfg.sample_ctas asks for). The first fault
+// (lowest block index when several threads fail) is returned; it names the kernel, block, thread,
+// PTX line and address. With `kernel_counters`, the launch's counters are added to it (counters.h);
+// without, the warps run an instantiation of the interpreter loop that has no counting code at all.
 absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
                            KernelCounters* kernel_counters = nullptr);
 

@@ -1,8 +1,10 @@
 // The GPU backend's kernels profiled per launch through the emulated driver's counters
 // (SetEmulatedKernelCounters): one decode step of the tiny model reads every linear
 // weight exactly once, each weight sector requested once, and its decode attention reads
-// the batch's KV rows once from DRAM.
+// the batch's KV rows once from DRAM. Counters from a sample of each launch's CTAs,
+// scaled to the grid, agree with the whole grid's for every kernel of a step.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +77,72 @@ TEST_F(GpuCountersTest, DecodeStepReadsEachWeightOnce) {
   EXPECT_EQ(weight_bytes, (*backend)->step_weight_bytes());
   for (const auto& [kernel, bytes] : dram_by_kernel) {
     absl::PrintF("%-18s %10u DRAM bytes\n", kernel, bytes);
+  }
+}
+
+// The counters of `step` on a fresh backend, every CTA run or at most `sample_ctas`.
+std::vector<emu::KernelCounters> StepCounters(const Model& model, const StepBatch& step,
+                                              uint64_t sample_ctas) {
+  GpuBackendOptions o;
+  o.cuda_graphs = false;
+  auto backend = testing::EmulatedBackend(model, kKv, o);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return {};
+  SetEmulatedKernelCounters(true, sample_ctas);
+  std::vector<float> logits;
+  EXPECT_TRUE((*backend)->Step(step, &logits).ok());
+  SetEmulatedKernelCounters(false);
+  return TakeEmulatedKernelCounters();
+}
+
+// Relative difference of a sampled count from the whole grid's.
+double Deviation(uint64_t sampled, uint64_t whole) {
+  if (whole == 0) return sampled == 0 ? 0.0 : 1.0;
+  return std::abs(static_cast<double>(sampled) - static_cast<double>(whole)) /
+         static_cast<double>(whole);
+}
+
+TEST_F(GpuCountersTest, SampledCtasScaleToTheWholeGrid) {
+  // 8 query heads over 2 KV heads, hidden 512: grids of 8 to 86 CTAs, cut to 12.
+  auto model = testing::SyntheticModel("gqa4", DType::kF32);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t vocab = model->config.vocab_size;
+  for (const bool decode : {true, false}) {
+    const StepBatch step = TwoBlockStep(16, 21, vocab, decode);
+    const std::vector<emu::KernelCounters> whole = StepCounters(*model, step, 0);
+    const std::vector<emu::KernelCounters> sampled = StepCounters(*model, step, 12);
+    ASSERT_EQ(whole.size(), sampled.size());
+    ASSERT_FALSE(whole.empty());
+    int cut = 0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      const emu::KernelCounters& w = whole[i];
+      const emu::KernelCounters& s = sampled[i];
+      ASSERT_EQ(w.kernel, s.kernel);
+      EXPECT_EQ(w.ctas, s.ctas) << w.kernel;
+      EXPECT_EQ(w.sampled_ctas, w.ctas);
+      if (s.sampled_ctas < s.ctas) ++cut;
+      const double instr = Deviation(s.warp_instructions, w.warp_instructions);
+      const double sectors = Deviation(s.global_load.sectors, w.global_load.sectors);
+      const double dram =
+          Deviation(s.dram_read_bytes + s.dram_write_bytes, w.dram_read_bytes + w.dram_write_bytes);
+      absl::PrintF(
+          "%s %-18s grid %4u CTAs, %3u run: instructions %+.3f, sectors %+.3f, "
+          "DRAM bytes %+.3f\n",
+          decode ? "decode " : "prefill", w.kernel, w.ctas, s.sampled_ctas, instr, sectors, dram);
+      // Edge CTAs (a partial last tile) weigh more in a sample than in the grid.
+      EXPECT_LT(instr, 0.10) << w.kernel;
+      EXPECT_LT(sectors, 0.10) << w.kernel;
+      if (!decode && w.kernel == "decode_attention") {
+        // The prompt rows of one sequence share its KV rows, a group longer than a run:
+        // overcounted, at most up to the KV pools' size (cta_sample.h).
+        EXPECT_GE(s.dram_read_bytes, w.dram_read_bytes);
+        for (const emu::BufferTraffic& b : s.buffers) EXPECT_LE(b.dram_read_bytes, b.size);
+      } else {
+        EXPECT_LT(dram, 0.10) << w.kernel;
+      }
+      EXPECT_EQ(s.tensor_flops == 0, w.tensor_flops == 0);
+    }
+    EXPECT_GT(cut, 0) << "no launch was large enough to sample";
   }
 }
 

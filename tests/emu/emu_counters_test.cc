@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/emu/cta_sample.h"
 #include "tests/emu/emu_test_util.h"
 
 namespace ptxserve::emu::testing {
@@ -380,6 +381,54 @@ TEST_F(CountersTest, MisalignedSharedAccessFailsTheLaunchAndLeavesNoCounters) {
       emu_->Launch(*emu_->GetFunction(*m, "misaligned_v4"), {1, 1, 1}, {32, 1, 1}, 0, {});
   EXPECT_NE(st.message().find("misaligned"), absl::string_view::npos) << st;
   EXPECT_TRUE(emu_->TakeCounters().empty());
+}
+
+TEST(CtaSample, CutsTheLongestAxisIntoThreeRuns) {
+  const CtaSample whole({4, 3, 2}, 0);
+  EXPECT_TRUE(whole.whole());
+  EXPECT_EQ(whole.size(), 24u);
+  EXPECT_EQ(whole.LinearBlock(23), 23u);
+  EXPECT_EQ(CtaSample({0, 3, 1}, 8).size(), 0u);
+
+  // 100 CTAs along x cut to 24: runs 0..7, 46..53 and 92..99.
+  const CtaSample x({100, 1, 1}, 24);
+  ASSERT_EQ(x.size(), 24u);
+  EXPECT_EQ(x.LinearBlock(0), 0u);
+  EXPECT_EQ(x.LinearBlock(7), 7u);
+  EXPECT_EQ(x.LinearBlock(8), 46u);
+  EXPECT_EQ(x.LinearBlock(16), 92u);
+  EXPECT_EQ(x.LinearBlock(23), 99u);
+  const uint16_t yz = (1u << 3) | (1u << 6);  // the one run of y and of z
+  EXPECT_EQ(x.RunBits(0), 1u | yz);
+  EXPECT_EQ(x.RunBits(8), 2u | yz);
+  EXPECT_EQ(x.RunBits(23), 4u | yz);
+  EXPECT_DOUBLE_EQ(x.CtaScale(), 100.0 / 24);
+  EXPECT_DOUBLE_EQ(x.SectorScale(1u | yz), 100.0 / 24);  // one run: private, scaled
+  EXPECT_DOUBLE_EQ(x.SectorScale(3u | yz), 1.0);         // two runs: shared along x
+
+  // The longest axis is cut first, to what the budget leaves it: y 300 -> 8.
+  const CtaSample y({4, 300, 2}, 64);
+  EXPECT_EQ(y.size(), 64u);
+  EXPECT_DOUBLE_EQ(y.CtaScale(), 2400.0 / 64);
+  // No axis is cut below 6 values, so a budget can be exceeded.
+  EXPECT_EQ(CtaSample({10, 10, 10}, 8).size(), 216u);
+}
+
+TEST_F(CountersTest, SampledLaunchScalesPrivateAndSharedSectorsToTheGrid) {
+  // 1000 blocks of 64 threads: each reads the same 128 bytes and writes its own 256.
+  const uint64_t in = Buffer(128), out = Buffer(1000 * 64 * 4);
+  const KernelCounters full =
+      Run(kSameRow, "same_row", {1000, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
+  emu_->SetCollectCounters(true, 24);
+  const KernelCounters c = Run(kSameRow, "same_row", {1000, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
+  EXPECT_EQ(c.ctas, 1000u);
+  EXPECT_EQ(c.sampled_ctas, 24u);
+  EXPECT_EQ(full.sampled_ctas, 1000u);
+  EXPECT_EQ(c.warp_instructions, full.warp_instructions);
+  EXPECT_EQ(c.global_load.requests, full.global_load.requests);
+  EXPECT_EQ(c.dram_read_bytes, 128u);  // read by all three runs: counted once
+  EXPECT_EQ(c.dram_write_bytes, 1000u * 64 * 4);
+  EXPECT_NE(c.ToString().find("24 run, counts scaled to the grid"), std::string::npos);
 }
 
 }  // namespace
