@@ -553,4 +553,12 @@ std::vector<emu::KernelCounters> TakeEmulatedKernelCounters() {
   return emulated::S().emu->TakeCounters();
 }
 
+std::string EmulatedModulePtx(uint64_t ptx_hash) {
+  emulated::Lock l(emulated::S().mu);
+  for (const CUmod_st* m : emulated::S().modules) {
+    if (emu::PtxHash(m->ptx) == ptx_hash) return m->ptx;
+  }
+  return "";
+}
+
 }  // namespace ptxserve::cuda

@@ -133,5 +133,8 @@ void SetEmulatedKernelCounters(bool on, uint64_t sample_ctas = 0);
 // The counters of the launches that ran since the previous call, oldest first (the newest
 // 4096 are kept); empty without a live device.
 std::vector<emu::KernelCounters> TakeEmulatedKernelCounters();
+// The PTX text of a loaded module whose emu::PtxHash is `ptx_hash` (KernelCounters::ptx_hash),
+// or "" when no live module has it.
+std::string EmulatedModulePtx(uint64_t ptx_hash);
 
 }  // namespace ptxserve::cuda

@@ -107,6 +107,7 @@ CUresult ModuleLoadDataEx(CUmodule* module, const void* image, unsigned int num_
   WriteLog(info, "");
   auto* m = new CUmod_st;
   m->handle = *h;
+  m->ptx = static_cast<const char*>(image);
   s.modules.insert(m);
   ++s.counters.live_modules;
   ++s.counters.modules_loaded;

@@ -51,6 +51,7 @@ struct CUfunc_st {
 };
 struct CUmod_st {
   emu::ModuleHandle handle;
+  std::string ptx;  // the image, for EmulatedModulePtx
   std::map<std::string, std::unique_ptr<CUfunc_st>, std::less<>> functions;
 };
 struct CUstream_st {

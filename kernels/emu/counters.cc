@@ -52,6 +52,15 @@ const char* InstrClassName(InstrClass c) {
   return i >= 0 && i < kNumInstrClasses ? kClassNames[i] : "?";
 }
 
+uint64_t PtxHash(std::string_view ptx) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a's offset basis and prime
+  for (const char c : ptx) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 const BufferTraffic* KernelCounters::Buffer(uint64_t addr) const {
   for (const BufferTraffic& b : buffers) {
     if (addr >= b.base && addr - b.base < b.size) return &b;
@@ -107,8 +116,8 @@ std::string KernelCounters::ToJson() const {
         b.size, GlobalJson(b.access), b.dram_read_bytes, b.dram_write_bytes));
   }
   return absl::StrCat(
-      absl::StrFormat(R"({"kernel":"%s","grid":[%u,%u,%u],"block":[%u,%u,%u],)", kernel, grid[0],
-                      grid[1], grid[2], block[0], block[1], block[2]),
+      absl::StrFormat(R"({"kernel":"%s","ptx_hash":"%016x","grid":[%u,%u,%u],"block":[%u,%u,%u],)",
+                      kernel, ptx_hash, grid[0], grid[1], grid[2], block[0], block[1], block[2]),
       absl::StrFormat(
           R"("dynamic_shared_bytes":%u,"ctas":%u,"sampled_ctas":%u,"warp_instructions":%u,)",
           dynamic_shared_bytes, ctas, sampled_ctas, warp_instructions),

@@ -30,9 +30,14 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ptxserve::emu {
+
+// FNV-1a (64-bit) of PTX text: ties a launch's counters to the PTX it ran (to ask ptxas
+// for that kernel's registers, say). A change detector, not a cryptographic hash.
+uint64_t PtxHash(std::string_view ptx);
 
 // What unit a warp instruction occupies (the classes of `KernelCounters::instructions`).
 enum class InstrClass : uint8_t {
@@ -89,7 +94,8 @@ struct BufferTraffic {
 };
 
 struct KernelCounters {
-  std::string kernel;  // the .entry name
+  std::string kernel;     // the .entry name
+  uint64_t ptx_hash = 0;  // PtxHash of the text of the module it came from
   std::array<uint32_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
   uint64_t ctas = 0;          // the grid's CTAs, which the counts stand for

@@ -143,6 +143,7 @@ void Emulator::MemInfo(uint64_t* used, uint64_t* total) const {
 absl::StatusOr<ModuleHandle> Emulator::LoadModule(std::string_view ptx_text) {
   auto mod = ParseModule(ptx_text);
   if (!mod.ok()) return mod.status();
+  (*mod)->ptx_hash = PtxHash(ptx_text);
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t id = next_module_++;
   modules_[id] = std::move(*mod);
@@ -299,6 +300,7 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
   stats_.thread_instructions += counters.thread_instructions;
   if (st.ok() && opts_.collect_counters && opts_.counters_history != 0) {
     kc.kernel = fn->name;
+    kc.ptx_hash = modules_.at(f.module)->ptx_hash;
     kc.grid = {grid.x, grid.y, grid.z};
     kc.block = {block.x, block.y, block.z};
     kc.dynamic_shared_bytes = dyn;

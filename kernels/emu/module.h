@@ -74,6 +74,7 @@ struct Function {
 struct Module {
   int version_major = 0, version_minor = 0;
   std::string target;
+  uint64_t ptx_hash = 0;  // PtxHash of the text (counters.h), set by Emulator::LoadModule
   std::vector<std::unique_ptr<Function>> functions;
   const Function* Find(std::string_view name) const {
     for (const auto& f : functions) {

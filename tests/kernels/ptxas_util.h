@@ -1,38 +1,17 @@
-// Runs NVIDIA's ptxas on generated PTX from tests (via popen on temp files).
+// ptxas for the tests: kernels/ptx/ptxas.h, and whether CI requires it.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "kernels/ptx/ptxas.h"
 
 namespace ptxserve::kernels::testing {
 
-// ptxas on PATH, else /usr/local/cuda/bin/ptxas; "" when neither exists.
-std::string FindPtxas();
+using ptx::AssembleAll;
+using ptx::FindPtxas;
+using ptx::PtxasEntryInfo;
+using ptx::PtxasResult;
+using ptx::PtxModule;
+
 // True when the environment says CI=true (ptxas is then required, not optional).
 bool InCi();
-
-struct PtxModule {
-  std::string label;  // for messages (config key)
-  std::string ptx;
-};
-
-struct PtxasEntryInfo {
-  std::string label;
-  int registers = -1;
-  int spill_stores = -1;
-  int spill_loads = -1;
-};
-
-struct PtxasResult {
-  bool ok = false;
-  std::string log;                      // ptxas' combined output (errors name the module)
-  std::vector<PtxasEntryInfo> entries;  // per module, when ok
-};
-
-// Assembles all modules (same .version/.target) for `arch` ("sm_80") with -v. The
-// modules are merged into one file per batch (entries renamed) to amortise process
-// start; a failing batch is re-run module by module so the log names the culprit.
-PtxasResult AssembleAll(const std::string& ptxas, const std::vector<PtxModule>& modules,
-                        const std::string& arch);
 
 }  // namespace ptxserve::kernels::testing
