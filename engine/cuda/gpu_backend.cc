@@ -77,7 +77,7 @@ absl::Status GpuBackend::Init(const Model& model) {
   // Heads padded to the kernels' 32-element granularity. Rotate-half pairs (i, i + d/2)
   // become (i, i + dp/2); interleaved pairs keep their indices.
   const int64_t d = c.head_dim;
-  dp_ = (d + 31) / 32 * 32;
+  dp_ = PaddedHeadDim(d);
   pad_.resize(d);
   for (int64_t j = 0; j < d; ++j) {
     pad_[j] = (c.rope_style == RopeStyle::kRotateHalf && j >= d / 2) ? dp_ / 2 + (j - d / 2) : j;

@@ -110,6 +110,8 @@ struct GpuBackendOptions {
   bool log_progress = true;  // weight upload and warm-up progress at INFO
 };
 
+struct KernelSet;  // kernel_set.h
+
 // CUDA graph counters (GpuBackend::graph_stats).
 struct GraphStats {
   int64_t captures = 0;  // graphs captured and instantiated
@@ -182,7 +184,6 @@ class GpuBackend final : public Backend {
  private:
   struct Weights;
   struct Buffers;
-  struct Kernels;
   struct StepPlan;
   struct Graphs;
   struct GraphCounters {
@@ -226,7 +227,7 @@ class GpuBackend final : public Backend {
   std::unique_ptr<KernelCache> cache_;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Buffers> buf_;
-  std::unique_ptr<Kernels> k_;
+  std::unique_ptr<KernelSet> k_;
   std::unique_ptr<Graphs> graphs_;  // created at the first graph step; destroyed first
   GraphCounters graph_counters_;
 };

@@ -13,18 +13,8 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/gpu_backend.h"
 #include "engine/cuda/kernel_cache.h"
-#include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
-#include "kernels/decode_attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
+#include "engine/cuda/kernel_set.h"
 #include "kernels/logprobs.h"
-#include "kernels/penalties.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/sampling.h"
-#include "kernels/silu_mul.h"
 
 namespace ptxserve::cuda {
 
@@ -43,11 +33,7 @@ struct GpuBackend::Weights {
   DeviceBuffer lm_head;     // empty when tied to embed
   DeviceBuffer inv_freq;    // f32 [dp / 2], padded pairs 0
   std::vector<Layer> layers;
-  // Element types by role (layer 0's file dtype; other layers converted to it).
-  kernels::ElemType embed_t = kernels::ElemType::kF32, lm_t = kernels::ElemType::kF32;
-  kernels::ElemType q_t = kernels::ElemType::kF32, k_t = kernels::ElemType::kF32;
-  kernels::ElemType v_t = kernels::ElemType::kF32, o_t = kernels::ElemType::kF32;
-  kernels::ElemType gate_up_t = kernels::ElemType::kF32, down_t = kernels::ElemType::kF32;
+  WeightTypes types;  // element types by role (layer 0's file dtype; others converted to it)
 
   CUdeviceptr lm_head_ptr() const { return lm_head.size() > 0 ? lm_head.ptr() : embed.ptr(); }
 };
@@ -77,65 +63,9 @@ struct GpuBackend::Buffers {
   PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 };
 
-// Top entries per log-prob record: the most SamplingParams::logprobs allows (20).
-inline constexpr int kLogprobsTop = 20;
+// Bytes of a log-prob record: the row's id and log-prob, then kLogprobsTop entries.
 inline constexpr int64_t kLogprobsRecordBytes =
     (1 + kLogprobsTop) * static_cast<int64_t>(sizeof(kernels::LogprobsEntry));
-
-// A kernel the backend may launch: its cache spec (key formatted once, at Create) and,
-// once compiled, the resolved kernel. An empty key marks a slot the model does not use.
-struct KernelSlot {
-  KernelSpec spec;
-  const CompiledKernel* kernel = nullptr;
-  bool used() const { return !spec.key.empty(); }
-};
-
-// GEMM forms by batch rows: GEMV with m_tile 1, 2, 4, 8 and the tiled form.
-inline constexpr int kGemmForms = 5;
-// The form for m rows: the smallest GEMV tile holding them, tiled past 8 rows.
-inline int GemmForm(int64_t m) {
-  if (m <= 1) return 0;
-  if (m <= 2) return 1;
-  if (m <= 4) return 2;
-  if (m <= 8) return 3;
-  return 4;
-}
-struct GemmSlots {
-  std::array<kernels::GemmConfig, kGemmForms> cfg;
-  std::array<KernelSlot, kGemmForms> slot;
-};
-
-struct GpuBackend::Kernels {
-  kernels::EmbeddingConfig embed_cfg, gather_cfg;
-  KernelSlot embed, gather;
-  kernels::RmsNormConfig norm_cfg;
-  KernelSlot norm;
-  GemmSlots q, k, v, o, gate_up, gate, up, down, lm_head;
-  bool fused_gate_up = true;
-  kernels::RopeConfig rope_cfg;
-  KernelSlot rope;
-  kernels::KvScatterConfig kv_cfg;
-  KernelSlot kv_scatter;
-  // [ragged][split]
-  kernels::DecodeAttentionConfig attn_cfg[2][2];
-  kernels::DecodeAttentionShape attn_shape[2][2];
-  KernelSlot attn[2][2];
-  kernels::AttentionMergeConfig merge_cfg;
-  KernelSlot merge;
-  kernels::SiluMulConfig silu_cfg;
-  KernelSlot silu;
-  kernels::ArgmaxConfig argmax_cfg;
-  KernelSlot argmax;
-  kernels::SamplingConfig sampling_cfg;
-  KernelSlot sampling;
-  kernels::LogprobsConfig logprobs_cfg;  // max_top = kLogprobsTop
-  KernelSlot logprobs;
-  kernels::PenaltiesConfig penalties_cfg;
-  KernelSlot penalties;
-
-  // Every used slot, for warm-up.
-  std::vector<KernelSlot*> All();
-};
 
 // What one step runs with: sizes, the attention mode and device pointers into the
 // uploaded metadata.
@@ -212,7 +142,5 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
 // Compiles `slot` on first use (a cache miss), then launches it.
 absl::Status LaunchSlot(KernelCache& cache, KernelSlot& slot, const kernels::LaunchDims& dims,
                         void** params);
-
-kernels::ElemType ToElemType(DType t);
 
 }  // namespace ptxserve::cuda

@@ -166,7 +166,7 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
 
 absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
   const ModelConfig& c = config_;
-  Kernels& k = *k_;
+  KernelSet& k = *k_;
   Buffers& b = *buf_;
   const Weights::Layer& w = w_->layers[layer];
   KernelCache& cache = *cache_;
@@ -251,7 +251,7 @@ absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
 
 absl::Status GpuBackend::Forward(const StepPlan& p) {
   const ModelConfig& c = config_;
-  Kernels& k = *k_;
+  KernelSet& k = *k_;
   Buffers& b = *buf_;
   KernelCache& cache = *cache_;
   CUdeviceptr x = b.x.ptr(), hr = b.hr.ptr(), logits = b.logits.ptr();

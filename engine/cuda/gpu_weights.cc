@@ -140,18 +140,6 @@ class Uploader {
 
 }  // namespace
 
-kernels::ElemType ToElemType(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return kernels::ElemType::kF16;
-    case DType::kBF16:
-      return kernels::ElemType::kBF16;
-    case DType::kF32:
-      break;
-  }
-  return kernels::ElemType::kF32;
-}
-
 absl::Status GpuBackend::UploadWeights(const Model& model) {
   const ModelConfig& c = config_;
   const ModelTensors& mt = model.tensors;
@@ -186,23 +174,23 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   if (!s.ok()) return s;
 
   const LayerTensors& l0 = mt.layers[0];
-  w.embed_t = ToElemType(mt.embed.dtype);
-  w.lm_t = tied ? w.embed_t : ToElemType(mt.lm_head.dtype);
-  w.q_t = ToElemType(l0.wq.dtype);
-  w.k_t = ToElemType(l0.wk.dtype);
-  w.v_t = ToElemType(l0.wv.dtype);
-  w.o_t = ToElemType(l0.wo.dtype);
-  w.gate_up_t = ToElemType(l0.w_gate.dtype);
-  w.down_t = ToElemType(l0.w_down.dtype);
+  w.types.embed = ToElemType(mt.embed.dtype);
+  w.types.lm_head = tied ? w.types.embed : ToElemType(mt.lm_head.dtype);
+  w.types.q = ToElemType(l0.wq.dtype);
+  w.types.k = ToElemType(l0.wk.dtype);
+  w.types.v = ToElemType(l0.wv.dtype);
+  w.types.o = ToElemType(l0.wo.dtype);
+  w.types.gate_up = ToElemType(l0.w_gate.dtype);
+  w.types.down = ToElemType(l0.w_down.dtype);
 
   const auto es = [](kernels::ElemType t) { return static_cast<size_t>(kernels::ElemSize(t)); };
-  size_t total = V * H * es(w.embed_t) + (tied ? 0 : V * H * es(w.lm_t)) + H * 4;
-  const size_t layer_bytes = 2 * H * 4 + NH * dp * H * (es(w.q_t) + es(w.o_t)) +
-                             KVH * dp * H * (es(w.k_t) + es(w.v_t)) + 2 * I * H * es(w.gate_up_t) +
-                             H * I * es(w.down_t) +
+  size_t total = V * H * es(w.types.embed) + (tied ? 0 : V * H * es(w.types.lm_head)) + H * 4;
+  const size_t layer_bytes = 2 * H * 4 + NH * dp * H * (es(w.types.q) + es(w.types.o)) +
+                             KVH * dp * H * (es(w.types.k) + es(w.types.v)) +
+                             2 * I * H * es(w.types.gate_up) + H * I * es(w.types.down) +
                              (c.attention_bias ? (NH + 2 * KVH) * dp * 4 : 0);
   total += layer_bytes * c.num_layers;
-  step_weight_bytes_ = V * H * es(w.lm_t) + (layer_bytes - 2 * H * 4) * c.num_layers;
+  step_weight_bytes_ = V * H * es(w.types.lm_head) + (layer_bytes - 2 * H * 4) * c.num_layers;
   Uploader up(device_.get(), options_.log_progress);
   if (absl::Status st = up.Init(total); !st.ok()) return st;
   if (options_.log_progress) {
@@ -238,12 +226,12 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
     return put(up.Upload(b, what), out);
   };
 
-  if (s = upload_as(mt.embed, w.embed_t, "embed", &w.embed); !s.ok()) return s;
+  if (s = upload_as(mt.embed, w.types.embed, "embed", &w.embed); !s.ok()) return s;
   if (s = upload_as(mt.final_norm, kernels::ElemType::kF32, "final_norm", &w.final_norm); !s.ok()) {
     return s;
   }
   if (!tied) {
-    if (s = upload_as(mt.lm_head, w.lm_t, "lm_head", &w.lm_head); !s.ok()) return s;
+    if (s = upload_as(mt.lm_head, w.types.lm_head, "lm_head", &w.lm_head); !s.ok()) return s;
   }
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -251,9 +239,9 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
     Weights::Layer& l = w.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     s = upload_as(lt.attn_norm, kernels::ElemType::kF32, p + "attn_norm", &l.attn_norm);
-    if (s.ok()) s = upload_heads(lt.wq, w.q_t, NH, p + "wq", &l.wq);
-    if (s.ok()) s = upload_heads(lt.wk, w.k_t, KVH, p + "wk", &l.wk);
-    if (s.ok()) s = upload_heads(lt.wv, w.v_t, KVH, p + "wv", &l.wv);
+    if (s.ok()) s = upload_heads(lt.wq, w.types.q, NH, p + "wq", &l.wq);
+    if (s.ok()) s = upload_heads(lt.wk, w.types.k, KVH, p + "wk", &l.wk);
+    if (s.ok()) s = upload_heads(lt.wv, w.types.v, KVH, p + "wv", &l.wv);
     if (s.ok() && c.attention_bias) {
       s = upload_bias(lt.bq, NH, p + "bq", &l.bq);
       if (s.ok()) s = upload_bias(lt.bk, KVH, p + "bk", &l.bk);
@@ -261,22 +249,23 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
     }
     if (s.ok()) {
       if (padded) {
-        s = put(up.Upload(PadCols(AsDType(lt.wo, ToDType(w.o_t)), H, NH, d, dp, pad_, es(w.o_t)),
-                          p + "wo"),
+        s = put(up.Upload(
+                    PadCols(AsDType(lt.wo, ToDType(w.types.o)), H, NH, d, dp, pad_, es(w.types.o)),
+                    p + "wo"),
                 &l.wo);
       } else {
-        s = upload_as(lt.wo, w.o_t, p + "wo", &l.wo);
+        s = upload_as(lt.wo, w.types.o, p + "wo", &l.wo);
       }
     }
     if (s.ok()) s = upload_as(lt.mlp_norm, kernels::ElemType::kF32, p + "mlp_norm", &l.mlp_norm);
     if (s.ok()) {
       // gate and up stacked into one [2I, H] matrix: one GEMM feeds the fused silu_mul.
-      std::vector<uint8_t> gu = AsDType(lt.w_gate, ToDType(w.gate_up_t));
-      std::vector<uint8_t> u = AsDType(lt.w_up, ToDType(w.gate_up_t));
+      std::vector<uint8_t> gu = AsDType(lt.w_gate, ToDType(w.types.gate_up));
+      std::vector<uint8_t> u = AsDType(lt.w_up, ToDType(w.types.gate_up));
       gu.insert(gu.end(), u.begin(), u.end());
       s = put(up.Upload(gu, p + "w_gate_up"), &l.w_gate_up);
     }
-    if (s.ok()) s = upload_as(lt.w_down, w.down_t, p + "w_down", &l.w_down);
+    if (s.ok()) s = upload_as(lt.w_down, w.types.down, p + "w_down", &l.w_down);
     if (!s.ok()) return s;
   }
 

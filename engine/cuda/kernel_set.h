@@ -1,0 +1,125 @@
+// The GPU backend's kernel set: one Config per kernel and shape of a model, with its cache
+// spec (key formatted once). It is a pure function of the model's shapes, the element
+// types of its weights, the KV cache layout and the target the device runs, so it is
+// built without a device or weights: GpuBackend builds its own with BuildKernelSet
+// (gpu_kernels.cc), and tests/kernels/kernel_manifest lists the same sets, for every
+// model and device profile, in tests/golden/kernel_manifest.txt.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/cuda/kernel_cache.h"
+#include "engine/model/config.h"
+#include "engine/model/dtype.h"
+#include "kernels/argmax.h"
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/kv_scatter.h"
+#include "kernels/logprobs.h"
+#include "kernels/penalties.h"
+#include "kernels/ptx/types.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/sampling.h"
+#include "kernels/silu_mul.h"
+
+namespace ptxserve::cuda {
+
+kernels::ElemType ToElemType(DType t);
+
+// head_dim as the device holds it: the next multiple of 32, the kernels' granularity
+// (gpu_backend.h: smaller or odd heads run zero-padded).
+inline int64_t PaddedHeadDim(int64_t head_dim) { return (head_dim + 31) / 32 * 32; }
+
+// The target the kernels are generated for on a device of compute capability
+// cc_major.cc_minor: the newest architecture the generator knows that the device runs
+// (PTX for it is JIT-compiled forward to newer GPUs), at ISA `ptx_version` (x10).
+// Error when the pair does not validate (ptx::Target::Validate).
+absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_version);
+
+// Element types of the weights by role, as the backend uploads them (gpu_weights.cc:
+// each role in layer 0's file dtype, other layers converted to it; a tied LM head in the
+// embedding's).
+struct WeightTypes {
+  kernels::ElemType embed = kernels::ElemType::kF32, lm_head = kernels::ElemType::kF32;
+  kernels::ElemType q = kernels::ElemType::kF32, k = kernels::ElemType::kF32;
+  kernels::ElemType v = kernels::ElemType::kF32, o = kernels::ElemType::kF32;
+  kernels::ElemType gate_up = kernels::ElemType::kF32, down = kernels::ElemType::kF32;
+
+  // Every role in `t`: a model whose tensors share one dtype, as most files do.
+  static WeightTypes Uniform(kernels::ElemType t) { return {t, t, t, t, t, t, t, t}; }
+};
+
+// Top entries per log-prob record: the most SamplingParams::logprobs allows (20).
+inline constexpr int kLogprobsTop = 20;
+
+// A kernel the backend may launch: its cache spec (key formatted once, at Create) and,
+// once compiled, the resolved kernel. An empty key marks a slot the model does not use.
+struct KernelSlot {
+  KernelSpec spec;
+  const CompiledKernel* kernel = nullptr;
+  bool used() const { return !spec.key.empty(); }
+};
+
+// GEMM forms by batch rows: GEMV with m_tile 1, 2, 4, 8 and the tiled form.
+inline constexpr int kGemmForms = 5;
+// The form for m rows: the smallest GEMV tile holding them, tiled past 8 rows.
+inline int GemmForm(int64_t m) {
+  if (m <= 1) return 0;
+  if (m <= 2) return 1;
+  if (m <= 4) return 2;
+  if (m <= 8) return 3;
+  return 4;
+}
+struct GemmSlots {
+  std::array<kernels::GemmConfig, kGemmForms> cfg;
+  std::array<KernelSlot, kGemmForms> slot;
+};
+
+struct KernelSet {
+  kernels::EmbeddingConfig embed_cfg, gather_cfg;
+  KernelSlot embed, gather;
+  kernels::RmsNormConfig norm_cfg;
+  KernelSlot norm;
+  GemmSlots q, k, v, o, gate_up, gate, up, down, lm_head;
+  bool fused_gate_up = true;
+  kernels::RopeConfig rope_cfg;
+  KernelSlot rope;
+  kernels::KvScatterConfig kv_cfg;
+  KernelSlot kv_scatter;
+  // [ragged][split]
+  kernels::DecodeAttentionConfig attn_cfg[2][2];
+  kernels::DecodeAttentionShape attn_shape[2][2];
+  KernelSlot attn[2][2];
+  kernels::AttentionMergeConfig merge_cfg;
+  KernelSlot merge;
+  kernels::SiluMulConfig silu_cfg;
+  KernelSlot silu;
+  kernels::ArgmaxConfig argmax_cfg;
+  KernelSlot argmax;
+  kernels::SamplingConfig sampling_cfg;
+  KernelSlot sampling;
+  kernels::LogprobsConfig logprobs_cfg;  // max_top = kLogprobsTop
+  KernelSlot logprobs;
+  kernels::PenaltiesConfig penalties_cfg;
+  KernelSlot penalties;
+
+  // Every used slot: what warm-up compiles. Slots may share a key (q/k/v of equal shape,
+  // gate and up); the cache compiles each key once.
+  std::vector<KernelSlot*> All();
+};
+
+// The kernels for `config`'s shapes (head_dim padded: PaddedHeadDim) with weights of
+// `weights`' types, K/V pools of kv.block_size and kv.dtype (kv.num_blocks is not read),
+// generated for `target`. Nothing is generated here: each slot's spec generates its PTX
+// when the cache compiles it. Error for a shape the attention kernel cannot take.
+absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& config, const WeightTypes& weights,
+                                         const KvCacheConfig& kv, const ptx::Target& target);
+
+}  // namespace ptxserve::cuda
