@@ -383,6 +383,14 @@ TEST_F(CountersTest, MisalignedSharedAccessFailsTheLaunchAndLeavesNoCounters) {
   EXPECT_TRUE(emu_->TakeCounters().empty());
 }
 
+TEST(PtxHash, IsFnv1a64) {
+  // The published FNV-1a 64 test vectors: the manifest's hashes and the counters'
+  // ptx_hash must not drift.
+  EXPECT_EQ(PtxHash(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(PtxHash("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(PtxHash("foobar"), 0x85944171f73967e8ull);
+}
+
 TEST(CtaSample, CutsTheLongestAxisIntoThreeRuns) {
   const CtaSample whole({4, 3, 2}, 0);
   EXPECT_TRUE(whole.whole());

@@ -19,6 +19,7 @@
 #include "engine/model/config.h"
 #include "engine/model/synthetic.h"
 #include "engine/util/file.h"
+#include "kernels/emu/counters.h"
 
 namespace ptxserve::cuda::testing {
 namespace {
@@ -67,12 +68,6 @@ struct GeneratedPtx {
 
 }  // namespace
 
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;                            // offset basis
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;  // FNV prime
-  return h;
-}
-
 absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
   absl::StatusOr<std::vector<ManifestModel>> models = Models(test_model_dir);
   if (!models.ok()) return models.status();
@@ -108,7 +103,8 @@ absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
                     ptx.status().code(),
                     absl::StrCat("generating ", slot->spec.key, ": ", ptx.status().message()));
               }
-              it = by_key.emplace(slot->spec.key, GeneratedPtx{ptx->size(), Fnv1a64(*ptx)}).first;
+              it = by_key.emplace(slot->spec.key, GeneratedPtx{ptx->size(), emu::PtxHash(*ptx)})
+                       .first;
             }
             lines.insert(absl::StrFormat("%s %s %s %s %d %016x", m.name, profile, slot->spec.key,
                                          slot->spec.entry, it->second.bytes, it->second.hash));

@@ -18,11 +18,6 @@ namespace ptxserve::cuda::testing {
 inline constexpr char kKernelManifestPath[] = "tests/golden/kernel_manifest.txt";
 inline constexpr char kKernelManifestUpdateCommand[] = "scripts/update-kernel-manifest";
 
-// 64-bit FNV-1a of `bytes`. No hashing library is in the dependency set, and this is a
-// change detector for text we generate ourselves, not a defence against collisions made
-// on purpose: a short, stable, well-known function is enough.
-uint64_t Fnv1a64(std::string_view bytes);
-
 // The manifest: comment lines saying what it covers and how to regenerate it, then one
 // line per distinct kernel of each model and profile, sorted:
 //   <model> <profile> <config key> <entry> <ptx bytes> <fnv1a64 of the ptx, 16 hex digits>

@@ -12,13 +12,6 @@
 namespace ptxserve::cuda::testing {
 namespace {
 
-TEST(KernelManifestTest, Fnv1a64MatchesTheReferenceVectors) {
-  // From the FNV reference test suite (Fowler, Noll, Vo).
-  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
-  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
-  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ull);
-}
-
 TEST(KernelManifestTest, DiffShowsChangedLinesTogether) {
   const std::string old_text = "# header\na small k1 e 10 00\nb small k2 e 20 01\n";
   const std::string new_text =
