@@ -14,6 +14,10 @@
 // BM_Attention: batched decode attention alone (+ merge when split), batch 64, context
 //   4096, 32 query / 8 KV heads, head_dim 128, f16 KV: K+V bytes / time as a fraction of
 //   the copy bandwidth (target >= 85%).
+// Estimate: beside BM_Decode's CUDA-graph tokens/s, the tokens/s the cost model estimates
+//   for the same steps (engine/cuda/step_estimate.h) on the GPU the bench ran on (h100 or
+//   a100 by device name; an emulated profile stands for its GPU), and their ratio: how far
+//   the estimates are off on real hardware.
 // Start-up: the first GpuBackend::Create compiles every kernel (PTX generation + JIT);
 //   a second one in the same process finds the driver's JIT cache (CUDA_CACHE_PATH)
 //   warm. Both compile times are printed.
@@ -34,11 +38,13 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/cuda/gpu_backend.h"
 #include "engine/cuda/kernel_cache.h"
+#include "engine/cuda/step_estimate.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "kernels/attention_merge.h"
@@ -311,6 +317,53 @@ void PrintGraphComparison() {
   }
 }
 
+// The cost model's name for the device the bench runs on ("h100", "a100"), or "".
+std::string CostDevice(std::string* device_name) {
+  std::unique_ptr<Device> d = OpenDevice();
+  if (d == nullptr) return "";
+  *device_name = d->info().name;
+  for (const char* kind : {"H100", "A100"}) {
+    if (device_name->find(kind) != std::string::npos) return absl::AsciiStrToLower(kind);
+  }
+  return "";
+}
+
+// Measured decode tokens/s (CUDA graphs) beside the estimate for the same steps.
+void PrintEstimateComparison() {
+  const std::map<int, double>& measured = g_decode_tokens_per_s[1];
+  const Model* model = BenchModel();
+  if (measured.empty() || model == nullptr) return;
+  std::string device_name;
+  const std::string kind = CostDevice(&device_name);
+  if (kind.empty()) {
+    std::printf(
+        "\nno cost-model device for '%s' (h100, a100): no estimate beside the "
+        "measurements\n",
+        device_name.c_str());
+    return;
+  }
+  StepEstimateOptions o;
+  o.device = kind;
+  o.decode_batches.clear();
+  for (const auto& [batch, tokens_per_s] : measured) o.decode_batches.push_back(batch);
+  o.context = Context() + 32;  // BM_Decode's contexts cycle over Context() .. + 64
+  o.prefill_tokens = 0;
+  absl::StatusOr<ModelEstimate> m = EstimateModelSteps(*model, Preset(), o);
+  if (!m.ok()) {
+    std::printf("\nestimate failed: %s\n", std::string(m.status().message()).c_str());
+    return;
+  }
+  std::printf("\ndecode tokens/s on %s (CUDA graphs) %12s %12s %10s\n", device_name.c_str(),
+              "measured", "estimated", "meas/est");
+  for (const StepEstimate& s : m->steps) {
+    const double est = s.tokens / s.seconds;
+    const double got = measured.at(s.batch);
+    std::printf("  batch %-10d %12.1f %12.1f %9.2fx\n", s.batch, got, est, got / est);
+  }
+  std::printf("  (estimated: the cost model for %s from the emulator's counters)\n",
+              m->device->description.c_str());
+}
+
 }  // namespace
 }  // namespace ptxserve::cuda
 
@@ -346,6 +399,7 @@ int main(int argc, char** argv) {
   ptxserve::cuda::PrintStartup();
   benchmark::RunSpecifiedBenchmarks();
   ptxserve::cuda::PrintGraphComparison();
+  ptxserve::cuda::PrintEstimateComparison();
   benchmark::Shutdown();
   return 0;
 }

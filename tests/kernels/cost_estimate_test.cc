@@ -1,7 +1,10 @@
 // The cost model on real counters: the decode GEMV (batch 1, f16 weights) at the shape of
 // a Llama-3.2-1B attention projection (2048 x 2048), run by the emulator. Its estimate on
 // each device is bound by DRAM, no faster than the weights' bytes at the datasheet
-// bandwidth, and printed with its share of that roofline. The figures are estimates.
+// bandwidth, and printed with its share of that roofline. A calibration against public
+// figures: a 16-byte-vector copy of 256 MiB (a STREAM copy) against what such copies
+// measure on each GPU. The figures are estimates.
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -52,6 +55,75 @@ TEST(CostEstimate, DecodeGemvAtALlamaProjectionIsBoundByItsWeightBytes) {
         d.description, e.seconds * 1e6, e.binding, e.dram_s * 1e6, e.latency_s * 1e6,
         e.issue_s * 1e6, e.occupancy.ctas_per_sm, e.occupancy.limit, e.dram_bandwidth / 1e9,
         roofline * 1e6, 100 * roofline / e.seconds);
+  }
+}
+
+// out[i] = in[i] for 16-byte vectors, one per thread: STREAM's copy.
+constexpr char kCopyV4[] = R"(.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry copy_v4(.param .u64 in, .param .u64 out)
+{
+    .reg .b32 %r<5>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [in];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.s32 %r4, %r1, %r2, %r3;
+    mul.wide.u32 %rd3, %r4, 16;
+    add.s64 %rd4, %rd1, %rd3;
+    add.s64 %rd5, %rd2, %rd3;
+    ld.global.v4.f32 {%f0, %f1, %f2, %f3}, [%rd4];
+    st.global.v4.f32 [%rd5], {%f0, %f1, %f2, %f3};
+    ret;
+}
+)";
+
+TEST(CostEstimate, StreamingCopyDrawsWhatPublicCopyFiguresMeasure) {
+  // 256 MiB each way (five times an H100's L2), 256 threads of 16 bytes per CTA: 65,536
+  // CTAs, of which the emulator runs a sample.
+  constexpr size_t kBytes = size_t{256} << 20;
+  emu::EmulatorOptions options;
+  options.collect_counters = true;
+  options.sample_ctas = 64;
+  options.poison_allocations = false;
+  EmuHarness h(options);
+  const uint64_t in = h.Alloc(kBytes), out = h.Alloc(kBytes);
+  LaunchDims dims;
+  dims.grid = {static_cast<uint32_t>(kBytes / (256 * 16)), 1, 1};
+  dims.block = {256, 1, 1};
+  ASSERT_TRUE(h.Run(kCopyV4, "copy_v4", dims, {Ptr(in), Ptr(out)}).ok());
+  std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+  ASSERT_EQ(counters.size(), 1u);
+  const emu::KernelCounters& c = counters[0];
+  EXPECT_EQ(c.dram_read_bytes, kBytes);
+  EXPECT_EQ(c.dram_write_bytes, kBytes);
+  EXPECT_LT(c.sampled_ctas, c.ctas);
+
+  // Public STREAM-style copy figures (cost_model.cc, [EFF]): about 3.0 TB/s on an H100
+  // SXM5 and 1.8 TB/s on an A100 SXM4 80GB, read + write bytes over time.
+  const struct {
+    const char* device;
+    double measured_bytes_per_s;
+  } kPublic[] = {{"h100", 3.0e12}, {"a100", 1.8e12}};
+  for (const auto& p : kPublic) {
+    SCOPED_TRACE(p.device);
+    const cost::DeviceSpec& d = *cost::FindDevice(p.device);
+    const cost::Estimate e = cost::EstimateLaunch(d, c, {}, /*in_graph=*/false);
+    // A grid this large streams at the sustained bandwidth, never at what too few
+    // warps keep in flight, and the launch overhead is noise.
+    EXPECT_EQ(e.binding, "dram");
+    const double estimated = 2.0 * kBytes / e.seconds;
+    const double error = estimated / p.measured_bytes_per_s - 1;
+    EXPECT_LT(std::abs(error), 0.10);
+    absl::PrintF(
+        "calibration (estimate vs public figure): copy of 256 MiB on %s: estimated %.2f TB/s "
+        "(%.1f us), public %.2f TB/s: error %+.1f%%\n",
+        d.description, estimated / 1e12, e.seconds * 1e6, p.measured_bytes_per_s / 1e12,
+        100 * error);
   }
 }
 
