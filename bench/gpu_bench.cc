@@ -243,22 +243,34 @@ void BM_Attention(benchmark::State& state) {
   (void)d->CopyToDevice(tb->ptr(), tables.data(), tables.size() * 4, "tables");
   (void)d->CopyToDevice(ln->ptr(), lens.data(), lens.size() * 4, "lens");
   (void)d->Synchronize("setup");
-  CUdeviceptr pq = q->ptr(), pk = kp->ptr(), pv = vp->ptr(), pt = tb->ptr(), pl = ln->ptr();
-  CUdeviceptr zero = 0, po = plan.split ? out->ptr() : fin->ptr(), plse = lse->ptr();
-  CUdeviceptr pf = fin->ptr();
-  uint32_t mb = ctx / bs, nseq = rows, nrows = rows, part = plan.partition_tokens;
-  uint32_t nsplit = splits;
-  float scale = 1.0f / std::sqrt(128.0f);
-  void* params[] = {&pq, &pk,   &pv, &pt,   &pl,    &zero,  &zero,
-                    &po, &plse, &mb, &nseq, &nrows, &scale, &part};
-  void* mparams[] = {&po, &plse, &pf, &nsplit, &nrows};
+  kernels::DecodeAttentionArgs args{.q = q->ptr(),
+                                    .k_pool = kp->ptr(),
+                                    .v_pool = vp->ptr(),
+                                    .block_tables = tb->ptr(),
+                                    .seq_lens = ln->ptr(),
+                                    .query_start = 0,
+                                    .positions = 0,
+                                    .out = plan.split ? out->ptr() : fin->ptr(),
+                                    .partial_lse = lse->ptr(),
+                                    .max_blocks_per_seq = static_cast<uint32_t>(ctx / bs),
+                                    .num_seqs = static_cast<uint32_t>(rows),
+                                    .num_rows = static_cast<uint32_t>(rows),
+                                    .scale = 1.0f / std::sqrt(128.0f),
+                                    .partition = static_cast<uint32_t>(plan.partition_tokens)};
+  kernels::AttentionMergeArgs merge_args{.partial_out = args.out,
+                                         .partial_lse = args.partial_lse,
+                                         .out = fin->ptr(),
+                                         .num_splits = static_cast<uint32_t>(splits),
+                                         .num_rows = static_cast<uint32_t>(rows)};
+  auto params = kernels::PackParams(args);
+  auto mparams = kernels::PackParams(merge_args);
   const kernels::LaunchDims dims = kernels::DecodeAttentionLaunch(*shape, 8, rows, splits);
   const kernels::LaunchDims mdims = kernels::AttentionMergeLaunch(mc, rows);
   double seconds = 0;
   for (auto _ : state) {
     auto ms = d->TimeMs([&]() -> absl::Status {
-      absl::Status s = cache.Launch(**k, dims, params);
-      if (s.ok() && plan.split) s = cache.Launch(**merge, mdims, mparams);
+      absl::Status s = cache.Launch(**k, dims, params.data());
+      if (s.ok() && plan.split) s = cache.Launch(**merge, mdims, mparams.data());
       return s;
     });
     if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());

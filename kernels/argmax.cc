@@ -88,10 +88,11 @@ absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg) {
   const int warps = cfg.threads / 32;
   ptx::KernelBuilder kb(kArgmaxEntry, cfg.target);
   kb.SetMaxThreads(cfg.threads);
-  const Reg logits = kb.GlobalPtrParam("logits");
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg vocab = kb.Param("vocab", Type::kU32);
-  const Reg num_rows = kb.Param("num_rows", Type::kU32);
+  const ParamRegs<ArgmaxArgs> param = DeclareParams<ArgmaxArgs>(kb);
+  const Reg logits = param[&ArgmaxArgs::logits];
+  const Reg out = param[&ArgmaxArgs::out];
+  const Reg vocab = param[&ArgmaxArgs::vocab];
+  const Reg num_rows = param[&ArgmaxArgs::num_rows];
   const ptx::Symbol scratch = kb.Shared("argmax", int64_t{warps} * 8);
 
   const ptx::Label done = kb.NewLabel("done");

@@ -2,10 +2,7 @@
 // NaN never wins; a row with no value above -inf yields its first -inf id, or 0 when
 // every value is NaN (the rules of the CPU sampler's ArgMax).
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   logits    f32 [num_rows][vocab]
-//   out       s32 [num_rows]
-//   vocab, num_rows  u32
+// Contract (device pointers, row-major): ArgmaxArgs, in .param order.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -26,6 +24,18 @@ struct ArgmaxConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct ArgmaxArgs {
+  // f32 [num_rows][vocab]
+  DevicePtr logits;
+  // s32 [num_rows]
+  DevicePtr out;
+  uint32_t vocab = 0;
+  uint32_t num_rows = 0;
+  static constexpr auto kParams =
+      std::make_tuple(Param("logits", &ArgmaxArgs::logits), Param("out", &ArgmaxArgs::out),
+                      Param("vocab", &ArgmaxArgs::vocab), Param("num_rows", &ArgmaxArgs::num_rows));
 };
 
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg);

@@ -48,11 +48,12 @@ absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& c
   const int hd = cfg.head_dim;
   ptx::KernelBuilder kb(kAttentionMergeEntry, cfg.target);
   kb.SetMaxThreads(Threads(cfg));
-  const Reg partial = kb.GlobalPtrParam("partial_out");
-  const Reg lse = kb.GlobalPtrParam("partial_lse");
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg num_splits = kb.Param("num_splits", Type::kU32);
-  const Reg num_rows = kb.Param("num_rows", Type::kU32);
+  const ParamRegs<AttentionMergeArgs> param = DeclareParams<AttentionMergeArgs>(kb);
+  const Reg partial = param[&AttentionMergeArgs::partial_out];
+  const Reg lse = param[&AttentionMergeArgs::partial_lse];
+  const Reg out = param[&AttentionMergeArgs::out];
+  const Reg num_splits = param[&AttentionMergeArgs::num_splits];
+  const Reg num_rows = param[&AttentionMergeArgs::num_rows];
 
   // No barriers: threads past the head's end and rows past the batch just leave.
   const ptx::Label exit = kb.NewLabel("exit");

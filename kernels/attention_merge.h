@@ -1,12 +1,7 @@
 // Flash-decoding merge: combines the per-split partial outputs of a split
 // decode_attention launch with their log-sum-exp weights.
 //
-// Contract (device pointers, row-major, non-aliasing); parameters in this order:
-//   partial_out  f32 [num_rows][num_heads][num_splits][head_dim]  normalised per split
-//   partial_lse  f32 [num_rows][num_heads][num_splits]  base-2 log-sum-exp of each split
-//                (-inf for an empty split), as decode_attention writes them
-//   out          f32 [num_rows][num_heads][head_dim]
-//   num_splits, num_rows  u32
+// Contract (device pointers, row-major, non-aliasing): AttentionMergeArgs, in .param order.
 // out = sum_s 2^(lse_s - M) * partial_s / sum_s 2^(lse_s - M), M = max_s lse_s;
 // rows whose splits are all empty get zeros.
 #pragma once
@@ -17,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -30,6 +26,23 @@ struct AttentionMergeConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct AttentionMergeArgs {
+  // f32 [num_rows][num_heads][num_splits][head_dim], normalised per split
+  DevicePtr partial_out;
+  // f32 [num_rows][num_heads][num_splits]: base-2 log-sum-exp of each split (-inf for an empty
+  // split), as decode_attention writes them
+  DevicePtr partial_lse;
+  // f32 [num_rows][num_heads][head_dim]
+  DevicePtr out;
+  uint32_t num_splits = 0;
+  uint32_t num_rows = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("partial_out", &AttentionMergeArgs::partial_out),
+      Param("partial_lse", &AttentionMergeArgs::partial_lse),
+      Param("out", &AttentionMergeArgs::out), Param("num_splits", &AttentionMergeArgs::num_splits),
+      Param("num_rows", &AttentionMergeArgs::num_rows));
 };
 
 absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& cfg);

@@ -1,22 +1,7 @@
 // Batched paged attention for a whole ragged batch in one launch per layer, plus the
 // flash-decoding plan (split long contexts across CTAs; attention_merge.h combines).
 //
-// Contract (device pointers, row-major, non-aliasing); parameters in this order:
-//   q             f32 [num_rows][num_heads][head_dim]
-//   k_pool,v_pool kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
-//   block_tables  s32 [num_seqs][max_blocks_per_seq]
-//   seq_lens      s32 [num_seqs]          (decode mode: row s is sequence s's one query)
-//   query_start   s32 [num_seqs + 1]      (ragged mode: rows of sequence s are
-//   positions     s32 [num_rows]           [query_start[s], query_start[s+1]))
-//   out           f32 [num_rows][num_heads][head_dim]                 (split = false)
-//                 f32 [num_rows][num_heads][num_splits][head_dim]     (split = true:
-//                 each split's normalised partial output)
-//   partial_lse   f32 [num_rows][num_heads][num_splits] (split = true): log2 of the
-//                 split's softmax denominator plus its running max, in units of
-//                 scale*log2(e); -inf for an empty split. Unused otherwise (may be 0).
-//   max_blocks_per_seq, num_seqs, num_rows  u32
-//   scale         f32 (usually 1/sqrt(head_dim))
-//   partition     u32 tokens per split (split = true; ignored otherwise)
+// Contract (device pointers, row-major, non-aliasing): DecodeAttentionArgs, in .param order.
 // Decode mode: row r attends to positions [0, seq_lens[r]). Ragged mode (prefill and
 // mixed batches): row r attends causally to [0, positions[r]], like cpu::PagedAttention;
 // query_start and positions are unused in decode mode (may be 0).
@@ -29,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -63,6 +49,52 @@ struct DecodeAttentionShape {
   int shared_bytes = 0;  // static shared memory
 };
 absl::StatusOr<DecodeAttentionShape> ShapeOf(const DecodeAttentionConfig& cfg);
+
+struct DecodeAttentionArgs {
+  // f32 [num_rows][num_heads][head_dim]
+  DevicePtr q;
+  // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+  DevicePtr k_pool;
+  // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+  DevicePtr v_pool;
+  // s32 [num_seqs][max_blocks_per_seq]
+  DevicePtr block_tables;
+  // s32 [num_seqs] (decode mode: row s is sequence s's one query)
+  DevicePtr seq_lens;
+  // s32 [num_seqs + 1] (ragged mode: rows of sequence s are [query_start[s], query_start[s+1]);
+  // unused in decode mode, may be 0)
+  DevicePtr query_start;
+  // s32 [num_rows] (ragged mode; unused in decode mode, may be 0)
+  DevicePtr positions;
+  // f32 [num_rows][num_heads][head_dim] (split = false); f32
+  // [num_rows][num_heads][num_splits][head_dim] (split = true: each split's normalised partial
+  // output)
+  DevicePtr out;
+  // f32 [num_rows][num_heads][num_splits] (split = true): log2 of the split's softmax denominator
+  // plus its running max, in units of scale*log2(e); -inf for an empty split. Unused otherwise (may
+  // be 0).
+  DevicePtr partial_lse;
+  uint32_t max_blocks_per_seq = 0;
+  uint32_t num_seqs = 0;
+  uint32_t num_rows = 0;
+  // usually 1/sqrt(head_dim)
+  float scale = 0;
+  // tokens per split (split = true; ignored otherwise)
+  uint32_t partition = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("q", &DecodeAttentionArgs::q), Param("k_pool", &DecodeAttentionArgs::k_pool),
+      Param("v_pool", &DecodeAttentionArgs::v_pool),
+      Param("block_tables", &DecodeAttentionArgs::block_tables),
+      Param("seq_lens", &DecodeAttentionArgs::seq_lens),
+      Param("query_start", &DecodeAttentionArgs::query_start),
+      Param("positions", &DecodeAttentionArgs::positions), Param("out", &DecodeAttentionArgs::out),
+      Param("partial_lse", &DecodeAttentionArgs::partial_lse),
+      Param("max_blocks_per_seq", &DecodeAttentionArgs::max_blocks_per_seq),
+      Param("num_seqs", &DecodeAttentionArgs::num_seqs),
+      Param("num_rows", &DecodeAttentionArgs::num_rows),
+      Param("scale", &DecodeAttentionArgs::scale),
+      Param("partition", &DecodeAttentionArgs::partition));
+};
 
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg);
 

@@ -45,32 +45,28 @@ struct Params {
 };
 
 Params LoadParams(KernelBuilder& kb, const DecodeAttentionConfig& cfg) {
-  Params p;
-  p.q = kb.GlobalPtrParam("q");
-  p.k_pool = kb.GlobalPtrParam("k_pool");
-  p.v_pool = kb.GlobalPtrParam("v_pool");
-  p.block_tables = kb.GlobalPtrParam("block_tables");
-  p.seq_lens = kb.GlobalPtrParam("seq_lens");
+  using A = DecodeAttentionArgs;
   // Pointers a mode does not use are declared (one signature for all variants) but
   // not converted or dereferenced.
-  if (cfg.ragged) {
-    p.query_start = kb.GlobalPtrParam("query_start");
-    p.positions = kb.GlobalPtrParam("positions");
-  } else {
-    kb.Param("query_start", Type::kU64);
-    kb.Param("positions", Type::kU64);
-  }
-  p.out = kb.GlobalPtrParam("out");
-  if (cfg.split) {
-    p.partial_lse = kb.GlobalPtrParam("partial_lse");
-  } else {
-    kb.Param("partial_lse", Type::kU64);
-  }
-  p.max_blocks = kb.Param("max_blocks_per_seq", Type::kU32);
-  p.num_seqs = kb.Param("num_seqs", Type::kU32);
-  p.num_rows = kb.Param("num_rows", Type::kU32);
-  p.scale = kb.Param("scale", Type::kF32);
-  p.partition = kb.Param("partition", Type::kU32);
+  std::vector<DevicePtr A::*> unused;
+  if (!cfg.ragged) unused = {&A::query_start, &A::positions};
+  if (!cfg.split) unused.push_back(&A::partial_lse);
+  const ParamRegs<A> param = DeclareParams<A>(kb, unused);
+  Params p;
+  p.q = param[&A::q];
+  p.k_pool = param[&A::k_pool];
+  p.v_pool = param[&A::v_pool];
+  p.block_tables = param[&A::block_tables];
+  p.seq_lens = param[&A::seq_lens];
+  p.query_start = param[&A::query_start];
+  p.positions = param[&A::positions];
+  p.out = param[&A::out];
+  p.partial_lse = param[&A::partial_lse];
+  p.max_blocks = param[&A::max_blocks_per_seq];
+  p.num_seqs = param[&A::num_seqs];
+  p.num_rows = param[&A::num_rows];
+  p.scale = param[&A::scale];
+  p.partition = param[&A::partition];
   return p;
 }
 

@@ -52,11 +52,12 @@ absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg) {
   const int64_t nvec = cfg.dim / vec;
   ptx::KernelBuilder kb(kEmbeddingEntry, cfg.target);
   kb.SetMaxThreads(Threads(cfg));
-  const Reg table = kb.GlobalPtrParam("table");
-  const Reg ids = kb.GlobalPtrParam("ids");
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg num_tokens = kb.Param("num_tokens", Type::kU32);
-  const Reg vocab = kb.Param("vocab", Type::kU32);
+  const ParamRegs<EmbeddingArgs> param = DeclareParams<EmbeddingArgs>(kb);
+  const Reg table = param[&EmbeddingArgs::table];
+  const Reg ids = param[&EmbeddingArgs::ids];
+  const Reg out = param[&EmbeddingArgs::out];
+  const Reg num_tokens = param[&EmbeddingArgs::num_tokens];
+  const Reg vocab = param[&EmbeddingArgs::vocab];
 
   const ptx::Label done = kb.NewLabel("done");
   const Reg t = kb.Special(SReg::kCtaidX);

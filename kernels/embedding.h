@@ -1,10 +1,6 @@
 // Embedding gather: out[t, :] = f32(table[ids[t], :]).
 //
-// Contract (device pointers, row-major, non-aliasing); parameters in this order:
-//   table       table_dtype [vocab][dim]
-//   ids         s32 [num_tokens]; ids outside [0, vocab) produce zero rows
-//   out         f32 [num_tokens][dim]
-//   num_tokens, vocab  u32
+// Contract (device pointers, row-major, non-aliasing): EmbeddingArgs, in .param order.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -26,6 +23,21 @@ struct EmbeddingConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct EmbeddingArgs {
+  // table_dtype [vocab][dim]
+  DevicePtr table;
+  // s32 [num_tokens]; ids outside [0, vocab) produce zero rows
+  DevicePtr ids;
+  // f32 [num_tokens][dim]
+  DevicePtr out;
+  uint32_t num_tokens = 0;
+  uint32_t vocab = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("table", &EmbeddingArgs::table), Param("ids", &EmbeddingArgs::ids),
+      Param("out", &EmbeddingArgs::out), Param("num_tokens", &EmbeddingArgs::num_tokens),
+      Param("vocab", &EmbeddingArgs::vocab));
 };
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg);

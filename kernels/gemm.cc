@@ -76,16 +76,13 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
 
   ptx::KernelBuilder kb(kGemmEntry, cfg.target);
   kb.SetMaxThreads(cfg.warps * 32);
-  const Reg x = kb.GlobalPtrParam("x");
-  const Reg w = kb.GlobalPtrParam("w");
-  Reg bias;
-  if (cfg.has_bias) {
-    bias = kb.GlobalPtrParam("bias");
-  } else {
-    kb.Param("bias", Type::kU64);
-  }
-  const Reg y = kb.GlobalPtrParam("y");
-  const Reg m_rows = kb.Param("m", Type::kU32);
+  const ParamRegs<GemmArgs> param =
+      cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+  const Reg x = param[&GemmArgs::x];
+  const Reg w = param[&GemmArgs::w];
+  const Reg bias = param[&GemmArgs::bias];
+  const Reg y = param[&GemmArgs::y];
+  const Reg m_rows = param[&GemmArgs::m];
 
   // No barriers: a warp past the last column leaves as a whole.
   const ptx::Label done = kb.NewLabel("done");

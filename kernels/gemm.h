@@ -1,12 +1,7 @@
 // Linear layer: y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) (+ y[m, n] when
 // accumulate), f32 accumulation, for M token rows (cpu::Gemm's layout).
 //
-// Contract (device pointers, row-major, non-aliasing); parameters in this order:
-//   x     f32 [M][K]
-//   w     weight_dtype [N][K]  (the Hugging Face linear layout)
-//   bias  f32 [N]  (has_bias; unused otherwise, may be 0)
-//   y     f32 [M][N]; read first when accumulate (fused residual add)
-//   M     u32
+// Contract (device pointers, row-major, non-aliasing): GemmArgs, in .param order.
 //
 // Two forms. GEMV (tiled = false), bandwidth-oriented for decode batches: one warp per
 // output column n streams w's row once per tile of m_tile rows with 128-bit loads,
@@ -21,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -40,6 +36,22 @@ struct GemmConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct GemmArgs {
+  // f32 [M][K]
+  DevicePtr x;
+  // weight_dtype [N][K] (the Hugging Face linear layout)
+  DevicePtr w;
+  // f32 [N] (has_bias; unused otherwise, may be 0)
+  DevicePtr bias;
+  // f32 [M][N]; read first when accumulate (fused residual add)
+  DevicePtr y;
+  // M, the rows
+  uint32_t m = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("x", &GemmArgs::x), Param("w", &GemmArgs::w), Param("bias", &GemmArgs::bias),
+      Param("y", &GemmArgs::y), Param("m", &GemmArgs::m));
 };
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);

@@ -27,16 +27,13 @@ absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg) {
   const int es = ElemSize(cfg.weight_dtype);
   ptx::KernelBuilder kb(kGemmEntry, cfg.target);
   kb.SetMaxThreads(kThreads);
-  const Reg x = kb.GlobalPtrParam("x");
-  const Reg w = kb.GlobalPtrParam("w");
-  Reg bias;
-  if (cfg.has_bias) {
-    bias = kb.GlobalPtrParam("bias");
-  } else {
-    kb.Param("bias", Type::kU64);
-  }
-  const Reg y = kb.GlobalPtrParam("y");
-  const Reg m_rows = kb.Param("m", Type::kU32);
+  const ParamRegs<GemmArgs> param =
+      cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+  const Reg x = param[&GemmArgs::x];
+  const Reg w = param[&GemmArgs::w];
+  const Reg bias = param[&GemmArgs::bias];
+  const Reg y = param[&GemmArgs::y];
+  const Reg m_rows = param[&GemmArgs::m];
   const ptx::Symbol as = kb.Shared("a", kBK * kBM * 4);  // [k][m]
   const ptx::Symbol bs = kb.Shared("b", kBK * kBN * 4);  // [k][n]
 

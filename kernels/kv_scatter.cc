@@ -56,12 +56,13 @@ absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
 
   ptx::KernelBuilder kb(kKvScatterEntry, cfg.target);
   kb.SetMaxThreads(Threads(cfg));
-  const Reg k = kb.GlobalPtrParam("k");
-  const Reg v = kb.GlobalPtrParam("v");
-  const Reg slots = kb.GlobalPtrParam("slot_mapping");
-  const Reg k_pool = kb.GlobalPtrParam("k_pool");
-  const Reg v_pool = kb.GlobalPtrParam("v_pool");
-  const Reg num_tokens = kb.Param("num_tokens", Type::kU32);
+  const ParamRegs<KvScatterArgs> param = DeclareParams<KvScatterArgs>(kb);
+  const Reg k = param[&KvScatterArgs::k];
+  const Reg v = param[&KvScatterArgs::v];
+  const Reg slots = param[&KvScatterArgs::slot_mapping];
+  const Reg k_pool = param[&KvScatterArgs::k_pool];
+  const Reg v_pool = param[&KvScatterArgs::v_pool];
+  const Reg num_tokens = param[&KvScatterArgs::num_tokens];
 
   // No barriers here, so threads with nothing to do may simply leave.
   const ptx::Label done = kb.NewLabel("done");

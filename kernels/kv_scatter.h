@@ -1,11 +1,6 @@
 // KV-cache scatter: writes each new token's K and V rows into the paged pools.
 //
-// Contract (device pointers, row-major, non-aliasing), parameters in this order:
-//   k, v          f32 [num_tokens][num_kv_heads][head_dim]
-//   slot_mapping  s64 [num_tokens]; slot = block * block_size + offset, a negative
-//                 slot skips the token (padding)
-//   k_pool,v_pool kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
-//   num_tokens    u32
+// Contract (device pointers, row-major, non-aliasing): KvScatterArgs, in .param order.
 // f16/bf16 pools receive round-to-nearest-even conversions (engine/cpu KvScatter).
 #pragma once
 
@@ -15,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -31,6 +27,24 @@ struct KvScatterConfig {
   absl::Status Validate() const;
   // Kernel-cache key: every field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".
   std::string Key() const;
+};
+
+struct KvScatterArgs {
+  // f32 [num_tokens][num_kv_heads][head_dim]
+  DevicePtr k;
+  // f32 [num_tokens][num_kv_heads][head_dim]
+  DevicePtr v;
+  // s64 [num_tokens]; slot = block * block_size + offset, a negative slot skips the token (padding)
+  DevicePtr slot_mapping;
+  // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+  DevicePtr k_pool;
+  // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
+  DevicePtr v_pool;
+  uint32_t num_tokens = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("k", &KvScatterArgs::k), Param("v", &KvScatterArgs::v),
+      Param("slot_mapping", &KvScatterArgs::slot_mapping), Param("k_pool", &KvScatterArgs::k_pool),
+      Param("v_pool", &KvScatterArgs::v_pool), Param("num_tokens", &KvScatterArgs::num_tokens));
 };
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);

@@ -9,20 +9,7 @@
 //   top-N: the N best ids by raw logit (descending, lower id first among ties); -inf
 //         and NaN logits are never listed, so fewer than N may be found.
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   logits   f32 [num_rows][vocab]
-//   chosen   s32 [num_rows]  the sampled token of each row; an id outside [0, vocab)
-//                            gets logprob NaN (and is copied to the record as is)
-//   top_n    s32 [num_rows]  how many top entries the row wants; clamped to
-//                            [0, max_top]
-//   out      record [num_rows][1 + max_top], 8-byte aligned, a record being
-//            LogprobsEntry {s32 id; f32 logprob} (8 bytes): entry 0 = {chosen[r], its
-//            logprob}; entries 1..max_top = the top-N in rank order, then {-1, -inf}
-//            up to max_top. Rows are contiguous (LogprobsRecordBytes(cfg) apart), so
-//            the records of rows [0, R) are ONE device->host copy of R * that many
-//            bytes, and they carry the chosen ids too. Every word of rows < num_rows
-//            is written.
-//   vocab, num_rows  u32 (vocab >= 1; vocab * 4 < 2^32)
+// Contract (device pointers, row-major): LogprobsArgs, in .param order.
 // Accuracy: exponentials use ex2.approx.ftz.f32 of (l - m) * log2(e), summed per
 // thread in f64 and reduced in f64; ln of the sum is exact to f64 (range reduction and
 // an atanh series). Tolerance vs the host: |got - want| <= 1e-5 + 1e-5 * |want| for
@@ -38,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -64,6 +52,29 @@ struct LogprobsConfig {
 inline int64_t LogprobsRecordBytes(const LogprobsConfig& cfg) {
   return (1 + int64_t{cfg.max_top}) * static_cast<int64_t>(sizeof(LogprobsEntry));
 }
+
+struct LogprobsArgs {
+  // f32 [num_rows][vocab]
+  DevicePtr logits;
+  // s32 [num_rows]: the sampled token of each row; an id outside [0, vocab) gets logprob NaN (and
+  // is copied to the record as is)
+  DevicePtr chosen;
+  // s32 [num_rows]: how many top entries the row wants; clamped to [0, max_top]
+  DevicePtr top_n;
+  // record [num_rows][1 + max_top], 8-byte aligned, a record being LogprobsEntry {s32 id; f32
+  // logprob} (8 bytes): entry 0 = {chosen[r], its logprob}; entries 1..max_top = the top-N in rank
+  // order, then {-1, -inf} up to max_top. Rows are contiguous (LogprobsRecordBytes(cfg) apart), so
+  // the records of rows [0, R) are ONE device->host copy of R * that many bytes, and they carry the
+  // chosen ids too. Every word of rows < num_rows is written.
+  DevicePtr out;
+  // >= 1; vocab * 4 < 2^32
+  uint32_t vocab = 0;
+  uint32_t num_rows = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("logits", &LogprobsArgs::logits), Param("chosen", &LogprobsArgs::chosen),
+      Param("top_n", &LogprobsArgs::top_n), Param("out", &LogprobsArgs::out),
+      Param("vocab", &LogprobsArgs::vocab), Param("num_rows", &LogprobsArgs::num_rows));
+};
 
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg);
 LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows);

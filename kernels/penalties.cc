@@ -38,15 +38,16 @@ absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg) {
   const int threads = cfg.threads;
   KernelBuilder kb(kPenaltiesEntry, cfg.target);
   kb.SetMaxThreads(threads);
-  const Reg logits = kb.GlobalPtrParam("logits");
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg offsets = kb.GlobalPtrParam("offsets");
-  const Reg entries = kb.GlobalPtrParam("entries");
-  const Reg repetition = kb.GlobalPtrParam("repetition");
-  const Reg presence = kb.GlobalPtrParam("presence");
-  const Reg frequency = kb.GlobalPtrParam("frequency");
-  const Reg vocab = kb.Param("vocab", Type::kU32);
-  const Reg num_rows = kb.Param("num_rows", Type::kU32);
+  const ParamRegs<PenaltiesArgs> param = DeclareParams<PenaltiesArgs>(kb);
+  const Reg logits = param[&PenaltiesArgs::logits];
+  const Reg out = param[&PenaltiesArgs::out];
+  const Reg offsets = param[&PenaltiesArgs::offsets];
+  const Reg entries = param[&PenaltiesArgs::entries];
+  const Reg repetition = param[&PenaltiesArgs::repetition];
+  const Reg presence = param[&PenaltiesArgs::presence];
+  const Reg frequency = param[&PenaltiesArgs::frequency];
+  const Reg vocab = param[&PenaltiesArgs::vocab];
+  const Reg num_rows = param[&PenaltiesArgs::num_rows];
 
   const Label done = kb.NewLabel("done");
   const Reg row = kb.Special(SReg::kCtaidX);

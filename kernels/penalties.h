@@ -10,18 +10,7 @@
 // (NaN stays NaN, -inf stays -inf). The sampling kernel (or argmax) then reads `out`; the
 // logprobs kernel keeps reading the raw logits, as the host does.
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   logits      f32 [num_rows][vocab]  raw logits, not modified
-//   out         f32 [num_rows][vocab]  the penalised rows (every element of rows <
-//                                      num_rows is written); must not overlap `logits`
-//   offsets     s32 [num_rows + 1]     row r's entries are [offsets[r], offsets[r + 1])
-//   entries     PenaltyEntryWords [..]  (12 bytes each, 4-byte aligned); an id may appear
-//                                      at most once per row; ids outside [0, vocab) are
-//                                      skipped (as the host skips them)
-//   repetition  f32 [num_rows]          repetition_penalty per row
-//   presence    f32 [num_rows]          presence_penalty per row
-//   frequency   f32 [num_rows]          frequency_penalty per row
-//   vocab, num_rows  u32 (vocab >= 1; vocab * 4 < 2^32)
+// Contract (device pointers, row-major): PenaltiesArgs, in .param order.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -50,6 +40,34 @@ struct PenaltiesConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct PenaltiesArgs {
+  // f32 [num_rows][vocab]: raw logits, not modified
+  DevicePtr logits;
+  // f32 [num_rows][vocab]: the penalised rows (every element of rows < num_rows is written); must
+  // not overlap `logits`
+  DevicePtr out;
+  // s32 [num_rows + 1]: row r's entries are [offsets[r], offsets[r + 1])
+  DevicePtr offsets;
+  // PenaltyEntryWords [..] (12 bytes each, 4-byte aligned); an id may appear at most once per row;
+  // ids outside [0, vocab) are skipped (as the host skips them)
+  DevicePtr entries;
+  // f32 [num_rows]: repetition_penalty per row
+  DevicePtr repetition;
+  // f32 [num_rows]: presence_penalty per row
+  DevicePtr presence;
+  // f32 [num_rows]: frequency_penalty per row
+  DevicePtr frequency;
+  // >= 1; vocab * 4 < 2^32
+  uint32_t vocab = 0;
+  uint32_t num_rows = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("logits", &PenaltiesArgs::logits), Param("out", &PenaltiesArgs::out),
+      Param("offsets", &PenaltiesArgs::offsets), Param("entries", &PenaltiesArgs::entries),
+      Param("repetition", &PenaltiesArgs::repetition), Param("presence", &PenaltiesArgs::presence),
+      Param("frequency", &PenaltiesArgs::frequency), Param("vocab", &PenaltiesArgs::vocab),
+      Param("num_rows", &PenaltiesArgs::num_rows));
 };
 
 absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg);

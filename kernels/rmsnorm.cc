@@ -57,11 +57,12 @@ absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
 
   ptx::KernelBuilder kb(kRmsNormEntry, cfg.target);
   kb.SetMaxThreads(threads);
-  const Reg x = kb.GlobalPtrParam("x");
-  const Reg w = kb.GlobalPtrParam("w");
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg num_rows = kb.Param("num_rows", Type::kU32);
-  const Reg eps = kb.Param("eps", Type::kF32);
+  const ParamRegs<RmsNormArgs> param = DeclareParams<RmsNormArgs>(kb);
+  const Reg x = param[&RmsNormArgs::x];
+  const Reg w = param[&RmsNormArgs::w];
+  const Reg out = param[&RmsNormArgs::out];
+  const Reg num_rows = param[&RmsNormArgs::num_rows];
+  const Reg eps = param[&RmsNormArgs::eps];
   const ptx::Symbol scratch = kb.Shared("reduce", (warps + 1) * 4);
 
   const ptx::Label done = kb.NewLabel("done");

@@ -1,11 +1,6 @@
 // RMSNorm: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w, one CTA per row.
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   x       f32 [num_rows][dim]
-//   w       weight_dtype [dim]
-//   out     f32 [num_rows][dim]; may alias x (each thread reads its elements before
-//           the reduction and writes them after)
-//   num_rows u32, eps f32
+// Contract (device pointers, row-major): RmsNormArgs.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -27,6 +23,18 @@ struct RmsNormConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct RmsNormArgs {
+  DevicePtr x;    // f32 [num_rows][dim]
+  DevicePtr w;    // weight_dtype [dim]
+  DevicePtr out;  // f32 [num_rows][dim]; may alias x (each thread reads its elements
+                  // before the reduction and writes them after)
+  uint32_t num_rows = 0;
+  float eps = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), Param("out", &RmsNormArgs::out),
+      Param("num_rows", &RmsNormArgs::num_rows), Param("eps", &RmsNormArgs::eps));
 };
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg);

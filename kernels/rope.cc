@@ -62,11 +62,12 @@ absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
   const int64_t pairs = int64_t{cfg.num_heads + cfg.num_kv_heads} * half;
   ptx::KernelBuilder kb(kRopeEntry, cfg.target);
   kb.SetMaxThreads(threads);
-  const Reg q = kb.GlobalPtrParam("q");
-  const Reg k = kb.GlobalPtrParam("k");
-  const Reg positions = kb.GlobalPtrParam("positions");
-  const Reg inv_freq = kb.GlobalPtrParam("inv_freq");
-  const Reg num_tokens = kb.Param("num_tokens", Type::kU32);
+  const ParamRegs<RopeArgs> param = DeclareParams<RopeArgs>(kb);
+  const Reg q = param[&RopeArgs::q];
+  const Reg k = param[&RopeArgs::k];
+  const Reg positions = param[&RopeArgs::positions];
+  const Reg inv_freq = param[&RopeArgs::inv_freq];
+  const Reg num_tokens = param[&RopeArgs::num_tokens];
   const ptx::Symbol cs = kb.Shared("cos_sin", int64_t{half} * 8);
 
   const ptx::Label done = kb.NewLabel("done");

@@ -1,11 +1,6 @@
 // Rotary position embedding, in place on q and k.
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   q          f32 [num_tokens][num_heads][head_dim]     rotated in place
-//   k          f32 [num_tokens][num_kv_heads][head_dim]  rotated in place
-//   positions  s32 [num_tokens]
-//   inv_freq   f32 [head_dim / 2]  (cpu::RopeInvFreq: scaling already applied)
-//   num_tokens u32
+// Contract (device pointers, row-major): RopeArgs, in .param order.
 // Pair i of a head is (i, i + head_dim/2) for kRotateHalf (Llama/HF) and (2i, 2i+1) for
 // kInterleaved (GPT-J); (a, b) -> (a cos - b sin, b cos + a sin) with angle
 // positions[t] * inv_freq[i], reduced modulo 2*pi in extended precision first (the
@@ -18,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -35,6 +31,21 @@ struct RopeConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct RopeArgs {
+  // f32 [num_tokens][num_heads][head_dim], rotated in place
+  DevicePtr q;
+  // f32 [num_tokens][num_kv_heads][head_dim], rotated in place
+  DevicePtr k;
+  // s32 [num_tokens]
+  DevicePtr positions;
+  // f32 [head_dim / 2] (RoPE frequencies, scaling already applied)
+  DevicePtr inv_freq;
+  uint32_t num_tokens = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("q", &RopeArgs::q), Param("k", &RopeArgs::k), Param("positions", &RopeArgs::positions),
+      Param("inv_freq", &RopeArgs::inv_freq), Param("num_tokens", &RopeArgs::num_tokens));
 };
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg);

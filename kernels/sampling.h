@@ -1,15 +1,7 @@
 // Token sampling over a batch of logit rows: greedy, or temperature -> top-k -> top-p ->
 // min-p -> a draw with one host-supplied uniform per row. One CTA per row.
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   logits       f32 [num_rows][vocab]
-//   temperature  f32 [num_rows]  0 = greedy
-//   top_k        s32 [num_rows]  0 (or >= vocab) = off; 1 = greedy
-//   top_p        f32 [num_rows]  1 = off, else in (0, 1)
-//   min_p        f32 [num_rows]  0 = off, else in (0, 1]
-//   uniform      f64 [num_rows]  in [0, 1): the row's random draw
-//   out          s32 [num_rows]  the sampled token id
-//   vocab, num_rows  u32 (vocab < 2^24, so that the integer weights below fit in u64)
+// Contract (device pointers, row-major): SamplingArgs, in .param order.
 //
 // THE CANONICAL SAMPLING ALGORITHM. The host sampler (engine/sampler.h) implements the
 // same rules bit for bit, so a row's token never depends on where it was drawn. Every
@@ -54,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -66,6 +59,32 @@ struct SamplingConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct SamplingArgs {
+  // f32 [num_rows][vocab]
+  DevicePtr logits;
+  // f32 [num_rows]: 0 = greedy
+  DevicePtr temperature;
+  // s32 [num_rows]: 0 (or >= vocab) = off; 1 = greedy
+  DevicePtr top_k;
+  // f32 [num_rows]: 1 = off, else in (0, 1)
+  DevicePtr top_p;
+  // f32 [num_rows]: 0 = off, else in (0, 1]
+  DevicePtr min_p;
+  // f64 [num_rows] in [0, 1): the row's random draw
+  DevicePtr uniform;
+  // s32 [num_rows]: the sampled token id
+  DevicePtr out;
+  // < 2^24, so that the integer weights below fit in u64
+  uint32_t vocab = 0;
+  uint32_t num_rows = 0;
+  static constexpr auto kParams = std::make_tuple(
+      Param("logits", &SamplingArgs::logits), Param("temperature", &SamplingArgs::temperature),
+      Param("top_k", &SamplingArgs::top_k), Param("top_p", &SamplingArgs::top_p),
+      Param("min_p", &SamplingArgs::min_p), Param("uniform", &SamplingArgs::uniform),
+      Param("out", &SamplingArgs::out), Param("vocab", &SamplingArgs::vocab),
+      Param("num_rows", &SamplingArgs::num_rows));
 };
 
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg);

@@ -37,15 +37,14 @@ absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {
   const int inter = cfg.fused_inter;
   ptx::KernelBuilder kb(kSiluMulEntry, cfg.target);
   kb.SetMaxThreads(gen::kElementwiseThreads);
-  const Reg gate = kb.GlobalPtrParam("gate");
-  Reg up;
-  if (inter == 0) {
-    up = kb.GlobalPtrParam("up");
-  } else {
-    kb.Param("up", Type::kU64);
-  }
-  const Reg out = kb.GlobalPtrParam("out");
-  const Reg n = kb.Param("n", Type::kU32);
+  // A fused gate/up input holds both halves: `up` is then never read.
+  const ParamRegs<SiluMulArgs> param = inter == 0
+                                           ? DeclareParams<SiluMulArgs>(kb)
+                                           : DeclareParams<SiluMulArgs>(kb, {&SiluMulArgs::up});
+  const Reg gate = param[&SiluMulArgs::gate];
+  const Reg up = param[&SiluMulArgs::up];
+  const Reg out = param[&SiluMulArgs::out];
+  const Reg n = param[&SiluMulArgs::n];
   gen::ForChunk(kb, gen::ChunkIndex(kb), n, [&](Reg first, int count) {
     Reg ga;
     Reg ua;

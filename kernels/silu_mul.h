@@ -1,12 +1,6 @@
 // SwiGLU activation: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).
 //
-// Contract (device pointers, row-major); parameters in this order:
-//   gate   f32 [n]                   (fused_inter = 0)
-//          f32 [n / I][2][I]         (fused_inter = I > 0: a fused gate/up GEMM output,
-//                                     row r's gate then up halves)
-//   up     f32 [n] (fused_inter = 0; unused otherwise, may be 0)
-//   out    f32 [n] (row-major [n / I][I] when fused); may alias gate when not fused
-//   n      u32 number of outputs
+// Contract (device pointers, row-major): SiluMulArgs, in .param order.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -27,6 +22,21 @@ struct SiluMulConfig {
 
   absl::Status Validate() const;
   std::string Key() const;
+};
+
+struct SiluMulArgs {
+  // f32 [n] (fused_inter = 0); f32 [n / I][2][I] (fused_inter = I > 0: a fused gate/up GEMM output,
+  // row r's gate then up halves)
+  DevicePtr gate;
+  // f32 [n] (fused_inter = 0; unused otherwise, may be 0)
+  DevicePtr up;
+  // f32 [n] (row-major [n / I][I] when fused); may alias gate when not fused
+  DevicePtr out;
+  // number of outputs
+  uint32_t n = 0;
+  static constexpr auto kParams =
+      std::make_tuple(Param("gate", &SiluMulArgs::gate), Param("up", &SiluMulArgs::up),
+                      Param("out", &SiluMulArgs::out), Param("n", &SiluMulArgs::n));
 };
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg);

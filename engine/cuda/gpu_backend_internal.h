@@ -142,5 +142,13 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
 // Compiles `slot` on first use (a cache miss), then launches it.
 absl::Status LaunchSlot(KernelCache& cache, KernelSlot& slot, const kernels::LaunchDims& dims,
                         void** params);
+// The same with the kernel's typed arguments (kernels/kernel_params.h), packed in .param
+// order.
+template <class Args>
+absl::Status LaunchSlot(KernelCache& cache, KernelSlot& slot, const kernels::LaunchDims& dims,
+                        Args args) {
+  auto params = kernels::PackParams(args);
+  return LaunchSlot(cache, slot, dims, params.data());
+}
 
 }  // namespace ptxserve::cuda

@@ -170,20 +170,20 @@ absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
   Buffers& b = *buf_;
   const Weights::Layer& w = w_->layers[layer];
   KernelCache& cache = *cache_;
-  uint32_t T = static_cast<uint32_t>(p.tokens);
-  float eps = static_cast<float>(c.rms_norm_eps);
+  const uint32_t T = static_cast<uint32_t>(p.tokens);
+  const float eps = static_cast<float>(c.rms_norm_eps);
   const int form = GemmForm(p.tokens);
-  CUdeviceptr x = b.x.ptr(), h = b.h.ptr(), q = b.q.ptr(), kk = b.k.ptr(), v = b.v.ptr();
-  CUdeviceptr attn = b.attn.ptr(), gu = b.gate_up.ptr(), act = b.act.ptr();
-  CUdeviceptr none = 0;
+  const CUdeviceptr x = b.x.ptr(), h = b.h.ptr(), q = b.q.ptr(), kk = b.k.ptr(), v = b.v.ptr();
+  const CUdeviceptr attn = b.attn.ptr(), gu = b.gate_up.ptr(), act = b.act.ptr();
 
   auto gemm = [&](GemmSlots& g, CUdeviceptr in, CUdeviceptr wt, CUdeviceptr bias, CUdeviceptr out) {
-    void* params[] = {&in, &wt, &bias, &out, &T};
-    return LaunchSlot(cache, g.slot[form], kernels::GemmLaunch(g.cfg[form], p.tokens), params);
+    return LaunchSlot(cache, g.slot[form], kernels::GemmLaunch(g.cfg[form], p.tokens),
+                      kernels::GemmArgs{.x = in, .w = wt, .bias = bias, .y = out, .m = T});
   };
   auto norm = [&](CUdeviceptr weight) {
-    void* params[] = {&x, &weight, &h, &T, &eps};
-    return LaunchSlot(cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.tokens), params);
+    return LaunchSlot(
+        cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.tokens),
+        kernels::RmsNormArgs{.x = x, .w = weight, .out = h, .num_rows = T, .eps = eps});
   };
 
   absl::Status s = norm(w.attn_norm.ptr());
@@ -191,61 +191,77 @@ absl::Status GpuBackend::RunLayer(int layer, const StepPlan& p) {
   if (s.ok()) s = gemm(k.k, h, w.wk.ptr(), w.bk.ptr(), kk);
   if (s.ok()) s = gemm(k.v, h, w.wv.ptr(), w.bv.ptr(), v);
   if (s.ok()) {
-    CUdeviceptr pos = p.positions, inv = w_->inv_freq.ptr();
-    void* params[] = {&q, &kk, &pos, &inv, &T};
-    s = LaunchSlot(cache, k.rope, kernels::RopeLaunch(k.rope_cfg, p.tokens), params);
+    s = LaunchSlot(cache, k.rope, kernels::RopeLaunch(k.rope_cfg, p.tokens),
+                   kernels::RopeArgs{.q = q,
+                                     .k = kk,
+                                     .positions = p.positions,
+                                     .inv_freq = w_->inv_freq.ptr(),
+                                     .num_tokens = T});
   }
   if (s.ok()) {
-    CUdeviceptr slots = p.slots, kp = w.k_pool.ptr(), vp = w.v_pool.ptr();
-    void* params[] = {&kk, &v, &slots, &kp, &vp, &T};
-    s = LaunchSlot(cache, k.kv_scatter, kernels::KvScatterLaunch(k.kv_cfg, p.tokens), params);
+    s = LaunchSlot(cache, k.kv_scatter, kernels::KvScatterLaunch(k.kv_cfg, p.tokens),
+                   kernels::KvScatterArgs{.k = kk,
+                                          .v = v,
+                                          .slot_mapping = p.slots,
+                                          .k_pool = w.k_pool.ptr(),
+                                          .v_pool = w.v_pool.ptr(),
+                                          .num_tokens = T});
   }
   if (s.ok()) {
-    CUdeviceptr kp = w.k_pool.ptr(), vp = w.v_pool.ptr(), tables = p.block_tables;
-    CUdeviceptr lens = p.seq_lens, qs = p.query_start, pos = p.positions;
-    CUdeviceptr out = p.split ? b.partial.ptr() : attn;
-    CUdeviceptr lse = p.split ? b.lse.ptr() : none;
-    uint32_t mb = static_cast<uint32_t>(p.max_blocks), seqs = static_cast<uint32_t>(p.seqs);
-    float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    uint32_t partition = static_cast<uint32_t>(p.partition);
-    void* params[] = {&q,   &kp,  &vp, &tables, &lens, &qs,    &pos,
-                      &out, &lse, &mb, &seqs,   &T,    &scale, &partition};
+    const kernels::DecodeAttentionArgs args{
+        .q = q,
+        .k_pool = w.k_pool.ptr(),
+        .v_pool = w.v_pool.ptr(),
+        .block_tables = p.block_tables,
+        .seq_lens = p.seq_lens,
+        .query_start = p.query_start,
+        .positions = p.positions,
+        .out = p.split ? b.partial.ptr() : attn,
+        .partial_lse = p.split ? b.lse.ptr() : 0,
+        .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+        .num_seqs = static_cast<uint32_t>(p.seqs),
+        .num_rows = T,
+        .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+        .partition = static_cast<uint32_t>(p.partition)};
     s = LaunchSlot(
         cache, k.attn[p.ragged][p.split],
         kernels::DecodeAttentionLaunch(k.attn_shape[p.ragged][p.split],
                                        static_cast<int>(c.num_kv_heads), p.tokens, p.num_splits),
-        params);
+        args);
     if (s.ok() && p.split) {
-      uint32_t splits = static_cast<uint32_t>(p.num_splits);
-      void* mparams[] = {&out, &lse, &attn, &splits, &T};
-      s = LaunchSlot(cache, k.merge, kernels::AttentionMergeLaunch(k.merge_cfg, p.tokens), mparams);
+      s = LaunchSlot(cache, k.merge, kernels::AttentionMergeLaunch(k.merge_cfg, p.tokens),
+                     kernels::AttentionMergeArgs{.partial_out = args.out,
+                                                 .partial_lse = args.partial_lse,
+                                                 .out = attn,
+                                                 .num_splits = static_cast<uint32_t>(p.num_splits),
+                                                 .num_rows = T});
     }
   }
   // o projection with the residual add fused: x += attn wo^T.
-  if (s.ok()) s = gemm(k.o, attn, w.wo.ptr(), none, x);
+  if (s.ok()) s = gemm(k.o, attn, w.wo.ptr(), 0, x);
   if (s.ok()) s = norm(w.mlp_norm.ptr());
   const int64_t I = c.intermediate_size;
-  uint32_t n = static_cast<uint32_t>(p.tokens * I);
+  const uint32_t n = static_cast<uint32_t>(p.tokens * I);
   if (k.fused_gate_up) {
-    if (s.ok()) s = gemm(k.gate_up, h, w.w_gate_up.ptr(), none, gu);
+    if (s.ok()) s = gemm(k.gate_up, h, w.w_gate_up.ptr(), 0, gu);
     if (s.ok()) {
-      void* params[] = {&gu, &none, &act, &n};
-      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n), params);
+      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n),
+                     kernels::SiluMulArgs{.gate = gu, .up = 0, .out = act, .n = n});
     }
   } else {
     const size_t up_offset =
         static_cast<size_t>(I * c.hidden_size) * kernels::ElemSize(k.gate.cfg[0].weight_dtype);
     // The up half starts on a 256-byte boundary: silu_mul reads 128-bit vectors.
-    CUdeviceptr up = gu + static_cast<CUdeviceptr>((p.tokens * I * 4 + 255) / 256 * 256);
-    if (s.ok()) s = gemm(k.gate, h, w.w_gate_up.ptr(), none, gu);
-    if (s.ok()) s = gemm(k.up, h, w.w_gate_up.ptr() + up_offset, none, up);
+    const CUdeviceptr up = gu + static_cast<CUdeviceptr>((p.tokens * I * 4 + 255) / 256 * 256);
+    if (s.ok()) s = gemm(k.gate, h, w.w_gate_up.ptr(), 0, gu);
+    if (s.ok()) s = gemm(k.up, h, w.w_gate_up.ptr() + up_offset, 0, up);
     if (s.ok()) {
-      void* params[] = {&gu, &up, &act, &n};
-      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n), params);
+      s = LaunchSlot(cache, k.silu, kernels::SiluMulLaunch(k.silu_cfg, n),
+                     kernels::SiluMulArgs{.gate = gu, .up = up, .out = act, .n = n});
     }
   }
   // down projection with the residual add fused: x += act w_down^T.
-  if (s.ok()) s = gemm(k.down, act, w.w_down.ptr(), none, x);
+  if (s.ok()) s = gemm(k.down, act, w.w_down.ptr(), 0, x);
   return s;
 }
 
@@ -254,14 +270,16 @@ absl::Status GpuBackend::Forward(const StepPlan& p) {
   KernelSet& k = *k_;
   Buffers& b = *buf_;
   KernelCache& cache = *cache_;
-  CUdeviceptr x = b.x.ptr(), hr = b.hr.ptr(), logits = b.logits.ptr();
-  uint32_t T = static_cast<uint32_t>(p.tokens), R = static_cast<uint32_t>(p.rows);
-  uint32_t vocab = static_cast<uint32_t>(c.vocab_size);
+  const CUdeviceptr x = b.x.ptr(), hr = b.hr.ptr();
+  const uint32_t T = static_cast<uint32_t>(p.tokens), R = static_cast<uint32_t>(p.rows);
   {
-    CUdeviceptr table = w_->embed.ptr(), ids = p.token_ids;
-    void* params[] = {&table, &ids, &x, &T, &vocab};
     absl::Status s =
-        LaunchSlot(cache, k.embed, kernels::EmbeddingLaunch(k.embed_cfg, p.tokens), params);
+        LaunchSlot(cache, k.embed, kernels::EmbeddingLaunch(k.embed_cfg, p.tokens),
+                   kernels::EmbeddingArgs{.table = w_->embed.ptr(),
+                                          .ids = p.token_ids,
+                                          .out = x,
+                                          .num_tokens = T,
+                                          .vocab = static_cast<uint32_t>(c.vocab_size)});
     if (!s.ok()) return s;
   }
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
@@ -271,24 +289,25 @@ absl::Status GpuBackend::Forward(const StepPlan& p) {
   // Only the wanted rows reach the final norm and the LM head: gather them (an embedding
   // lookup whose table is the residual stream and whose ids are the row numbers).
   {
-    CUdeviceptr rows = p.logits_rows;
-    void* params[] = {&x, &rows, &hr, &R, &T};
     absl::Status s =
-        LaunchSlot(cache, k.gather, kernels::EmbeddingLaunch(k.gather_cfg, p.rows), params);
+        LaunchSlot(cache, k.gather, kernels::EmbeddingLaunch(k.gather_cfg, p.rows),
+                   kernels::EmbeddingArgs{
+                       .table = x, .ids = p.logits_rows, .out = hr, .num_tokens = R, .vocab = T});
     if (!s.ok()) return s;
   }
   {
-    CUdeviceptr w = w_->final_norm.ptr();
-    float eps = static_cast<float>(c.rms_norm_eps);
-    void* params[] = {&hr, &w, &hr, &R, &eps};
-    absl::Status s = LaunchSlot(cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.rows), params);
+    absl::Status s = LaunchSlot(cache, k.norm, kernels::RmsNormLaunch(k.norm_cfg, p.rows),
+                                kernels::RmsNormArgs{.x = hr,
+                                                     .w = w_->final_norm.ptr(),
+                                                     .out = hr,
+                                                     .num_rows = R,
+                                                     .eps = static_cast<float>(c.rms_norm_eps)});
     if (!s.ok()) return s;
   }
   const int form = GemmForm(p.rows);
-  CUdeviceptr w = w_->lm_head_ptr(), none = 0;
-  void* params[] = {&hr, &w, &none, &logits, &R};
-  return LaunchSlot(cache, k.lm_head.slot[form], kernels::GemmLaunch(k.lm_head.cfg[form], p.rows),
-                    params);
+  return LaunchSlot(
+      cache, k.lm_head.slot[form], kernels::GemmLaunch(k.lm_head.cfg[form], p.rows),
+      kernels::GemmArgs{.x = hr, .w = w_->lm_head_ptr(), .bias = 0, .y = b.logits.ptr(), .m = R});
 }
 
 absl::Status GpuBackend::Step(const StepBatch& batch, std::vector<float>* logits) {
@@ -336,37 +355,54 @@ absl::Status GpuBackend::StepSampled(const StepBatch& batch, const std::vector<R
   const bool records = p.logprobs && logprobs != nullptr;
   if (s.ok()) s = RunForward(&p);
   if (s.ok() && p.rows > 0) {
-    CUdeviceptr logits = buf_->logits.ptr(), out = buf_->ids.ptr();
-    uint32_t vocab = static_cast<uint32_t>(config_.vocab_size), R = static_cast<uint32_t>(p.rows);
+    const CUdeviceptr logits = buf_->logits.ptr();
+    CUdeviceptr out = buf_->ids.ptr();
+    const uint32_t vocab = static_cast<uint32_t>(config_.vocab_size);
+    const uint32_t R = static_cast<uint32_t>(p.rows);
     // The draw reads the penalised copy when some row has penalty entries (rows without
     // entries are copied as they are); the log-probs below keep the raw logits.
     CUdeviceptr drawn = logits;
     if (p.penalties) {
       drawn = buf_->penalized.ptr();
-      CUdeviceptr off = p.pen_offsets, ent = p.pen_entries, rep = p.repetition;
-      CUdeviceptr pres = p.presence, freq = p.frequency;
-      void* params[] = {&logits, &drawn, &off, &ent, &rep, &pres, &freq, &vocab, &R};
       s = LaunchSlot(*cache_, k_->penalties, kernels::PenaltiesLaunch(k_->penalties_cfg, p.rows),
-                     params);
+                     kernels::PenaltiesArgs{.logits = logits,
+                                            .out = drawn,
+                                            .offsets = p.pen_offsets,
+                                            .entries = p.pen_entries,
+                                            .repetition = p.repetition,
+                                            .presence = p.presence,
+                                            .frequency = p.frequency,
+                                            .vocab = vocab,
+                                            .num_rows = R});
     }
     if (!s.ok()) {
       // The failure is handled below.
     } else if (p.greedy) {
-      void* params[] = {&drawn, &out, &vocab, &R};
-      s = LaunchSlot(*cache_, k_->argmax, kernels::ArgmaxLaunch(k_->argmax_cfg, p.rows), params);
+      s = LaunchSlot(
+          *cache_, k_->argmax, kernels::ArgmaxLaunch(k_->argmax_cfg, p.rows),
+          kernels::ArgmaxArgs{.logits = drawn, .out = out, .vocab = vocab, .num_rows = R});
     } else {
-      CUdeviceptr temp = p.temperature, topk = p.top_k, topp = p.top_p, minp = p.min_p;
-      CUdeviceptr unif = p.uniform;
-      void* params[] = {&drawn, &temp, &topk, &topp, &minp, &unif, &out, &vocab, &R};
       s = LaunchSlot(*cache_, k_->sampling, kernels::SamplingLaunch(k_->sampling_cfg, p.rows),
-                     params);
+                     kernels::SamplingArgs{.logits = drawn,
+                                           .temperature = p.temperature,
+                                           .top_k = p.top_k,
+                                           .top_p = p.top_p,
+                                           .min_p = p.min_p,
+                                           .uniform = p.uniform,
+                                           .out = out,
+                                           .vocab = vocab,
+                                           .num_rows = R});
     }
     if (s.ok() && records) {
       // On the raw logits, with the ids just sampled as the chosen tokens.
-      CUdeviceptr top_n = p.top_n, rec = buf_->records.ptr();
-      void* params[] = {&logits, &out, &top_n, &rec, &vocab, &R};
+      const CUdeviceptr rec = buf_->records.ptr();
       s = LaunchSlot(*cache_, k_->logprobs, kernels::LogprobsLaunch(k_->logprobs_cfg, p.rows),
-                     params);
+                     kernels::LogprobsArgs{.logits = logits,
+                                           .chosen = out,
+                                           .top_n = p.top_n,
+                                           .out = rec,
+                                           .vocab = vocab,
+                                           .num_rows = R});
       out = rec;
     }
     if (s.ok()) {

@@ -1,0 +1,126 @@
+// A kernel's launch arguments as one typed struct, so each parameter's name, order and type
+// are written once, beside the kernel's Config: the generator declares the PTX parameters
+// from the struct (DeclareParams) and every launch packs a filled-in struct (PackParams)
+// into cuLaunchKernel's kernelParams. A struct lists its fields in a `kParams` tuple of
+// Param(name, &Args::field) entries, in .param order:
+//
+//   struct RmsNormArgs {
+//     DevicePtr x, w, out;
+//     uint32_t num_rows = 0;
+//     float eps = 0;
+//     static constexpr auto kParams = std::make_tuple(
+//         Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), ...);
+//   };
+//
+// A DevicePtr field becomes a .u64 parameter converted to a global address; a pointer the
+// kernel of a given Config never dereferences (a GEMM without bias) is declared as a plain
+// .u64, so the parameter list is the same for every Config.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/ptx/builder.h"
+
+namespace ptxserve::kernels {
+
+// A device address (CUdeviceptr), as a kernel's pointer parameter receives it.
+struct DevicePtr {
+  uint64_t address = 0;
+  DevicePtr(uint64_t a = 0) : address(a) {}  // NOLINT: a CUdeviceptr converts implicitly
+};
+
+template <class Args, class T>
+struct ParamField {
+  const char* name;
+  T Args::*member;
+};
+
+template <class Args, class T>
+constexpr ParamField<Args, T> Param(const char* name, T Args::*member) {
+  return {name, member};
+}
+
+// The PTX type of a scalar parameter.
+template <class T>
+constexpr ptx::Type ParamType() {
+  if constexpr (std::is_same_v<T, uint32_t>) return ptx::Type::kU32;
+  if constexpr (std::is_same_v<T, int32_t>) return ptx::Type::kS32;
+  if constexpr (std::is_same_v<T, uint64_t>) return ptx::Type::kU64;
+  if constexpr (std::is_same_v<T, float>) return ptx::Type::kF32;
+  static_assert(std::is_same_v<T, uint32_t> || std::is_same_v<T, int32_t> ||
+                    std::is_same_v<T, uint64_t> || std::is_same_v<T, float>,
+                "a kernel parameter is a DevicePtr, u32, s32, u64 or f32");
+  return ptx::Type::kU32;
+}
+
+// The registers DeclareParams gave the parameters of Args, looked up by field.
+template <class Args>
+class ParamRegs {
+ public:
+  static constexpr size_t kCount = std::tuple_size_v<decltype(Args::kParams)>;
+
+  explicit ParamRegs(const std::array<ptx::Reg, kCount>& regs) : regs_(regs) {}
+
+  template <class T>
+  ptx::Reg operator[](T Args::*member) const {
+    return regs_.at(Index(member));
+  }
+
+ private:
+  // The position of `member` in Args::kParams (kCount when it is not there, which the
+  // array access then rejects).
+  template <class T>
+  static size_t Index(T Args::*member) {
+    size_t index = kCount, i = 0;
+    const auto visit = [&](const auto& field) {
+      if constexpr (std::is_same_v<decltype(field.member), T Args::*>) {
+        if (field.member == member) index = i;
+      }
+      ++i;
+    };
+    std::apply([&](const auto&... field) { (visit(field), ...); }, Args::kParams);
+    return index;
+  }
+
+  std::array<ptx::Reg, kCount> regs_;
+};
+
+// Declares the parameters of Args on `kb`, in kParams order (each parameter's ld.param, and
+// for a pointer its cvta.to.global, at this point of the kernel). Pointers in `unused` stay
+// plain .u64 parameters.
+template <class Args>
+ParamRegs<Args> DeclareParams(ptx::KernelBuilder& kb,
+                              const std::vector<DevicePtr Args::*>& unused = {}) {
+  std::array<ptx::Reg, ParamRegs<Args>::kCount> regs;
+  size_t i = 0;
+  const auto declare = [&](const auto& field) {
+    using T = std::remove_cvref_t<decltype(std::declval<Args&>().*(field.member))>;
+    if constexpr (std::is_same_v<T, DevicePtr>) {
+      bool used = true;
+      for (DevicePtr Args::*u : unused) used = used && u != field.member;
+      regs[i++] = used ? kb.GlobalPtrParam(field.name) : kb.Param(field.name, ptx::Type::kU64);
+    } else {
+      regs[i++] = kb.Param(field.name, ParamType<T>());
+    }
+  };
+  std::apply([&](const auto&... field) { (declare(field), ...); }, Args::kParams);
+  return ParamRegs<Args>(regs);
+}
+
+// cuLaunchKernel's kernelParams for `args`: one pointer per parameter, in kParams order,
+// valid while `args` lives (the driver copies the values at launch and at graph capture).
+template <class Args>
+std::array<void*, std::tuple_size_v<decltype(Args::kParams)>> PackParams(Args& args) {
+  return std::apply(
+      [&](const auto&... field) {
+        return std::array<void*, sizeof...(field)>{static_cast<void*>(&(args.*(field.member)))...};
+      },
+      Args::kParams);
+}
+
+}  // namespace ptxserve::kernels
