@@ -4,14 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::CacheOp;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Space;
-using ptx::Type;
 
 absl::string_view ElemTypeName(ElemType t) {
   switch (t) {

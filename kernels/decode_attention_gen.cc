@@ -17,18 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/decode_attention.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Cmp;
-using ptx::KernelBuilder;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Space;
-using ptx::SReg;
-using ptx::Type;
 
 namespace {
 

@@ -2,12 +2,9 @@
 
 #include <algorithm>
 
-namespace ptxserve::kernels::gen {
+#include "kernels/generator.h"
 
-using ptx::Cmp;
-using ptx::Op;
-using ptx::SReg;
-using ptx::Type;
+namespace ptxserve::kernels::gen {
 
 Reg ChunkIndex(KernelBuilder& kb) {
   const Reg cta = kb.Special(SReg::kCtaidX);

@@ -5,17 +5,9 @@
 // columns and k are loaded as zeros, so every thread reaches every barrier.
 #include "absl/strings/str_cat.h"
 #include "kernels/gemm.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Cmp;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Space;
-using ptx::SReg;
-using ptx::Type;
 
 namespace {
 

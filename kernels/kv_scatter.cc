@@ -3,17 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Cmp;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Space;
-using ptx::SReg;
-using ptx::Type;
 
 namespace {
 

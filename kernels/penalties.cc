@@ -4,19 +4,9 @@
 #include "kernels/penalties.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Cmp;
-using ptx::KernelBuilder;
-using ptx::Label;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Space;
-using ptx::SReg;
-using ptx::Type;
 
 absl::Status PenaltiesConfig::Validate() const {
   if (absl::Status s = target.Validate(); !s.ok()) return s;

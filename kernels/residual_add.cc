@@ -2,12 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/elementwise_util.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Reg;
-using ptx::Type;
 
 std::string ResidualAddConfig::Key() const { return absl::StrCat("residual_add:", target.Key()); }
 

@@ -16,20 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Cmp;
-using ptx::KernelBuilder;
-using ptx::Label;
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Round;
-using ptx::Space;
-using ptx::SReg;
-using ptx::Type;
 
 namespace {
 

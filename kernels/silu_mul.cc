@@ -2,14 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/elementwise_util.h"
-#include "kernels/ptx/builder.h"
+#include "kernels/generator.h"
 
 namespace ptxserve::kernels {
-
-using ptx::Op;
-using ptx::Operand;
-using ptx::Reg;
-using ptx::Type;
 
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
