@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -21,6 +22,7 @@ inline constexpr char kArgmaxEntry[] = "argmax";
 struct ArgmaxConfig {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(Field("threads", &ArgmaxConfig::threads));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -23,6 +24,9 @@ struct AttentionMergeConfig {
   int num_heads = 32;
   int head_dim = 128;
   ptx::Target target;
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads),
+                      Field("head_dim", &AttentionMergeConfig::head_dim));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -31,6 +32,15 @@ struct DecodeAttentionConfig {
   bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
   int num_warps = 0;    // warps per CTA; 0 picks 4 (fewer when shared memory is short)
   ptx::Target target;
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_heads", &DecodeAttentionConfig::num_heads),
+                      Field("num_kv_heads", &DecodeAttentionConfig::num_kv_heads),
+                      Field("head_dim", &DecodeAttentionConfig::head_dim),
+                      Field("block_size", &DecodeAttentionConfig::block_size),
+                      Field("kv_dtype", &DecodeAttentionConfig::kv_dtype),
+                      Field("split", &DecodeAttentionConfig::split),
+                      Field("ragged", &DecodeAttentionConfig::ragged),
+                      Field("num_warps", &DecodeAttentionConfig::num_warps));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -20,6 +21,8 @@ struct EmbeddingConfig {
   int dim = 4096;
   ElemType table_dtype = ElemType::kF32;
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(
+      Field("dim", &EmbeddingConfig::dim), Field("table_dtype", &EmbeddingConfig::table_dtype));
 
   absl::Status Validate() const;
   std::string Key() const;

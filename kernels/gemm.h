@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -33,6 +34,11 @@ struct GemmConfig {
   int warps = 4;            // output columns per CTA (one per warp), 1..16
   bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(
+      Field("n", &GemmConfig::n), Field("k", &GemmConfig::k),
+      Field("weight_dtype", &GemmConfig::weight_dtype), Field("has_bias", &GemmConfig::has_bias),
+      Field("accumulate", &GemmConfig::accumulate), Field("m_tile", &GemmConfig::m_tile),
+      Field("warps", &GemmConfig::warps), Field("tiled", &GemmConfig::tiled));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -23,6 +24,11 @@ struct KvScatterConfig {
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
   ptx::Target target;
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_kv_heads", &KvScatterConfig::num_kv_heads),
+                      Field("head_dim", &KvScatterConfig::head_dim),
+                      Field("block_size", &KvScatterConfig::block_size),
+                      Field("kv_dtype", &KvScatterConfig::kv_dtype));
 
   absl::Status Validate() const;
   // Kernel-cache key: every field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -43,6 +44,8 @@ struct LogprobsConfig {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   int max_top = 20;   // top entries per record: 0..32 (the host API allows 20)
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(Field("threads", &LogprobsConfig::threads),
+                                                  Field("max_top", &LogprobsConfig::max_top));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -1,9 +1,11 @@
-// Each entry turns a string map into its kernel's Config; values are parsed
-// strictly (whole string, in range) so a typo is an error, not a default.
+// Each entry turns a string map into its kernel's Config through the Config's kFields;
+// values are parsed strictly (whole string, in range) so a typo is an error, not a
+// default.
 #include "kernels/registry.h"
 
 #include <fstream>
 #include <functional>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,36 +34,25 @@ class Reader {
  public:
   explicit Reader(const KernelSettings& s) : s_(s) {}
 
-  int Int(const std::string& key) {
-    int v = 0;
-    if (!absl::SimpleAtoi(Get(key), &v)) Error(key, "an integer");
-    return v;
+  void Read(const std::string& key, int* v) {
+    if (!absl::SimpleAtoi(Get(key), v)) Error(key, "an integer");
   }
-  double Float(const std::string& key) {
-    double v = 0;
-    if (!absl::SimpleAtod(Get(key), &v)) Error(key, "a number");
-    return v;
+  void Read(const std::string& key, bool* v) {
+    const std::string& text = Get(key);
+    *v = text == "1" || text == "true";
+    if (!*v && text != "0" && text != "false") Error(key, "true/false/1/0");
   }
-  bool Bool(const std::string& key) {
-    const std::string& v = Get(key);
-    if (v == "1" || v == "true") return true;
-    if (v != "0" && v != "false") Error(key, "true/false/1/0");
-    return false;
+  void Read(const std::string& key, ElemType* v) {
+    if (!ParseElemType(Get(key), v)) Error(key, "f32, f16 or bf16");
   }
-  ElemType Elem(const std::string& key) {
-    ElemType t = ElemType::kF32;
-    if (!ParseElemType(Get(key), &t)) Error(key, "f32, f16 or bf16");
-    return t;
-  }
-  RopeLayout Layout(const std::string& key) {
-    const std::string& v = Get(key);
-    if (v == "rotate_half") return RopeLayout::kRotateHalf;
-    if (v != "interleaved") Error(key, "rotate_half or interleaved");
-    return RopeLayout::kInterleaved;
+  void Read(const std::string& key, RopeLayout* v) {
+    const std::string& text = Get(key);
+    *v = text == "rotate_half" ? RopeLayout::kRotateHalf : RopeLayout::kInterleaved;
+    if (text != "rotate_half" && text != "interleaved") Error(key, "rotate_half or interleaved");
   }
   ptx::Target Target() {
     ptx::Target t;
-    t.sm = Int("sm");
+    Read("sm", &t.sm);
     const std::string v = absl::StrReplaceAll(Get("ptx"), {{".", ""}});
     if (!absl::SimpleAtoi(v, &t.ptx_version)) Error("ptx", "an ISA version like 7.8");
     return t;
@@ -85,162 +76,58 @@ class Reader {
   absl::Status status_;
 };
 
+// A setting's text, as Reader reads it back.
+std::string Format(int v) { return absl::StrCat(v); }
+std::string Format(bool v) { return v ? "true" : "false"; }
+std::string Format(ElemType v) { return std::string(ElemTypeName(v)); }
+std::string Format(RopeLayout v) {
+  return v == RopeLayout::kRotateHalf ? "rotate_half" : "interleaved";
+}
+
 struct Entry {
   std::string name;
   KernelSettings defaults;  // without the common sm/ptx keys
   std::function<absl::StatusOr<std::string>(Reader&)> generate;
 };
 
+// The entry of a kernel whose Config lists its fields in kFields (config_fields.h): its
+// defaults are a default-constructed Config's.
 template <typename Config>
-absl::StatusOr<std::string> Run(Reader& r, const Config& cfg,
-                                absl::StatusOr<std::string> (*fn)(const Config&)) {
-  if (!r.status().ok()) return r.status();
-  return fn(cfg);
+Entry MakeEntry(const char* name, absl::StatusOr<std::string> (*generate)(const Config&)) {
+  Entry e;
+  e.name = name;
+  const Config defaults;
+  std::apply(
+      [&](const auto&... field) {
+        (e.defaults.emplace(field.name, Format(defaults.*(field.member))), ...);
+      },
+      Config::kFields);
+  e.generate = [generate](Reader& r) -> absl::StatusOr<std::string> {
+    Config c;
+    std::apply([&](const auto&... field) { (r.Read(field.name, &(c.*(field.member))), ...); },
+               Config::kFields);
+    c.target = r.Target();
+    if (!r.status().ok()) return r.status();
+    return generate(c);
+  };
+  return e;
 }
 
 const std::vector<Entry>& Entries() {
   static const std::vector<Entry>* entries = new std::vector<Entry>{
-      {"kv_scatter",
-       {{"num_kv_heads", "8"}, {"head_dim", "128"}, {"block_size", "16"}, {"kv_dtype", "f16"}},
-       [](Reader& r) {
-         KvScatterConfig c;
-         c.num_kv_heads = r.Int("num_kv_heads");
-         c.head_dim = r.Int("head_dim");
-         c.block_size = r.Int("block_size");
-         c.kv_dtype = r.Elem("kv_dtype");
-         c.target = r.Target();
-         return Run(r, c, &GenerateKvScatter);
-       }},
-      {"attention_merge",
-       {{"num_heads", "32"}, {"head_dim", "128"}},
-       [](Reader& r) {
-         AttentionMergeConfig c;
-         c.num_heads = r.Int("num_heads");
-         c.head_dim = r.Int("head_dim");
-         c.target = r.Target();
-         return Run(r, c, &GenerateAttentionMerge);
-       }},
-      {"argmax",
-       {{"threads", "256"}},
-       [](Reader& r) {
-         ArgmaxConfig c;
-         c.threads = r.Int("threads");
-         c.target = r.Target();
-         return Run(r, c, &GenerateArgmax);
-       }},
-      {"decode_attention",
-       {{"num_heads", "32"},
-        {"num_kv_heads", "8"},
-        {"head_dim", "128"},
-        {"block_size", "16"},
-        {"kv_dtype", "f16"},
-        {"split", "false"},
-        {"ragged", "false"},
-        {"num_warps", "0"}},
-       [](Reader& r) {
-         DecodeAttentionConfig c;
-         c.num_heads = r.Int("num_heads");
-         c.num_kv_heads = r.Int("num_kv_heads");
-         c.head_dim = r.Int("head_dim");
-         c.block_size = r.Int("block_size");
-         c.kv_dtype = r.Elem("kv_dtype");
-         c.split = r.Bool("split");
-         c.ragged = r.Bool("ragged");
-         c.num_warps = r.Int("num_warps");
-         c.target = r.Target();
-         return Run(r, c, &GenerateDecodeAttention);
-       }},
-      {"embedding",
-       {{"dim", "4096"}, {"table_dtype", "f32"}},
-       [](Reader& r) {
-         EmbeddingConfig c;
-         c.dim = r.Int("dim");
-         c.table_dtype = r.Elem("table_dtype");
-         c.target = r.Target();
-         return Run(r, c, &GenerateEmbedding);
-       }},
-      {"gemm",
-       {{"n", "4096"},
-        {"k", "4096"},
-        {"weight_dtype", "f16"},
-        {"has_bias", "false"},
-        {"accumulate", "false"},
-        {"m_tile", "4"},
-        {"warps", "4"},
-        {"tiled", "false"}},
-       [](Reader& r) {
-         GemmConfig c;
-         c.n = r.Int("n");
-         c.k = r.Int("k");
-         c.weight_dtype = r.Elem("weight_dtype");
-         c.has_bias = r.Bool("has_bias");
-         c.accumulate = r.Bool("accumulate");
-         c.m_tile = r.Int("m_tile");
-         c.warps = r.Int("warps");
-         c.tiled = r.Bool("tiled");
-         c.target = r.Target();
-         return Run(r, c, &GenerateGemm);
-       }},
-      {"logprobs",
-       {{"threads", "256"}, {"max_top", "20"}},
-       [](Reader& r) {
-         LogprobsConfig c;
-         c.threads = r.Int("threads");
-         c.max_top = r.Int("max_top");
-         c.target = r.Target();
-         return Run(r, c, &GenerateLogprobs);
-       }},
-      {"penalties",
-       {{"threads", "256"}},
-       [](Reader& r) {
-         PenaltiesConfig c;
-         c.threads = r.Int("threads");
-         c.target = r.Target();
-         return Run(r, c, &GeneratePenalties);
-       }},
-      {"residual_add",
-       {},
-       [](Reader& r) {
-         ResidualAddConfig c;
-         c.target = r.Target();
-         return Run(r, c, &GenerateResidualAdd);
-       }},
-      {"rmsnorm",
-       {{"dim", "4096"}, {"weight_dtype", "f32"}},
-       [](Reader& r) {
-         RmsNormConfig c;
-         c.dim = r.Int("dim");
-         c.weight_dtype = r.Elem("weight_dtype");
-         c.target = r.Target();
-         return Run(r, c, &GenerateRmsNorm);
-       }},
-      {"rope",
-       {{"num_heads", "32"}, {"num_kv_heads", "8"}, {"head_dim", "128"}, {"layout", "rotate_half"}},
-       [](Reader& r) {
-         RopeConfig c;
-         c.num_heads = r.Int("num_heads");
-         c.num_kv_heads = r.Int("num_kv_heads");
-         c.head_dim = r.Int("head_dim");
-         c.layout = r.Layout("layout");
-         c.target = r.Target();
-         return Run(r, c, &GenerateRope);
-       }},
-      {"sampling",
-       {{"threads", "256"}},
-       [](Reader& r) {
-         SamplingConfig c;
-         c.threads = r.Int("threads");
-         c.target = r.Target();
-         return Run(r, c, &GenerateSampling);
-       }},
-      {"silu_mul",
-       {{"fused_inter", "0"}},
-       [](Reader& r) {
-         SiluMulConfig c;
-         c.fused_inter = r.Int("fused_inter");
-         c.target = r.Target();
-         return Run(r, c, &GenerateSiluMul);
-       }},
+      MakeEntry("argmax", &GenerateArgmax),
+      MakeEntry("attention_merge", &GenerateAttentionMerge),
+      MakeEntry("decode_attention", &GenerateDecodeAttention),
+      MakeEntry("embedding", &GenerateEmbedding),
+      MakeEntry("gemm", &GenerateGemm),
+      MakeEntry("kv_scatter", &GenerateKvScatter),
+      MakeEntry("logprobs", &GenerateLogprobs),
+      MakeEntry("penalties", &GeneratePenalties),
+      MakeEntry("residual_add", &GenerateResidualAdd),
+      MakeEntry("rmsnorm", &GenerateRmsNorm),
+      MakeEntry("rope", &GenerateRope),
+      MakeEntry("sampling", &GenerateSampling),
+      MakeEntry("silu_mul", &GenerateSiluMul),
   };
   return *entries;
 }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/ptx/types.h"
 
 namespace ptxserve::kernels {
@@ -20,6 +21,7 @@ inline constexpr char kResidualAddEntry[] = "residual_add";
 
 struct ResidualAddConfig {
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple();
 
   absl::Status Validate() const { return target.Validate(); }
   std::string Key() const;

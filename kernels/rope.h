@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -28,6 +29,9 @@ struct RopeConfig {
   int head_dim = 128;  // even
   RopeLayout layout = RopeLayout::kRotateHalf;
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(
+      Field("num_heads", &RopeConfig::num_heads), Field("num_kv_heads", &RopeConfig::num_kv_heads),
+      Field("head_dim", &RopeConfig::head_dim), Field("layout", &RopeConfig::layout));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -46,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -56,6 +57,7 @@ inline constexpr char kSamplingEntry[] = "sampling";
 struct SamplingConfig {
   int threads = 256;  // per CTA: 32..1024, a multiple of 32
   ptx::Target target;
+  static constexpr auto kFields = std::make_tuple(Field("threads", &SamplingConfig::threads));
 
   absl::Status Validate() const;
   std::string Key() const;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
+#include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
 
@@ -19,6 +20,8 @@ inline constexpr char kSiluMulEntry[] = "silu_mul";
 struct SiluMulConfig {
   int fused_inter = 0;  // 0: separate gate/up arrays; I > 0: gate_up rows of 2*I
   ptx::Target target;
+  static constexpr auto kFields =
+      std::make_tuple(Field("fused_inter", &SiluMulConfig::fused_inter));
 
   absl::Status Validate() const;
   std::string Key() const;
