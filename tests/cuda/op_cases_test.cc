@@ -1,0 +1,347 @@
+// The kernel ops as one list of small cases (llama.cpp's tests/test-backend-ops.cpp is the
+// model): each case generates its kernel, runs it through cuda::Device and the kernel
+// cache with its typed launch arguments, on the emulated driver and, where libcuda.so.1 and
+// a GPU exist, on the real one (skipped with the reason otherwise), and compares the result
+// with the CPU op (engine/cpu/ops.h) within the tolerance of its dtype. The CPU reference
+// reads the same rounded f16/bf16 weights as the kernel, so the tolerance covers only the
+// kernel's own arithmetic (its summation order, and approximate SFU functions on a GPU).
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/ops.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
+#include "engine/cuda/emulated_driver.h"
+#include "engine/cuda/kernel_cache.h"
+#include "engine/model/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/argmax.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+#include "tests/cuda/gpu_test_util.h"
+
+namespace ptxserve::cuda {
+namespace {
+
+using kernels::ElemType;
+
+// One case per op: the shape and dtypes it runs at.
+struct RmsNormCase {
+  int rows, dim;
+  ElemType weights;
+};
+struct GemmCase {
+  int m, n, k;
+  ElemType weights;
+  bool bias, accumulate;
+};
+struct SiluMulCase {
+  int n;
+};
+struct EmbeddingCase {
+  int tokens, vocab, dim;
+  ElemType table;
+};
+struct RopeCase {
+  int tokens, heads, kv_heads, head_dim;
+  kernels::RopeLayout layout;
+};
+struct ArgmaxCase {
+  int rows, vocab;
+};
+using OpCase =
+    std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase>;
+
+std::vector<OpCase> AllCases() {
+  std::vector<OpCase> cases;
+  for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
+    cases.push_back(RmsNormCase{3, 64, t});
+    cases.push_back(RmsNormCase{2, 1000, t});
+    cases.push_back(GemmCase{1, 96, 256, t, false, false});  // GEMV
+    cases.push_back(GemmCase{5, 72, 128, t, true, false});   // GEMV, a partial row tile
+    cases.push_back(GemmCase{3, 64, 96, t, false, true});    // fused residual add
+    cases.push_back(GemmCase{20, 80, 136, t, true, true});   // tiled, partial tiles
+    cases.push_back(EmbeddingCase{6, 50, 96, t});
+  }
+  cases.push_back(SiluMulCase{1000});
+  cases.push_back(SiluMulCase{4096});
+  cases.push_back(RopeCase{4, 8, 2, 64, kernels::RopeLayout::kRotateHalf});
+  cases.push_back(RopeCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved});
+  cases.push_back(ArgmaxCase{3, 1000});
+  cases.push_back(ArgmaxCase{2, 32000});
+  return cases;
+}
+
+std::string Name(const OpCase& c) {
+  struct Namer {
+    std::string operator()(const RmsNormCase& c) const {
+      return absl::StrCat("rmsnorm_r", c.rows, "_d", c.dim, "_", kernels::ElemTypeName(c.weights));
+    }
+    std::string operator()(const GemmCase& c) const {
+      return absl::StrCat("gemm_m", c.m, "_n", c.n, "_k", c.k, "_",
+                          kernels::ElemTypeName(c.weights), c.bias ? "_bias" : "",
+                          c.accumulate ? "_acc" : "");
+    }
+    std::string operator()(const SiluMulCase& c) const { return absl::StrCat("silu_mul_n", c.n); }
+    std::string operator()(const EmbeddingCase& c) const {
+      return absl::StrCat("embedding_t", c.tokens, "_d", c.dim, "_",
+                          kernels::ElemTypeName(c.table));
+    }
+    std::string operator()(const RopeCase& c) const {
+      return absl::StrCat("rope_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
+                          c.layout == kernels::RopeLayout::kRotateHalf ? "_half" : "_interleaved");
+    }
+    std::string operator()(const ArgmaxCase& c) const {
+      return absl::StrCat("argmax_r", c.rows, "_v", c.vocab);
+    }
+  };
+  return std::visit(Namer{}, c);
+}
+
+DType ToDType(ElemType t) {
+  return t == ElemType::kF32 ? DType::kF32 : t == ElemType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+// Relative tolerance: f32 results differ from the CPU's only in summation order.
+constexpr double kTolerance = 2e-5;
+
+std::vector<float> Random(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A device and its kernel cache; uploads, downloads and typed launches for the cases.
+class OpRunner {
+ public:
+  explicit OpRunner(std::unique_ptr<Device> device)
+      : device_(std::move(device)), cache_(device_.get()) {}
+
+  // Uploads `v` converted to `t`; `rounded` receives the values as the device holds them.
+  CUdeviceptr Upload(const std::vector<float>& v, DType t = DType::kF32,
+                     std::vector<float>* rounded = nullptr) {
+    std::vector<uint8_t> bytes(v.size() * DTypeSize(t));
+    ConvertFromFloat(t, v.data(), v.size(), bytes.data());
+    if (rounded != nullptr) {
+      rounded->resize(v.size());
+      ConvertToFloat(t, bytes.data(), v.size(), rounded->data());
+    }
+    return UploadBytes(bytes.data(), bytes.size());
+  }
+  CUdeviceptr UploadBytes(const void* data, size_t n) {
+    absl::StatusOr<DeviceBuffer> b = device_->Alloc(std::max<size_t>(n, 4), "op input");
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return 0;
+    EXPECT_TRUE(device_->CopyToDevice(b->ptr(), data, n, "op input").ok());
+    // The copy reads `data` until the stream is synchronised.
+    EXPECT_TRUE(device_->Synchronize("op input").ok());
+    buffers_.push_back(*std::move(b));
+    return buffers_.back().ptr();
+  }
+  template <class T>
+  std::vector<T> Download(CUdeviceptr p, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_TRUE(device_->CopyToHost(v.data(), p, n * sizeof(T), "op output").ok());
+    EXPECT_TRUE(device_->Synchronize("op").ok());
+    return v;
+  }
+  // Generates the kernel of `cfg` and launches it with `args`.
+  template <class Config, class Args>
+  absl::Status Launch(const Config& cfg, const char* entry,
+                      absl::StatusOr<std::string> (*generate)(const Config&),
+                      const kernels::LaunchDims& dims, Args args) {
+    KernelSpec spec{cfg.Key(), entry, [cfg, generate] { return generate(cfg); }};
+    absl::StatusOr<const CompiledKernel*> k = cache_.Get(spec);
+    if (!k.ok()) return k.status();
+    auto params = kernels::PackParams(args);
+    return cache_.Launch(**k, dims, params.data());
+  }
+  ptx::Target target() const {
+    const DeviceInfo& i = device_->info();
+    ptx::Target t;
+    t.sm = i.cc_major * 10 + i.cc_minor;
+    return t;
+  }
+
+ private:
+  std::unique_ptr<Device> device_;
+  KernelCache cache_;
+  std::vector<DeviceBuffer> buffers_;
+};
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LE(testing::RelErr(got.data(), want.data(), static_cast<int64_t>(got.size())), tol);
+}
+
+void RunCase(OpRunner& r, const RmsNormCase& c) {
+  kernels::RmsNormConfig cfg{.dim = c.dim, .weight_dtype = c.weights, .target = r.target()};
+  std::vector<float> w;
+  const std::vector<float> x = Random(size_t{1} * c.rows * c.dim, 1);
+  const CUdeviceptr dx = r.Upload(x),
+                    dw = r.Upload(Random(c.dim, 2, 0.5f, 1.5f), ToDType(c.weights), &w);
+  const CUdeviceptr dout = r.Upload(std::vector<float>(x.size()));
+  const float eps = 1e-5f;
+  ASSERT_TRUE(r.Launch(cfg, kernels::kRmsNormEntry, &kernels::GenerateRmsNorm,
+                       kernels::RmsNormLaunch(cfg, c.rows),
+                       kernels::RmsNormArgs{.x = dx,
+                                            .w = dw,
+                                            .out = dout,
+                                            .num_rows = static_cast<uint32_t>(c.rows),
+                                            .eps = eps})
+                  .ok());
+  std::vector<float> want(x.size());
+  cpu::RmsNorm(x.data(), w.data(), c.rows, c.dim, eps, want.data());
+  ExpectClose(r.Download<float>(dout, x.size()), want, kTolerance);
+}
+
+void RunCase(OpRunner& r, const GemmCase& c) {
+  kernels::GemmConfig base{.n = c.n,
+                           .k = c.k,
+                           .weight_dtype = c.weights,
+                           .has_bias = c.bias,
+                           .accumulate = c.accumulate,
+                           .target = r.target()};
+  const kernels::GemmConfig cfg = kernels::GemmConfigFor(base, c.m);
+  std::vector<float> w;
+  const std::vector<float> x = Random(size_t{1} * c.m * c.k, 3);
+  const std::vector<float> bias = Random(c.n, 4);
+  const std::vector<float> y0 = Random(size_t{1} * c.m * c.n, 5);
+  const CUdeviceptr dx = r.Upload(x),
+                    dw = r.Upload(Random(size_t{1} * c.n * c.k, 6), ToDType(c.weights), &w);
+  const CUdeviceptr db = c.bias ? r.Upload(bias) : 0, dy = r.Upload(y0);
+  ASSERT_TRUE(r.Launch(cfg, kernels::kGemmEntry, &kernels::GenerateGemm,
+                       kernels::GemmLaunch(cfg, c.m),
+                       kernels::GemmArgs{
+                           .x = dx, .w = dw, .bias = db, .y = dy, .m = static_cast<uint32_t>(c.m)})
+                  .ok());
+  std::vector<float> want(y0.size());
+  cpu::Gemm(x.data(), w.data(), c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data());
+  if (c.accumulate) cpu::AddInPlace(want.data(), y0.data(), static_cast<int64_t>(want.size()));
+  ExpectClose(r.Download<float>(dy, want.size()), want, kTolerance);
+}
+
+void RunCase(OpRunner& r, const SiluMulCase& c) {
+  kernels::SiluMulConfig cfg{.fused_inter = 0, .target = r.target()};
+  const std::vector<float> gate = Random(c.n, 7, -6, 6), up = Random(c.n, 8);
+  const CUdeviceptr dg = r.Upload(gate), du = r.Upload(up),
+                    dout = r.Upload(std::vector<float>(c.n));
+  ASSERT_TRUE(
+      r.Launch(
+           cfg, kernels::kSiluMulEntry, &kernels::GenerateSiluMul, kernels::SiluMulLaunch(cfg, c.n),
+           kernels::SiluMulArgs{.gate = dg, .up = du, .out = dout, .n = static_cast<uint32_t>(c.n)})
+          .ok());
+  std::vector<float> want(c.n);
+  cpu::SiluMul(gate.data(), up.data(), c.n, want.data());
+  // The kernel's exp is ex2.approx on a GPU (about 2 ulp).
+  ExpectClose(r.Download<float>(dout, c.n), want, 1e-6 * 4 + kTolerance);
+}
+
+void RunCase(OpRunner& r, const EmbeddingCase& c) {
+  kernels::EmbeddingConfig cfg{.dim = c.dim, .table_dtype = c.table, .target = r.target()};
+  std::vector<float> table;
+  const CUdeviceptr dt = r.Upload(Random(size_t{1} * c.vocab * c.dim, 9), ToDType(c.table), &table);
+  std::vector<int32_t> ids(c.tokens);
+  for (int t = 0; t < c.tokens; ++t) ids[t] = (t * 17 + 3) % c.vocab;
+  const CUdeviceptr di = r.UploadBytes(ids.data(), ids.size() * 4);
+  const CUdeviceptr dout = r.Upload(std::vector<float>(size_t{1} * c.tokens * c.dim));
+  ASSERT_TRUE(r.Launch(cfg, kernels::kEmbeddingEntry, &kernels::GenerateEmbedding,
+                       kernels::EmbeddingLaunch(cfg, c.tokens),
+                       kernels::EmbeddingArgs{.table = dt,
+                                              .ids = di,
+                                              .out = dout,
+                                              .num_tokens = static_cast<uint32_t>(c.tokens),
+                                              .vocab = static_cast<uint32_t>(c.vocab)})
+                  .ok());
+  std::vector<float> want(size_t{1} * c.tokens * c.dim);
+  cpu::Embed(table.data(), ids.data(), c.tokens, c.dim, want.data());
+  ExpectClose(r.Download<float>(dout, want.size()), want, 0);  // a copy: exact
+}
+
+void RunCase(OpRunner& r, const RopeCase& c) {
+  kernels::RopeConfig cfg{.num_heads = c.heads,
+                          .num_kv_heads = c.kv_heads,
+                          .head_dim = c.head_dim,
+                          .layout = c.layout,
+                          .target = r.target()};
+  std::vector<float> q = Random(size_t{1} * c.tokens * c.heads * c.head_dim, 10);
+  std::vector<float> k = Random(size_t{1} * c.tokens * c.kv_heads * c.head_dim, 11);
+  std::vector<float> inv_freq(c.head_dim / 2);
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.head_dim));
+  }
+  std::vector<int32_t> positions(c.tokens);
+  for (int t = 0; t < c.tokens; ++t) positions[t] = t * 997 + 5;  // far positions too
+  const CUdeviceptr dq = r.Upload(q), dk = r.Upload(k), df = r.Upload(inv_freq);
+  const CUdeviceptr dp = r.UploadBytes(positions.data(), positions.size() * 4);
+  ASSERT_TRUE(r.Launch(cfg, kernels::kRopeEntry, &kernels::GenerateRope,
+                       kernels::RopeLaunch(cfg, c.tokens),
+                       kernels::RopeArgs{.q = dq,
+                                         .k = dk,
+                                         .positions = dp,
+                                         .inv_freq = df,
+                                         .num_tokens = static_cast<uint32_t>(c.tokens)})
+                  .ok());
+  cpu::Rope(q.data(), k.data(), positions.data(), c.tokens, c.heads, c.kv_heads, c.head_dim,
+            inv_freq.data(),
+            c.layout == kernels::RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf
+                                                         : RopeStyle::kInterleaved);
+  ExpectClose(r.Download<float>(dq, q.size()), q, 1e-5);
+  ExpectClose(r.Download<float>(dk, k.size()), k, 1e-5);
+}
+
+void RunCase(OpRunner& r, const ArgmaxCase& c) {
+  kernels::ArgmaxConfig cfg{.threads = 256, .target = r.target()};
+  const std::vector<float> logits = Random(size_t{1} * c.rows * c.vocab, 12, -20, 20);
+  const CUdeviceptr dl = r.Upload(logits), dout = r.Upload(std::vector<float>(c.rows));
+  ASSERT_TRUE(r.Launch(cfg, kernels::kArgmaxEntry, &kernels::GenerateArgmax,
+                       kernels::ArgmaxLaunch(cfg, c.rows),
+                       kernels::ArgmaxArgs{.logits = dl,
+                                           .out = dout,
+                                           .vocab = static_cast<uint32_t>(c.vocab),
+                                           .num_rows = static_cast<uint32_t>(c.rows)})
+                  .ok());
+  const std::vector<int32_t> got = r.Download<int32_t>(dout, c.rows);
+  for (int row = 0; row < c.rows; ++row) {
+    EXPECT_EQ(got[row], testing::ArgMax(logits.data() + int64_t{row} * c.vocab, c.vocab));
+  }
+}
+
+class OpCases : public ::testing::TestWithParam<std::tuple<std::string, OpCase>> {};
+
+TEST_P(OpCases, MatchTheCpuOp) {
+  const std::string& kind = std::get<0>(GetParam());
+  if (const std::string why = testing::Unavailable(kind); !why.empty()) {
+    GTEST_SKIP() << "no " << kind << " device: " << why;
+  }
+  absl::StatusOr<std::unique_ptr<DriverTable>> driver =
+      kind == "cuda" ? LoadCudaDriver() : LoadEmulatedDriver();
+  ASSERT_TRUE(driver.ok()) << driver.status();
+  absl::StatusOr<std::unique_ptr<Device>> device = Device::Open(*std::move(driver));
+  ASSERT_TRUE(device.ok()) << device.status();
+  OpRunner runner(*std::move(device));
+  std::visit([&](const auto& c) { RunCase(runner, c); }, std::get<1>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OpCases,
+                         ::testing::Combine(::testing::Values(std::string("emulated"),
+                                                              std::string("cuda")),
+                                            ::testing::ValuesIn(AllCases())),
+                         [](const ::testing::TestParamInfo<OpCases::ParamType>& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_",
+                                               Name(std::get<1>(info.param)));
+                         });
+
+}  // namespace
+}  // namespace ptxserve::cuda
