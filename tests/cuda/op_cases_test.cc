@@ -5,6 +5,7 @@
 // with the CPU op (engine/cpu/ops.h) within the tolerance of its dtype. The CPU reference
 // reads the same rounded f16/bf16 weights as the kernel, so the tolerance covers only the
 // kernel's own arithmetic (its summation order, and approximate SFU functions on a GPU).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -22,8 +23,11 @@
 #include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/argmax.h"
+#include "kernels/attention_merge.h"
+#include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/kv_scatter.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/silu_mul.h"
@@ -58,8 +62,19 @@ struct RopeCase {
 struct ArgmaxCase {
   int rows, vocab;
 };
-using OpCase =
-    std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase>;
+struct KvScatterCase {
+  int tokens, kv_heads, head_dim, block_size;
+  ElemType kv;
+};
+// Decode mode: one query row per sequence; split: partitions of `partition` tokens merged
+// by attention_merge.
+struct DecodeAttentionCase {
+  int seqs, heads, kv_heads, head_dim, block_size;
+  ElemType kv;
+  int partition;  // 0: not split
+};
+using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase,
+                            KvScatterCase, DecodeAttentionCase>;
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> cases;
@@ -78,6 +93,11 @@ std::vector<OpCase> AllCases() {
   cases.push_back(RopeCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved});
   cases.push_back(ArgmaxCase{3, 1000});
   cases.push_back(ArgmaxCase{2, 32000});
+  for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
+    cases.push_back(KvScatterCase{7, 2, 64, 16, t});
+    cases.push_back(DecodeAttentionCase{3, 8, 2, 64, 16, t, 0});    // GQA 4:1
+    cases.push_back(DecodeAttentionCase{2, 4, 4, 128, 16, t, 32});  // split, merged
+  }
   return cases;
 }
 
@@ -102,6 +122,15 @@ std::string Name(const OpCase& c) {
     }
     std::string operator()(const ArgmaxCase& c) const {
       return absl::StrCat("argmax_r", c.rows, "_v", c.vocab);
+    }
+    std::string operator()(const KvScatterCase& c) const {
+      return absl::StrCat("kv_scatter_t", c.tokens, "_kv", c.kv_heads, "_d", c.head_dim, "_",
+                          kernels::ElemTypeName(c.kv));
+    }
+    std::string operator()(const DecodeAttentionCase& c) const {
+      return absl::StrCat("decode_attention_s", c.seqs, "_h", c.heads, "_kv", c.kv_heads, "_d",
+                          c.head_dim, "_", kernels::ElemTypeName(c.kv),
+                          c.partition > 0 ? absl::StrCat("_split", c.partition) : "");
     }
   };
   return std::visit(Namer{}, c);
@@ -316,6 +345,127 @@ void RunCase(OpRunner& r, const ArgmaxCase& c) {
   for (int row = 0; row < c.rows; ++row) {
     EXPECT_EQ(got[row], testing::ArgMax(logits.data() + int64_t{row} * c.vocab, c.vocab));
   }
+}
+
+void RunCase(OpRunner& r, const KvScatterCase& c) {
+  kernels::KvScatterConfig cfg{.num_kv_heads = c.kv_heads,
+                               .head_dim = c.head_dim,
+                               .block_size = c.block_size,
+                               .kv_dtype = c.kv,
+                               .target = r.target()};
+  const int num_blocks = 3;
+  const size_t row = size_t{1} * c.kv_heads * c.head_dim;
+  const size_t pool = num_blocks * row * c.block_size * kernels::ElemSize(c.kv);
+  const std::vector<float> k = Random(c.tokens * row, 13), v = Random(c.tokens * row, 14);
+  std::vector<int64_t> slots(c.tokens);
+  for (int t = 0; t < c.tokens; ++t) {
+    slots[t] = t == 2 ? -1 : (t * 5 + 1) % (num_blocks * c.block_size);  // -1: padding
+  }
+  std::vector<uint8_t> want_k(pool, 0), want_v(pool, 0);
+  const CUdeviceptr dk = r.Upload(k), dv = r.Upload(v);
+  const CUdeviceptr ds = r.UploadBytes(slots.data(), slots.size() * 8);
+  const CUdeviceptr dkp = r.UploadBytes(want_k.data(), pool);
+  const CUdeviceptr dvp = r.UploadBytes(want_v.data(), pool);
+  ASSERT_TRUE(r.Launch(cfg, kernels::kKvScatterEntry, &kernels::GenerateKvScatter,
+                       kernels::KvScatterLaunch(cfg, c.tokens),
+                       kernels::KvScatterArgs{.k = dk,
+                                              .v = dv,
+                                              .slot_mapping = ds,
+                                              .k_pool = dkp,
+                                              .v_pool = dvp,
+                                              .num_tokens = static_cast<uint32_t>(c.tokens)})
+                  .ok());
+  // A negative slot is padding the kernel skips; the CPU op (which never sees padding) is
+  // given the other tokens.
+  for (int t = 0; t < c.tokens; ++t) {
+    if (slots[t] < 0) continue;
+    cpu::KvScatter(k.data() + t * row, v.data() + t * row, &slots[t], 1, c.kv_heads, c.head_dim,
+                   c.block_size, ToDType(c.kv), want_k.data(), want_v.data());
+  }
+  // The same conversions (round to nearest even): the pools match byte for byte.
+  EXPECT_EQ(r.Download<uint8_t>(dkp, pool), want_k);
+  EXPECT_EQ(r.Download<uint8_t>(dvp, pool), want_v);
+}
+
+void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
+  const bool split = c.partition > 0;
+  kernels::DecodeAttentionConfig cfg{.num_heads = c.heads,
+                                     .num_kv_heads = c.kv_heads,
+                                     .head_dim = c.head_dim,
+                                     .block_size = c.block_size,
+                                     .kv_dtype = c.kv,
+                                     .split = split,
+                                     .target = r.target()};
+  absl::StatusOr<kernels::DecodeAttentionShape> shape = kernels::ShapeOf(cfg);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  // Sequence s holds 21 + 30 s tokens; the block tables run back to front.
+  const int max_blocks = 8, num_blocks = c.seqs * max_blocks;
+  std::vector<int32_t> seq_lens(c.seqs), tables(size_t{1} * c.seqs * max_blocks);
+  std::vector<int32_t> positions(c.seqs), query_start(c.seqs + 1, 0);
+  int max_len = 0;
+  for (int s = 0; s < c.seqs; ++s) {
+    seq_lens[s] = 21 + 30 * s;
+    max_len = std::max(max_len, seq_lens[s]);
+    positions[s] = seq_lens[s] - 1;
+    query_start[s + 1] = s + 1;
+    for (int b = 0; b < max_blocks; ++b) {
+      tables[s * max_blocks + b] = num_blocks - 1 - (s * max_blocks + b);
+    }
+  }
+  const size_t pool_elems = size_t{1} * num_blocks * c.kv_heads * c.block_size * c.head_dim;
+  const DType kv = ToDType(c.kv);
+  std::vector<float> kf, vf;
+  const CUdeviceptr dkp = r.Upload(Random(pool_elems, 15), kv, &kf);
+  const CUdeviceptr dvp = r.Upload(Random(pool_elems, 16), kv, &vf);
+  std::vector<uint8_t> kpool(pool_elems * DTypeSize(kv)), vpool(kpool.size());
+  ConvertFromFloat(kv, kf.data(), pool_elems, kpool.data());
+  ConvertFromFloat(kv, vf.data(), pool_elems, vpool.data());
+  const std::vector<float> q = Random(size_t{1} * c.seqs * c.heads * c.head_dim, 17);
+  const CUdeviceptr dq = r.Upload(q);
+  const CUdeviceptr dt = r.UploadBytes(tables.data(), tables.size() * 4);
+  const CUdeviceptr dl = r.UploadBytes(seq_lens.data(), seq_lens.size() * 4);
+  const int splits = split ? (max_len + c.partition - 1) / c.partition : 1;
+  const size_t out_elems = size_t{1} * c.seqs * c.heads * c.head_dim;
+  const CUdeviceptr dpartial = r.Upload(std::vector<float>(out_elems * splits));
+  const CUdeviceptr dlse = r.Upload(std::vector<float>(size_t{1} * c.seqs * c.heads * splits));
+  const CUdeviceptr dout = r.Upload(std::vector<float>(out_elems));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ASSERT_TRUE(
+      r.Launch(cfg, kernels::kDecodeAttentionEntry, &kernels::GenerateDecodeAttention,
+               kernels::DecodeAttentionLaunch(*shape, c.kv_heads, c.seqs, splits),
+               kernels::DecodeAttentionArgs{.q = dq,
+                                            .k_pool = dkp,
+                                            .v_pool = dvp,
+                                            .block_tables = dt,
+                                            .seq_lens = dl,
+                                            .query_start = 0,
+                                            .positions = 0,
+                                            .out = split ? dpartial : dout,
+                                            .partial_lse = split ? dlse : 0,
+                                            .max_blocks_per_seq = max_blocks,
+                                            .num_seqs = static_cast<uint32_t>(c.seqs),
+                                            .num_rows = static_cast<uint32_t>(c.seqs),
+                                            .scale = scale,
+                                            .partition = static_cast<uint32_t>(c.partition)})
+          .ok());
+  if (split) {
+    kernels::AttentionMergeConfig mc{
+        .num_heads = c.heads, .head_dim = c.head_dim, .target = r.target()};
+    ASSERT_TRUE(r.Launch(mc, kernels::kAttentionMergeEntry, &kernels::GenerateAttentionMerge,
+                         kernels::AttentionMergeLaunch(mc, c.seqs),
+                         kernels::AttentionMergeArgs{.partial_out = dpartial,
+                                                     .partial_lse = dlse,
+                                                     .out = dout,
+                                                     .num_splits = static_cast<uint32_t>(splits),
+                                                     .num_rows = static_cast<uint32_t>(c.seqs)})
+                    .ok());
+  }
+  std::vector<float> want(out_elems);
+  cpu::PagedAttention(q.data(), positions.data(), query_start.data(), seq_lens.data(),
+                      tables.data(), max_blocks, c.seqs, c.heads, c.kv_heads, c.head_dim,
+                      c.block_size, kv, kpool.data(), vpool.data(), scale, want.data());
+  // The online softmax's order and, on a GPU, ex2.approx: a few f32 roundings.
+  ExpectClose(r.Download<float>(dout, out_elems), want, 1e-5);
 }
 
 class OpCases : public ::testing::TestWithParam<std::tuple<std::string, OpCase>> {};
