@@ -98,9 +98,6 @@ class Engine {
 
  private:
   struct Sequence;
-  struct Incoming {
-    std::vector<std::unique_ptr<Sequence>> seqs;
-  };
 
   // Parallel samples (a prompt more than once in one call, as OpenAI's `n` asks): each
   // later one waits for the first one's prompt to be computed and then starts from its
