@@ -18,7 +18,6 @@
 #include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
-#include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -197,13 +196,6 @@ const std::vector<Entry>& Entries() {
          c.threads = r.Int("threads");
          c.target = r.Target();
          return Run(r, c, &GeneratePenalties);
-       }},
-      {"residual_add",
-       {},
-       [](Reader& r) {
-         ResidualAddConfig c;
-         c.target = r.Target();
-         return Run(r, c, &GenerateResidualAdd);
        }},
       {"rmsnorm",
        {{"dim", "4096"}, {"weight_dtype", "f32"}},
