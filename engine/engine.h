@@ -98,9 +98,6 @@ class Engine {
 
  private:
   struct Sequence;
-  struct Incoming {
-    std::vector<std::unique_ptr<Sequence>> seqs;
-  };
 
   // Parallel samples (a prompt more than once in one call, as OpenAI's `n` asks): each
   // later one waits for the first one's prompt to be computed and then starts from its
@@ -110,7 +107,39 @@ class Engine {
   void Loop();
   // Moves new requests and cancellations into the scheduler; false when stopping.
   bool DrainInbox(bool wait);
+
+  // One step over the running sequences, in the shape of vLLM's engine core (schedule,
+  // execute the model, update_from_output): PrepareStep plans the batch and where its
+  // rows are sampled, RunBackend runs it, CheckBackendOutput refuses what the backend
+  // returned when it cannot be right, then UpdateFromOutput applies the sampled tokens
+  // to the sequences, or FailStep errors the step's requests.
+  struct SamplingPlan;
+  struct PreparedStep;
   void RunStep();
+  // Schedules the step into plan_ and records who was preempted or scheduled for the
+  // first time. False when nothing could be planned (then every request was failed).
+  bool PrepareStep(PreparedStep* step);
+  // Where the step's sampling rows are drawn; fills sample_rows_ when on the device.
+  SamplingPlan PlanSampling();
+  // The forward pass of plan_.batch into output_: logits, or the device's samples.
+  absl::Status RunBackend(const SamplingPlan& sampling);
+  // An error when output_ does not fit the step (row counts, ids outside the vocabulary,
+  // log-probs of another token): such output must not reach the sequences.
+  absl::Status CheckBackendOutput(const SamplingPlan& sampling) const;
+  // The step failed: its requests end with `st` (their KV blocks return to the pool), and
+  // so does everything else when the failure is fatal (EngineConfig::max_step_failures,
+  // Backend::usable).
+  void FailStep(const absl::Status& st);
+  // The post-step update (vLLM's update_from_output): commits the plan to the scheduler,
+  // appends each sampling row's token to its sequence, then counts the step and emits
+  // the outputs, finishing the sequences whose stop condition was met.
+  void UpdateFromOutput(const PreparedStep& step);
+  // Sampling row `row`'s token: the device's, recorded in the sampler's history as Sample
+  // would record it, or drawn now on the host from the row's logits.
+  SampleResult SampleRow(const SamplingPlan& sampling, int32_t row, SequenceSampler& sampler);
+  // Appends the token to `seq`, runs its stop checks and queues its output in
+  // step_outputs_.
+  void AppendSampledToken(Sequence* seq, SampleResult sample);
   // Removes `seq` (freeing its blocks), counts it, and pushes its final output, which
   // starts from *last when given (the finishing step's tokens).
   void FinishSequence(Sequence* seq, FinishReason reason, absl::Status error,
@@ -128,13 +157,21 @@ class Engine {
   KvBlockManager kv_;
   Scheduler scheduler_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  // The step's vectors live across steps so that they keep their capacity: the plan (and
+  // its batch), the device's sampling rows, what the backend returned, and the outputs.
   StepPlan plan_;
-  std::vector<float> logits_;
-  // Device sampling (Backend::StepSampled): one row per sampling sequence, the ids, and
-  // the log-probs when a row wants them.
+  // Device sampling (Backend::StepSampled): one row per sampling sequence.
   std::vector<RowSampling> sample_rows_;
-  std::vector<int32_t> sampled_ids_;
-  std::vector<SampleResult> sampled_logprobs_;
+  // What the backend returned for a step's sampling rows, in row order: the logits
+  // ([rows x vocab], Backend::Step) when the host samples, else the device's ids and,
+  // when some row wants log-probs, one SampleResult per row.
+  struct BackendOutput {
+    std::vector<float> logits;
+    std::vector<int32_t> sampled_ids;
+    std::vector<SampleResult> sampled_logprobs;
+  };
+  BackendOutput output_;
+  // One sequence's output of the step, emitted (or finishing it) once the step is counted.
   struct StepOutput {
     Sequence* seq;
     EngineOutput out;

@@ -1,6 +1,6 @@
-// Shared skeleton of the flat elementwise kernels (silu_mul, residual_add): each
-// thread owns 4 consecutive elements, with 128-bit accesses when all 4 exist and a
-// guarded scalar tail otherwise.
+// Shared skeleton of the flat elementwise kernels (silu_mul, and the test kernel
+// tests/kernels/residual_add.h): each thread owns 4 consecutive elements, with 128-bit
+// accesses when all 4 exist and a guarded scalar tail otherwise.
 #pragma once
 
 #include <functional>

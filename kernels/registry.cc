@@ -20,7 +20,6 @@
 #include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
-#include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -123,7 +122,6 @@ const std::vector<Entry>& Entries() {
       MakeEntry("kv_scatter", &GenerateKvScatter),
       MakeEntry("logprobs", &GenerateLogprobs),
       MakeEntry("penalties", &GeneratePenalties),
-      MakeEntry("residual_add", &GenerateResidualAdd),
       MakeEntry("rmsnorm", &GenerateRmsNorm),
       MakeEntry("rope", &GenerateRope),
       MakeEntry("sampling", &GenerateSampling),

@@ -14,7 +14,7 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
-    {"generate", ptxserve::cli::RunGenerate, "generate text from a prompt on the CPU backend"},
+    {"generate", ptxserve::cli::RunGenerate, "stream one prompt's completion on any backend"},
     {"make-model", ptxserve::cli::RunMakeModel, "write a deterministic synthetic Llama model"},
     {"ptx", ptxserve::cli::RunPtx, "write the generated PTX of one kernel or of all"},
     {"serve", ptxserve::cli::RunServe, "run the gRPC decode server (metrics on /metrics)"},

@@ -59,8 +59,8 @@ struct ServerConfig {
   bool log_requests = true;  // one log line per finished request (request_log.h)
 };
 
-// Loads, on the calling thread, what SetModel needs: model, tokenizer, CPU backend,
-// started engine, limits and ModelInfo.
+// Loads, on the calling thread, what SetModel needs: model, tokenizer, the backend
+// options.backend names, started engine, limits and ModelInfo.
 struct ModelOptions {
   std::string model_dir;
   std::string model_name;  // ModelInfo.name; empty = the directory's last component

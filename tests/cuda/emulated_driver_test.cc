@@ -11,7 +11,7 @@
 #include "engine/cuda/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/residual_add.h"
+#include "tests/kernels/residual_add.h"
 
 namespace ptxserve::cuda {
 namespace {
@@ -37,12 +37,12 @@ class EmulatedDriver : public ::testing::Test {
 
   // x[i] += y[i], i < n: a real generated kernel.
   absl::StatusOr<CUfunction> ResidualAdd(ModuleHandle* module) {
-    absl::StatusOr<std::string> ptx = kernels::GenerateResidualAdd({});
+    absl::StatusOr<std::string> ptx = kernels::testing::GenerateResidualAdd({});
     if (!ptx.ok()) return ptx.status();
     absl::StatusOr<ModuleHandle> m = device_->LoadModule(*ptx, "residual_add");
     if (!m.ok()) return m.status();
     *module = *std::move(m);
-    return device_->GetFunction(*module, kernels::kResidualAddEntry, "residual_add");
+    return device_->GetFunction(*module, kernels::testing::kResidualAddEntry, "residual_add");
   }
 
   std::unique_ptr<Device> device_;
@@ -108,7 +108,9 @@ TEST_F(EmulatedDriver, KernelParametersAreCopiedAtLaunch) {
   CUdeviceptr px = x->ptr(), py = y->ptr();
   uint32_t n = 4;
   void* params[] = {&px, &py, &n};
-  ASSERT_TRUE(device_->Launch(*fn, "residual_add", kernels::ResidualAddLaunch({}, n), params).ok());
+  ASSERT_TRUE(
+      device_->Launch(*fn, "residual_add", kernels::testing::ResidualAddLaunch({}, n), params)
+          .ok());
   n = 8;  // too late: the launch already holds n = 4
   ASSERT_TRUE(device_->CopyToHost(xs.data(), x->ptr(), 32, "x").ok());
   ASSERT_TRUE(device_->Synchronize("test").ok());
@@ -142,7 +144,9 @@ TEST_F(EmulatedDriver, OutOfBoundsKernelFailsAtSynchronisation) {
   uint32_t n = 1024;  // 16 floats allocated
   void* params[] = {&px, &py, &n};
   // Accepted at launch, like an asynchronous GPU fault...
-  ASSERT_TRUE(device_->Launch(*fn, "residual_add", kernels::ResidualAddLaunch({}, n), params).ok());
+  ASSERT_TRUE(
+      device_->Launch(*fn, "residual_add", kernels::testing::ResidualAddLaunch({}, n), params)
+          .ok());
   // ...and reported by the next synchronisation, with the emulator's account of it.
   const absl::Status st = device_->Synchronize("after an out-of-bounds kernel");
   ASSERT_FALSE(st.ok());
@@ -165,7 +169,7 @@ TEST_F(EmulatedDriver, InjectedLaunchFailureAtLaunchAndAtSync) {
   CUdeviceptr px = x->ptr();
   uint32_t n = 4;
   void* params[] = {&px, &px, &n};
-  const kernels::LaunchDims dims = kernels::ResidualAddLaunch({}, n);
+  const kernels::LaunchDims dims = kernels::testing::ResidualAddLaunch({}, n);
 
   EmulatedFault f;
   f.fail_launch = 2;
@@ -249,7 +253,7 @@ TEST_F(EmulatedDriver, CaptureRecordsLaunchesThatEveryGraphLaunchRuns) {
   CUdeviceptr px = x->ptr(), py = y->ptr();
   uint32_t n = 4;
   void* params[] = {&px, &py, &n};
-  const kernels::LaunchDims dims = kernels::ResidualAddLaunch({}, n);
+  const kernels::LaunchDims dims = kernels::testing::ResidualAddLaunch({}, n);
   ASSERT_TRUE(device_->BeginCapture("test graph").ok());
   ASSERT_TRUE(device_->Launch(*fn, "residual_add", dims, params).ok());
   ASSERT_TRUE(device_->Launch(*fn, "residual_add", dims, params).ok());
@@ -365,7 +369,7 @@ TEST_F(EmulatedDriver, InjectedFaultsHitGraphLaunches) {
   CUdeviceptr px = x->ptr();
   uint32_t n = 4;
   void* params[] = {&px, &px, &n};
-  const kernels::LaunchDims dims = kernels::ResidualAddLaunch({}, n);
+  const kernels::LaunchDims dims = kernels::testing::ResidualAddLaunch({}, n);
   EmulatedFault f;
   f.fail_launch = 2;
   SetEmulatedFault(f);

@@ -11,7 +11,7 @@
 #include "engine/cuda/emulated_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/residual_add.h"
+#include "tests/kernels/residual_add.h"
 
 namespace ptxserve::cuda {
 namespace {
@@ -33,11 +33,11 @@ class KernelCacheTest : public ::testing::Test {
   KernelSpec Spec(const std::string& key, std::atomic<int>* calls, int delay_ms = 0) {
     KernelSpec s;
     s.key = key;
-    s.entry = kernels::kResidualAddEntry;
+    s.entry = kernels::testing::kResidualAddEntry;
     s.generate = [calls, delay_ms]() {
       calls->fetch_add(1);
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      return kernels::GenerateResidualAdd({});
+      return kernels::testing::GenerateResidualAdd({});
     };
     return s;
   }
@@ -115,7 +115,7 @@ TEST_F(KernelCacheTest, FailuresAreCachedAndNamed) {
   KernelSpec entry;
   entry.key = "residual_add:wrong_entry";
   entry.entry = "no_such_entry";
-  entry.generate = [] { return kernels::GenerateResidualAdd({}); };
+  entry.generate = [] { return kernels::testing::GenerateResidualAdd({}); };
   auto e = cache.Get(entry);
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("cuModuleGetFunction(no_such_entry)"));
@@ -135,7 +135,7 @@ TEST_F(KernelCacheTest, LaunchesCountHitsAndLaunchesByName) {
   uint32_t n = 16;
   void* params[] = {&px, &px, &n};
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(cache.Launch(**k, kernels::ResidualAddLaunch({}, n), params).ok());
+    ASSERT_TRUE(cache.Launch(**k, kernels::testing::ResidualAddLaunch({}, n), params).ok());
   }
   ASSERT_TRUE(device_->Synchronize("test").ok());
   const KernelCacheStats st = cache.stats();

@@ -14,8 +14,8 @@
 #include "engine/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/residual_add.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/kernels/residual_add.h"
 
 namespace ptxserve::cuda {
 namespace {
@@ -41,16 +41,16 @@ struct OutOfBounds {
   CUdeviceptr px = 0, py = 0;
   uint32_t n = 1024;
   void* params[3] = {&px, &py, &n};
-  kernels::LaunchDims dims = kernels::ResidualAddLaunch({}, 1024);
+  kernels::LaunchDims dims = kernels::testing::ResidualAddLaunch({}, 1024);
 };
 
 void Prepare(Device& d, OutOfBounds* k) {
-  absl::StatusOr<std::string> ptx = kernels::GenerateResidualAdd({});
+  absl::StatusOr<std::string> ptx = kernels::testing::GenerateResidualAdd({});
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   auto m = d.LoadModule(*ptx, "residual_add");
   ASSERT_TRUE(m.ok()) << m.status();
   k->module = *std::move(m);
-  auto fn = d.GetFunction(k->module, kernels::kResidualAddEntry, "residual_add");
+  auto fn = d.GetFunction(k->module, kernels::testing::kResidualAddEntry, "residual_add");
   ASSERT_TRUE(fn.ok()) << fn.status();
   k->fn = *fn;
   auto x = d.Alloc(64, "x");

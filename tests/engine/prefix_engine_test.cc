@@ -10,8 +10,8 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "tests/cpu/test_model.h"
+#include "tests/engine/fakes.h"
 #include "tests/engine/prefix_engine_util.h"
-#include "tests/server/fakes.h"
 
 namespace ptxserve::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tests/server/engine_util.h"
+#include "tests/engine/engine_util.h"
 
 namespace ptxserve::testing {
 namespace {

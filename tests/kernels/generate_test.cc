@@ -75,7 +75,6 @@ const std::vector<Golden>& Goldens() {
        "gemm",
        {{"weight_dtype", "bf16"}, {"tiled", "true"}, {"has_bias", "true"}}},
       {"silu_mul", "silu_mul", {}},
-      {"residual_add", "residual_add", {}},
       {"argmax_t256", "argmax", {}},
       {"sampling_t256", "sampling", {}},
   };

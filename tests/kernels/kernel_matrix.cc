@@ -8,11 +8,11 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
-#include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
+#include "tests/kernels/residual_add.h"
 
 namespace ptxserve::kernels::testing {
 namespace {

@@ -1,6 +1,7 @@
 // The config matrix the kernel tests sweep: every generator over the shapes that
 // matter (head_dim 64/128, GQA 1/4/8, block size 16/32, f32/f16/bf16 storage, split
-// and ragged variants), each with a label naming its config.
+// and ragged variants), each with a label naming its config; and the test kernel
+// residual_add.h, which the driver tests load.
 #pragma once
 
 #include <vector>

@@ -12,11 +12,11 @@
 #include "kernels/argmax.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
-#include "kernels/residual_add.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/silu_mul.h"
 #include "tests/kernels/emu_harness.h"
+#include "tests/kernels/residual_add.h"
 
 namespace ptxserve::kernels::testing {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/status_util.h"
-#include "tests/server/fakes.h"
+#include "tests/engine/fakes.h"
 
 namespace ptxserve::server {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "tests/server/fakes.h"
+#include "tests/engine/fakes.h"
 
 namespace ptxserve::server::http {
 namespace {

@@ -12,7 +12,7 @@
 #include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "tests/server/engine_util.h"
+#include "tests/engine/engine_util.h"
 #include "tests/tokenizer/test_util.h"
 
 namespace ptxserve {

@@ -1,10 +1,10 @@
-#include "kernels/residual_add.h"
+#include "tests/kernels/residual_add.h"
 
 #include "absl/strings/str_cat.h"
 #include "kernels/elementwise_util.h"
 #include "kernels/generator.h"
 
-namespace ptxserve::kernels {
+namespace ptxserve::kernels::testing {
 
 std::string ResidualAddConfig::Key() const { return absl::StrCat("residual_add:", target.Key()); }
 
@@ -33,4 +33,4 @@ absl::StatusOr<std::string> GenerateResidualAdd(const ResidualAddConfig& cfg) {
   return kb.Finish({absl::StrCat("kernel ", kResidualAddEntry, ", config ", cfg.Key())});
 }
 
-}  // namespace ptxserve::kernels
+}  // namespace ptxserve::kernels::testing

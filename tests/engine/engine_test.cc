@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/server/engine_util.h"
-#include "tests/server/fakes.h"
+#include "tests/engine/engine_util.h"
+#include "tests/engine/fakes.h"
 
 namespace ptxserve {
 namespace {

@@ -1,4 +1,6 @@
-// Residual add: x[i] += y[i].
+// Residual add, x[i] += y[i]: a test kernel. The model never launches it (the o and down
+// GEMMs add the residual as they store), but the driver and kernel cache tests want a
+// small kernel with a plain contract, and the emulator tests check it against the CPU.
 //
 // Contract (device pointers); parameters in this order:
 //   x  f32 [n], updated in place
@@ -15,7 +17,7 @@
 #include "kernels/config_fields.h"
 #include "kernels/ptx/types.h"
 
-namespace ptxserve::kernels {
+namespace ptxserve::kernels::testing {
 
 inline constexpr char kResidualAddEntry[] = "residual_add";
 
@@ -31,4 +33,4 @@ absl::StatusOr<std::string> GenerateResidualAdd(const ResidualAddConfig& cfg);
 // 256 threads per CTA, 4 elements per thread.
 LaunchDims ResidualAddLaunch(const ResidualAddConfig& cfg, int64_t n);
 
-}  // namespace ptxserve::kernels
+}  // namespace ptxserve::kernels::testing
