@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/cpu/ops.h"
-#include "engine/cpu/step_batch_check.h"
+#include "engine/step_batch_check.h"
 #include "engine/util/host_memory.h"
 
 namespace ptxserve {
