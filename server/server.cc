@@ -170,17 +170,16 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   if (!backend.ok()) return backend.status();
 
   std::unique_ptr<Backend> b = *std::move(backend);
-  std::function<KernelStats()> kernel_stats;
-  if (auto* g = dynamic_cast<cuda::GpuBackend*>(b.get())) {
-    kernel_stats = [g] { return g->kernel_stats(); };  // the engine owns g from here on
-  }
+  // Kernel statistics are asked of the backend itself, not of a wrap_backend decorator,
+  // which need not forward them. The engine owns the backend from here on.
+  const Backend* device = b.get();
   if (o.wrap_backend) b = o.wrap_backend(std::move(b));
   auto render_chat = LoadChatRenderer(o, **tokenizer);
   if (!render_chat.ok()) return render_chat.status();
   auto served = std::make_shared<ServedModel>();
   served->render_chat = *std::move(render_chat);
   served->tokenizer = *std::move(tokenizer);
-  served->kernel_stats = std::move(kernel_stats);
+  served->kernel_stats = [device] { return device->kernel_stats(); };
   served->created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   served->engine = std::make_unique<Engine>(std::move(b), *served->tokenizer, o.engine, observer);
   if (auto st = served->engine->Start(); !st.ok()) return st;

@@ -166,7 +166,7 @@ class GpuBackend final : public Backend {
   bool usable() const override { return !device_->lost(); }
 
   // Kernel and transfer counters in the engine's shape (EngineStats::kernels). Any thread.
-  KernelStats kernel_stats() const;
+  KernelStats kernel_stats() const override;
   KernelCacheStats cache_stats() const { return cache_->stats(); }
   TransferStats transfer_stats() const { return device_->transfers(); }
   // CUDA graph counters. Any thread.
