@@ -4,7 +4,7 @@
 //   q          f32 [num_tokens][num_heads][head_dim]     rotated in place
 //   k          f32 [num_tokens][num_kv_heads][head_dim]  rotated in place
 //   positions  s32 [num_tokens]
-//   inv_freq   f32 [head_dim / 2]  (cpu::RopeInvFreq: scaling already applied)
+//   inv_freq   f32 [head_dim / 2]  (RopeInvFreq, engine/model/rope.h: scaling applied)
 //   num_tokens u32
 // Pair i of a head is (i, i + head_dim/2) for kRotateHalf (Llama/HF) and (2i, 2i+1) for
 // kInterleaved (GPT-J); (a, b) -> (a cos - b sin, b cos + a sin) with angle

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/rope.h"
 #include "engine/step_batch_check.h"
 #include "engine/util/host_memory.h"
 
@@ -122,7 +123,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
     l.v_pool.assign(pool_bytes, 0);
   }
   b->inv_freq_.resize(c.head_dim / 2);
-  cpu::RopeInvFreq(c, b->inv_freq_.data());
+  RopeInvFreq(c, b->inv_freq_.data());
   return b;
 }
 
