@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/engine_stats.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -78,6 +79,10 @@ class Backend {
   // the engine then fails for good at once, whatever EngineConfig::max_step_failures
   // would tolerate, instead of retrying on a dead device.
   virtual bool usable() const { return true; }
+  // Cumulative kernel, kernel-cache, transfer and graph counters (EngineStats::kernels), so
+  // callers reach them without knowing the backend's type. Any thread. The CPU backend
+  // launches no kernels: all zero.
+  virtual KernelStats kernel_stats() const { return {}; }
 };
 
 }  // namespace ptxserve

@@ -44,7 +44,7 @@ struct RopeArgs {
   DevicePtr k;
   // s32 [num_tokens]
   DevicePtr positions;
-  // f32 [head_dim / 2] (RoPE frequencies, scaling already applied)
+  // f32 [head_dim / 2] (RopeInvFreq, engine/model/rope.h: scaling already applied)
   DevicePtr inv_freq;
   uint32_t num_tokens = 0;
   static constexpr auto kParams = std::make_tuple(

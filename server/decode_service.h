@@ -31,7 +31,7 @@ struct ServedModel {
   std::unique_ptr<Engine> engine;        // started
   RequestLimits limits;
   v1::ModelInfo info;
-  // GPU backends: their kernel and transfer counters (any thread); empty on the CPU.
+  // The backend's kernel and transfer counters (Backend::kernel_stats; any thread).
   std::function<KernelStats()> kernel_stats;
   // The chat template; empty when the model has none (chat requests are then refused).
   ChatRenderer render_chat;

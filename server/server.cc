@@ -12,8 +12,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backend_factory.h"
 #include "engine/chat/chat_template.h"
-#include "engine/cuda/gpu_backend.h"
+#include "engine/kv_sizing.h"
 #include "engine/model/model.h"
 #include "engine/util/file.h"
 #include "engine/util/log.h"
@@ -110,7 +111,7 @@ absl::Status CheckBackendOptions(const ModelOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", o.backend, ": want cpu, cuda, emulated or auto"));
   }
-  return cuda::CheckEmulatedDeviceFlag(o.backend, o.emulated_device);
+  return CheckEmulatedDeviceFlag(o.backend, o.emulated_device);
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
@@ -131,8 +132,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
 
   KvCacheConfig kv;
   kv.block_size = o.block_size;
-  const int64_t block_bytes = 2 * mc.num_layers * mc.num_kv_heads * o.block_size * mc.head_dim *
-                              static_cast<int64_t>(DTypeSize(kv.dtype));
+  const int64_t block_bytes = KvBlockBytes(mc, kv);
   int64_t blocks = o.kv_blocks;
   if (blocks <= 0 && o.kv_memory_bytes > 0) {
     blocks = o.kv_memory_bytes / block_bytes;
@@ -141,24 +141,24 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
                                                      " holds no block of ", block_bytes, " bytes"));
     }
   }
-  // blocks <= 0: the backend sizes its pools (host memory: room for max_batch_size full
+  // blocks <= 0: sized by CreateBackend (host memory: room for max_batch_size full
   // contexts within 1 GiB; a GPU: kv_memory_fraction of its free memory).
   if (blocks > (int64_t{1} << 30)) return absl::InvalidArgumentError("too many KV blocks");
   kv.num_blocks = static_cast<int32_t>(std::max<int64_t>(blocks, 0));
 
-  cuda::GpuBackendOptions gpu;
-  gpu.max_seqs = o.engine.max_batch_size;
-  gpu.max_tokens = o.engine.max_batch_tokens;
-  gpu.kv_memory_fraction = o.kv_memory_fraction;
-  gpu.cuda_graphs = o.cuda_graphs;
-  gpu.emulated_device = o.emulated_device;
+  BackendOptions backend_options;
+  backend_options.max_seqs = o.engine.max_batch_size;
+  backend_options.max_tokens = o.engine.max_batch_tokens;
+  backend_options.kv_memory_fraction = o.kv_memory_fraction;
+  backend_options.cuda_graphs = o.cuda_graphs;
+  backend_options.emulated_device = o.emulated_device;
   if (o.on_kernel_compile) {
-    gpu.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
+    backend_options.on_compile = [f = o.on_kernel_compile](absl::string_view, double s) { f(s); };
   }
   std::string note;
   absl::StatusOr<std::unique_ptr<Backend>> backend = absl::InternalError("");
   try {
-    backend = cuda::CreateBackend(o.backend, *model, kv, std::move(gpu), &note);
+    backend = CreateBackend(o.backend, *model, kv, std::move(backend_options), &note);
   } catch (const std::bad_alloc&) {
     // A KV cache larger than the host can give (--kv-blocks / --kv-memory) is a refusal
     // with the sizes, never an abort.
@@ -170,17 +170,16 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   if (!backend.ok()) return backend.status();
 
   std::unique_ptr<Backend> b = *std::move(backend);
-  std::function<KernelStats()> kernel_stats;
-  if (auto* g = dynamic_cast<cuda::GpuBackend*>(b.get())) {
-    kernel_stats = [g] { return g->kernel_stats(); };  // the engine owns g from here on
-  }
+  // Kernel statistics are asked of the backend itself, not of a wrap_backend decorator,
+  // which need not forward them. The engine owns the backend from here on.
+  const Backend* device = b.get();
   if (o.wrap_backend) b = o.wrap_backend(std::move(b));
   auto render_chat = LoadChatRenderer(o, **tokenizer);
   if (!render_chat.ok()) return render_chat.status();
   auto served = std::make_shared<ServedModel>();
   served->render_chat = *std::move(render_chat);
   served->tokenizer = *std::move(tokenizer);
-  served->kernel_stats = std::move(kernel_stats);
+  served->kernel_stats = [device] { return device->kernel_stats(); };
   served->created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   served->engine = std::make_unique<Engine>(std::move(b), *served->tokenizer, o.engine, observer);
   if (auto st = served->engine->Start(); !st.ok()) return st;

@@ -10,7 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/cpu/ops.h"
-#include "engine/cpu/step_batch_check.h"
+#include "engine/kv_sizing.h"
+#include "engine/model/rope.h"
+#include "engine/step_batch_check.h"
 #include "engine/util/host_memory.h"
 
 namespace ptxserve {
@@ -122,7 +124,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
     l.v_pool.assign(pool_bytes, 0);
   }
   b->inv_freq_.resize(c.head_dim / 2);
-  cpu::RopeInvFreq(c, b->inv_freq_.data());
+  RopeInvFreq(c, b->inv_freq_.data());
   return b;
 }
 
@@ -217,19 +219,6 @@ absl::Status CpuBackend::Step(const StepBatch& batch, std::vector<float>* logits
   cpu::Gemm(tmp_.data(), lm_head_.empty() ? embed_.data() : lm_head_.data(), nullptr, R,
             c.vocab_size, H, logits->data());
   return absl::OkStatus();
-}
-
-int32_t DefaultHostKvBlocks(const ModelConfig& c, const KvCacheConfig& kv, int32_t max_seqs) {
-  const int64_t bs = std::max<int32_t>(kv.block_size, 1);
-  const int64_t per_seq = std::max<int64_t>((c.max_position_embeddings + bs - 1) / bs, 1);
-  const int64_t block_bytes =
-      std::max<int64_t>(2 * c.num_layers * c.num_kv_heads * bs * c.head_dim *
-                            static_cast<int64_t>(DTypeSize(kv.dtype)),
-                        1);
-  int64_t blocks = std::min<int64_t>(per_seq * std::max(max_seqs, 1),
-                                     std::max<int64_t>((int64_t{1} << 30) / block_bytes, 1));
-  blocks = std::max(blocks, per_seq);
-  return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,

@@ -70,13 +70,10 @@ class CpuBackend final : public Backend {
   std::vector<float> tmp_;      // [tokens, hidden]
 };
 
-// Backend factory for the engine: a CpuBackend behind the Backend interface.
-// kv.num_blocks <= 0 takes DefaultHostKvBlocks(model.config, kv, 1).
+// A CpuBackend behind the Backend interface (engine/backend_factory.h chooses between
+// backends). kv.num_blocks <= 0 takes DefaultHostKvBlocks(model.config, kv, 1)
+// (engine/kv_sizing.h).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
                                                           const KvCacheConfig& kv);
-
-// The KV pool a host-memory backend gets when nobody sized it: room for `max_seqs` full
-// contexts (max_position_embeddings), within 1 GiB, but never less than one full context.
-int32_t DefaultHostKvBlocks(const ModelConfig& config, const KvCacheConfig& kv, int32_t max_seqs);
 
 }  // namespace ptxserve

@@ -18,12 +18,9 @@ void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float ep
 void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
           float* y);
 
-// Inverse frequencies for RoPE: inv_freq[i] = theta^(-2i/head_dim) for i < head_dim/2,
-// with linear or llama3 scaling applied as config.json describes.
-void RopeInvFreq(const ModelConfig& cfg, float* inv_freq);
-
 // Rotates q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in
-// place at positions[t], using `style` pairing and inv_freq (head_dim/2 entries).
+// place at positions[t], using `style` pairing and inv_freq (head_dim/2 entries,
+// RopeInvFreq in engine/model/rope.h).
 void Rope(float* q, float* k, const int32_t* positions, int64_t tokens, int64_t num_heads,
           int64_t num_kv_heads, int64_t head_dim, const float* inv_freq, RopeStyle style);
 

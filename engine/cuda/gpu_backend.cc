@@ -1,5 +1,5 @@
 // GpuBackend construction: config checks, the padded head layout, K/V pools, the
-// preallocated buffers, counters, and the backend factories.
+// preallocated buffers, counters, and opening a device for it.
 #include "engine/cuda/gpu_backend.h"
 
 #include <algorithm>
@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/cuda/gpu_backend_internal.h"
 #include "engine/util/log.h"
@@ -234,19 +233,6 @@ KernelStats GpuBackend::kernel_stats() const {
   return k;
 }
 
-absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device) {
-  if (!EmulatedDeviceProfile(std::string(emulated_device)).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--emulated_device=", emulated_device, ": want ",
-                                                   EmulatedDeviceProfileNames()));
-  }
-  if (backend != "emulated" && emulated_device != "small") {
-    return absl::InvalidArgumentError(absl::StrCat("--emulated_device=", emulated_device,
-                                                   " applies to --backend=emulated only, not ",
-                                                   backend));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                                                              const KvCacheConfig& kv,
                                                              absl::string_view kind,
@@ -255,10 +241,9 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
   if (kind == "cuda") {
     driver = LoadCudaDriver();
   } else if (kind == "emulated") {
-    if (absl::Status st = CheckEmulatedDeviceFlag(kind, options.emulated_device); !st.ok()) {
-      return st;
-    }
-    driver = LoadEmulatedDriver(*EmulatedDeviceProfile(options.emulated_device));
+    absl::StatusOr<EmulatedDeviceOptions> profile = EmulatedDeviceProfile(options.emulated_device);
+    if (!profile.ok()) return profile.status();
+    driver = LoadEmulatedDriver(*profile);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("GPU backend kind \"", kind, "\": want cuda or emulated"));
@@ -273,40 +258,6 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                   << i.driver << " " << i.driver_version << ")";
   }
   return GpuBackend::Create(model, kv, *std::move(device), std::move(options));
-}
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
-                                                       const KvCacheConfig& kv,
-                                                       GpuBackendOptions options,
-                                                       std::string* note) {
-  if (note != nullptr) note->clear();
-  // Unsized pools: host memory (cpu, and the emulated device, whose "device memory" is
-  // host memory) gets DefaultHostKvBlocks; a real GPU sizes its pools from the memory
-  // free after weights and activations (options.kv_memory_fraction).
-  KvCacheConfig host_kv = kv;
-  if (host_kv.num_blocks <= 0) {
-    host_kv.num_blocks = DefaultHostKvBlocks(model.config, kv, options.max_seqs);
-  }
-  if (absl::Status st = CheckEmulatedDeviceFlag(kind, options.emulated_device); !st.ok()) {
-    return st;
-  }
-  if (kind == "cpu") return CreateCpuBackend(model, host_kv);
-  if (kind == "cuda" || kind == "emulated") {
-    auto b = CreateGpuBackend(model, kind == "cuda" ? kv : host_kv, kind, std::move(options));
-    if (!b.ok()) return b.status();
-    return std::unique_ptr<Backend>(*std::move(b));
-  }
-  if (kind != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", kind, ": want auto, cpu, cuda or emulated"));
-  }
-  auto b = CreateGpuBackend(model, kv, "cuda", std::move(options));
-  if (b.ok()) return std::unique_ptr<Backend>(*std::move(b));
-  const std::string why = absl::StrCat("CUDA backend unavailable (", b.status().message(),
-                                       "); serving from the CPU backend");
-  PTX_LOG(WARNING) << why;
-  if (note != nullptr) *note = why;
-  return CreateCpuBackend(model, host_kv);
 }
 
 }  // namespace ptxserve::cuda

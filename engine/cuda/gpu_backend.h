@@ -59,7 +59,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +67,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/backend.h"
+#include "engine/backend_options.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernel_cache.h"
 #include "engine/engine_stats.h"
@@ -75,23 +75,20 @@
 
 namespace ptxserve::cuda {
 
-struct GpuBackendOptions {
+// The options every backend kind takes (BackendOptions: buffer sizes, CUDA graphs on or
+// off, K/V memory fraction, emulated profile, compile callback, logging), and the GPU
+// backend's own.
+struct GpuBackendOptions : BackendOptions {
   // Compile every kernel the model's shapes can use at Create (GEMM forms for every batch
   // size, split and unsplit attention, sampling). false: compile each on first use.
   bool warmup = true;
-  // Token rows and sequences per step the activation and metadata buffers are first sized
-  // for; a larger step grows them once (an allocation inside that step).
-  int32_t max_tokens = 512;
-  int32_t max_seqs = 64;
   // > 0: split attention over contexts longer than this many tokens (rounded up to the
   // block size) and merge (flash-decoding) whatever the device; tests use it to run the
   // split path on short contexts. 0: kernels::PlanDecodeAttention decides.
   int32_t attention_partition = 0;
   int ptx_version = 78;  // PTX ISA of the generated kernels (x10)
-  // CUDA graphs for decode-only steps (see above); false runs every step launch by launch
-  // (vLLM's --enforce-eager). Steps of more than cuda_graph_max_batch sequences run
+  // With cuda_graphs (see above): steps of more than cuda_graph_max_batch sequences run
   // launch by launch; at most cuda_graph_limit graphs are kept.
-  bool cuda_graphs = true;
   int32_t cuda_graph_max_batch = 256;
   int32_t cuda_graph_limit = 64;
   // Launch-by-launch steps of a key before its graph is captured (at least 1 when warm-up
@@ -99,15 +96,6 @@ struct GpuBackendOptions {
   // loading (the default since CUDA 12.2) drivers before 12.3 cannot load one during a
   // capture. 0 captures at first use.
   int32_t cuda_graph_eager_runs = 1;
-  // When KvCacheConfig::num_blocks <= 0: size the K/V pools to this fraction of the device
-  // memory free after weights and activations (serve --kv_memory_fraction).
-  double kv_memory_fraction = 0.9;
-  // The emulated device's profile (EmulatedDeviceProfile: small, a100 or h100; serve
-  // --emulated_device); only the emulated kind reads it.
-  std::string emulated_device = "small";
-  // Called after each kernel compilation (key, seconds): the compile-seconds histogram.
-  std::function<void(absl::string_view key, double seconds)> on_compile;
-  bool log_progress = true;  // weight upload and warm-up progress at INFO
 };
 
 struct KernelSet;  // kernel_set.h
@@ -166,7 +154,7 @@ class GpuBackend final : public Backend {
   bool usable() const override { return !device_->lost(); }
 
   // Kernel and transfer counters in the engine's shape (EngineStats::kernels). Any thread.
-  KernelStats kernel_stats() const;
+  KernelStats kernel_stats() const override;
   KernelCacheStats cache_stats() const { return cache_->stats(); }
   TransferStats transfer_stats() const { return device_->transfers(); }
   // CUDA graph counters. Any thread.
@@ -233,28 +221,11 @@ class GpuBackend final : public Backend {
 };
 
 // Opens a device for `kind` ("cuda": libcuda.so.1, device 0; "emulated": the PTX
-// emulator with options.emulated_device's profile, checked by CheckEmulatedDeviceFlag)
-// and creates a GpuBackend on it.
+// emulator with options.emulated_device's profile) and creates a GpuBackend on it. The
+// engine's backend factory (engine/backend_factory.h) chooses between backends.
 absl::StatusOr<std::unique_ptr<GpuBackend>> CreateGpuBackend(const Model& model,
                                                              const KvCacheConfig& kv,
                                                              absl::string_view kind,
                                                              GpuBackendOptions options = {});
-
-// OK when `emulated_device` (--emulated_device) names a profile (EmulatedDeviceProfile)
-// and is "small" unless `backend` (--backend) is "emulated" (another profile would be
-// ignored); else InvalidArgument naming the flag and the valid values.
-absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device);
-
-// The server's --backend: "cpu", "cuda", "emulated" or "auto" (cuda when the driver
-// loads and the backend comes up on device 0, else cpu). `*note` (may be null) receives,
-// for auto, why the CUDA backend was not used (empty when it was). kv.num_blocks <= 0:
-// a real GPU sizes the pools from options.kv_memory_fraction of its free memory; cpu and
-// emulated (host memory, whatever memory the profile reports) take
-// DefaultHostKvBlocks(config, kv, options.max_seqs). A profile other than "small" with a
-// kind other than emulated is InvalidArgument (CheckEmulatedDeviceFlag).
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
-                                                       const KvCacheConfig& kv,
-                                                       GpuBackendOptions options = {},
-                                                       std::string* note = nullptr);
 
 }  // namespace ptxserve::cuda

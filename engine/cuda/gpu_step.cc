@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cpu/step_batch_check.h"
 #include "engine/cuda/gpu_backend_internal.h"
+#include "engine/step_batch_check.h"
 
 namespace ptxserve::cuda {
 namespace {

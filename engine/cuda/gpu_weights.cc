@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/cpu/ops.h"
 #include "engine/cuda/gpu_backend_internal.h"
+#include "engine/model/rope.h"
 #include "engine/util/log.h"
 
 namespace ptxserve::cuda {
@@ -272,7 +272,7 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   // RoPE frequencies in the padded layout: pair i keeps inv_freq[i]; padding pairs
   // rotate zeros, so their frequency does not matter.
   std::vector<float> inv(d / 2);
-  cpu::RopeInvFreq(c, inv.data());
+  RopeInvFreq(c, inv.data());
   std::vector<float> inv_p(dp / 2, 0.0f);
   std::copy(inv.begin(), inv.end(), inv_p.begin());
   if (s = put(up.UploadF32(inv_p, "rope inv_freq"), &w.inv_freq); !s.ok()) return s;

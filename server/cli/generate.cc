@@ -7,7 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
-#include "engine/cuda/gpu_backend.h"
+#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,8 +26,8 @@ int RunGenerate(int argc, char** argv) {
                        "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S] "
                        "[--backend auto|cpu|cuda|emulated] [--emulated-device small|a100|h100]");
-  if (absl::Status st = cuda::CheckEmulatedDeviceFlag(absl::GetFlag(FLAGS_backend),
-                                                      absl::GetFlag(FLAGS_emulated_device));
+  if (absl::Status st = CheckEmulatedDeviceFlag(absl::GetFlag(FLAGS_backend),
+                                                absl::GetFlag(FLAGS_emulated_device));
       !st.ok()) {
     std::fprintf(stderr, "generate: %s\n", st.ToString().c_str());
     return 1;
@@ -61,13 +61,14 @@ int RunGenerate(int argc, char** argv) {
   if (kv.block_size <= 0) return fail(absl::InvalidArgumentError("--block_size must be > 0"));
   // One sequence: buffers and host KV pools for one full context (a GPU still sizes its
   // pools from free memory).
-  cuda::GpuBackendOptions gpu;
-  gpu.max_seqs = 1;
-  gpu.max_tokens = EngineConfig{}.prefill_chunk;
-  gpu.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-  gpu.emulated_device = absl::GetFlag(FLAGS_emulated_device);
+  BackendOptions backend_options;
+  backend_options.max_seqs = 1;
+  backend_options.max_tokens = EngineConfig{}.prefill_chunk;
+  backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  backend_options.emulated_device = absl::GetFlag(FLAGS_emulated_device);
   const Clock::time_point t_backend = Clock::now();
-  auto backend = cuda::CreateBackend(absl::GetFlag(FLAGS_backend), *model, kv, std::move(gpu));
+  auto backend =
+      CreateBackend(absl::GetFlag(FLAGS_backend), *model, kv, std::move(backend_options));
   if (!backend.ok()) return fail(backend.status());
   // Cold vs warm start: with the driver's JIT cache (CUDA_CACHE_PATH) warm, the backend
   // part shrinks to the weight upload and PTX generation.

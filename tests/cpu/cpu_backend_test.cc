@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "engine/kv_sizing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cpu/test_model.h"

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend_factory.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/engine.h"
+#include "engine/kv_sizing.h"
 #include "engine/model/synthetic.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -255,7 +257,7 @@ TEST_F(GpuBackendTest, BuffersGrowForLargerSteps) {
 }
 
 TEST_F(GpuBackendTest, BackendFactory) {
-  GpuBackendOptions o;
+  BackendOptions o;
   o.log_progress = false;
   std::string note;
   auto e = CreateBackend("emulated", *model_, kKv, o, &note);
@@ -278,7 +280,7 @@ TEST_F(GpuBackendTest, BackendFactory) {
 }
 
 TEST_F(GpuBackendTest, BackendFactoryChecksTheEmulatedDeviceProfile) {
-  GpuBackendOptions o;
+  BackendOptions o;
   o.log_progress = false;
   o.emulated_device = "h200";
   auto bad = CreateBackend("emulated", *model_, kKv, o);

@@ -8,6 +8,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/model/config.h"
 #include "engine/model/dtype.h"
+#include "engine/model/rope.h"
 #include "gtest/gtest.h"
 #include "kernels/argmax.h"
 #include "kernels/embedding.h"
@@ -106,7 +107,7 @@ TEST(KernelsEmuOps, RopeMatchesCpuBothLayouts) {
       mc.head_dim = hd;
       mc.rope_theta = 10000.0;
       std::vector<float> inv_freq(hd / 2);
-      cpu::RopeInvFreq(mc, inv_freq.data());
+      RopeInvFreq(mc, inv_freq.data());
       // Long positions too: the angle's range reduction must keep them accurate.
       const std::vector<int32_t> pos = {0, 1, 17, 4095, 131071};
       std::vector<float> q = RandomFloats(rng, tokens * heads * hd, -2, 2);

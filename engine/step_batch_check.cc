@@ -1,4 +1,4 @@
-#include "engine/cpu/step_batch_check.h"
+#include "engine/step_batch_check.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
