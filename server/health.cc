@@ -20,7 +20,8 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
     latest_ = known_ ? status : HealthCheckResponse::SERVICE_UNKNOWN;
     MaybeWriteLocked();
   }
-  // Ends the stream with OK once no write is in flight.
+  // Ends the stream with OK once the latest status is written (a shutdown's NOT_SERVING
+  // reaches the client even when it arrives while an earlier write is in flight).
   void End() {
     absl::MutexLock lock(&mu_);
     end_ = true;
@@ -30,10 +31,14 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!ok) end_ = true;
+    if (!ok) end_ = broken_ = true;
     MaybeWriteLocked();
   }
-  void OnCancel() override { End(); }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    end_ = broken_ = true;  // nobody reads what is left
+    MaybeWriteLocked();
+  }
   void OnDone() override {
     svc_->Remove(this);
     delete this;
@@ -42,12 +47,14 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
  private:
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return;
-    if (end_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
+    const bool changed = !sent_ || latest_ != last_sent_;
+    if (!changed || broken_) {
+      if (end_) {
+        finished_ = true;
+        Finish(grpc::Status::OK);
+      }
       return;
     }
-    if (sent_ && latest_ == last_sent_) return;
     sent_ = true;
     last_sent_ = latest_;
     resp_.set_status(latest_);
@@ -64,6 +71,7 @@ class HealthService::Watcher final : public grpc::ServerWriteReactor<HealthCheck
   bool sent_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool end_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;  // cancelled, or a write failed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
