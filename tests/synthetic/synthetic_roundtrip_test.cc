@@ -2,6 +2,7 @@
 // preset's config and shapes, and Tokenizer::FromDir must round-trip English text.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -18,8 +19,11 @@ namespace fs = std::filesystem;
 
 class ScopedDir {
  public:
+  // The process id in the name: ctest runs each test case as its own process, in
+  // parallel, and several checkouts may test on one machine.
   explicit ScopedDir(const std::string& name)
-      : path_(fs::path(::testing::TempDir()) / ("synthetic_roundtrip_" + name)) {
+      : path_(fs::path(::testing::TempDir()) /
+              ("synthetic_roundtrip_" + name + "_" + std::to_string(getpid()))) {
     fs::remove_all(path_);
   }
   ~ScopedDir() { fs::remove_all(path_); }
