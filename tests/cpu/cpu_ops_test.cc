@@ -1,5 +1,6 @@
 // The CPU ops against naive double-precision loops written out in the test.
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -135,6 +136,12 @@ struct AttnCase {
   int64_t heads, kv_heads, head_dim, block_size;
   DType dtype;
 };
+// Without it gtest prints the struct's bytes, padding included, so test names would
+// change between builds.
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "h" << c.heads << "_kv" << c.kv_heads << "_d" << c.head_dim << "_bs" << c.block_size << "_"
+      << DTypeName(c.dtype);
+}
 
 class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
