@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "engine/cpu/ops.h"
 #include "engine/kv_sizing.h"
+#include "engine/model/model_checks.h"
 #include "engine/model/rope.h"
 #include "engine/step_batch_check.h"
 #include "engine/util/host_memory.h"
@@ -22,45 +22,18 @@ namespace {
 // `shape`. `what` names it when the loader left the name empty.
 absl::Status AppendTensor(const Tensor& t, const std::vector<int64_t>& shape,
                           const std::string& what, std::vector<float>* out) {
-  const std::string name = t.name.empty() ? what : t.name;
-  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
-  if (t.shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape [",
-                                                   absl::StrJoin(t.shape, ", "), "], expected [",
-                                                   absl::StrJoin(shape, ", "), "]"));
-  }
+  if (absl::Status s = CheckTensorShape(t, shape, what); !s.ok()) return s;
   const size_t n = static_cast<size_t>(t.numel());
-  if (t.nbytes < n * DTypeSize(t.dtype)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor %s holds %d bytes, its shape needs %d", name, t.nbytes, n * DTypeSize(t.dtype)));
-  }
   const size_t old = out->size();
   out->resize(old + n);
   ConvertToFloat(t.dtype, t.data, n, out->data() + old);
   return absl::OkStatus();
 }
 
+// The shape every backend needs, then a KV cache to hold something.
 absl::Status CheckConfig(const ModelConfig& c, const ModelTensors& tensors,
                          const KvCacheConfig& kv) {
-  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 ||
-      c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model config has a non-positive size (vocab %d, hidden %d, intermediate %d, layers %d, "
-        "heads %d, kv heads %d, head_dim %d)",
-        c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
-        c.head_dim));
-  }
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_heads %d is not a multiple of num_kv_heads %d", c.num_heads, c.num_kv_heads));
-  }
-  if (c.head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("head_dim %d is odd", c.head_dim));
-  }
-  if (static_cast<int64_t>(tensors.layers.size()) != c.num_layers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model has %d layers of tensors, config says %d", tensors.layers.size(), c.num_layers));
-  }
+  if (absl::Status s = CheckModelShape(c, tensors); !s.ok()) return s;
   if (kv.num_blocks <= 0 || kv.block_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("KV cache needs positive num_blocks and block_size, got %d and %d",

@@ -9,31 +9,18 @@
 #include "absl/strings/str_format.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/cuda/gpu_backend_internal.h"
+#include "engine/model/model_checks.h"
 #include "engine/util/log.h"
 
 namespace ptxserve::cuda {
 namespace {
 
+// The shape every backend needs, then the kernels' limits.
 absl::Status CheckConfig(const ModelConfig& c, const ModelTensors& t, const KvCacheConfig& kv) {
-  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_layers <= 0 ||
-      c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model config has a non-positive size (vocab %d, hidden %d, intermediate %d, layers %d, "
-        "heads %d, kv heads %d, head_dim %d)",
-        c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
-        c.head_dim));
-  }
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_heads %d is not a multiple of num_kv_heads %d", c.num_heads, c.num_kv_heads));
-  }
-  if (c.head_dim % 2 != 0 || c.head_dim > 256) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "head_dim %d: the GPU kernels take an even head_dim of at most 256", c.head_dim));
-  }
-  if (static_cast<int64_t>(t.layers.size()) != c.num_layers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model has %d layers of tensors, config says %d", t.layers.size(), c.num_layers));
+  if (absl::Status s = CheckModelShape(c, t); !s.ok()) return s;
+  if (c.head_dim > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("head_dim %d: the GPU kernels take a head_dim of at most 256", c.head_dim));
   }
   if (kv.block_size <= 0 || kv.block_size > 1024) {
     return absl::InvalidArgumentError(

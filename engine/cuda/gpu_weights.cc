@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "engine/cuda/gpu_backend_internal.h"
+#include "engine/model/model_checks.h"
 #include "engine/model/rope.h"
 #include "engine/util/log.h"
 
@@ -25,23 +25,6 @@ DType ToDType(kernels::ElemType t) {
       break;
   }
   return DType::kF32;
-}
-
-absl::Status CheckTensor(const Tensor& t, const std::vector<int64_t>& shape,
-                         const std::string& what) {
-  const std::string name = t.name.empty() ? what : t.name;
-  if (!t.present()) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
-  if (t.shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape [",
-                                                   absl::StrJoin(t.shape, ", "), "], expected [",
-                                                   absl::StrJoin(shape, ", "), "]"));
-  }
-  const size_t need = static_cast<size_t>(t.numel()) * DTypeSize(t.dtype);
-  if (t.nbytes < need) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("tensor %s holds %d bytes, its shape needs %d", name, t.nbytes, need));
-  }
-  return absl::OkStatus();
 }
 
 // The tensor's elements as `dt` bytes (a copy; converted when the file dtype differs).
@@ -149,27 +132,27 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   Weights& w = *w_;
 
   // Shapes first: nothing is allocated for a model that cannot load.
-  absl::Status s = CheckTensor(mt.embed, {V, H}, "embed");
-  if (s.ok()) s = CheckTensor(mt.final_norm, {H}, "final_norm");
+  absl::Status s = CheckTensorShape(mt.embed, {V, H}, "embed");
+  if (s.ok()) s = CheckTensorShape(mt.final_norm, {H}, "final_norm");
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
-  if (s.ok() && !tied) s = CheckTensor(mt.lm_head, {V, H}, "lm_head");
+  if (s.ok() && !tied) s = CheckTensorShape(mt.lm_head, {V, H}, "lm_head");
   for (int64_t i = 0; s.ok() && i < c.num_layers; ++i) {
     const LayerTensors& lt = mt.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
-    s = CheckTensor(lt.attn_norm, {H}, p + "attn_norm");
-    if (s.ok()) s = CheckTensor(lt.wq, {NH * d, H}, p + "wq");
-    if (s.ok()) s = CheckTensor(lt.wk, {KVH * d, H}, p + "wk");
-    if (s.ok()) s = CheckTensor(lt.wv, {KVH * d, H}, p + "wv");
+    s = CheckTensorShape(lt.attn_norm, {H}, p + "attn_norm");
+    if (s.ok()) s = CheckTensorShape(lt.wq, {NH * d, H}, p + "wq");
+    if (s.ok()) s = CheckTensorShape(lt.wk, {KVH * d, H}, p + "wk");
+    if (s.ok()) s = CheckTensorShape(lt.wv, {KVH * d, H}, p + "wv");
     if (s.ok() && c.attention_bias) {
-      s = CheckTensor(lt.bq, {NH * d}, p + "bq");
-      if (s.ok()) s = CheckTensor(lt.bk, {KVH * d}, p + "bk");
-      if (s.ok()) s = CheckTensor(lt.bv, {KVH * d}, p + "bv");
+      s = CheckTensorShape(lt.bq, {NH * d}, p + "bq");
+      if (s.ok()) s = CheckTensorShape(lt.bk, {KVH * d}, p + "bk");
+      if (s.ok()) s = CheckTensorShape(lt.bv, {KVH * d}, p + "bv");
     }
-    if (s.ok()) s = CheckTensor(lt.wo, {H, NH * d}, p + "wo");
-    if (s.ok()) s = CheckTensor(lt.mlp_norm, {H}, p + "mlp_norm");
-    if (s.ok()) s = CheckTensor(lt.w_gate, {I, H}, p + "w_gate");
-    if (s.ok()) s = CheckTensor(lt.w_up, {I, H}, p + "w_up");
-    if (s.ok()) s = CheckTensor(lt.w_down, {H, I}, p + "w_down");
+    if (s.ok()) s = CheckTensorShape(lt.wo, {H, NH * d}, p + "wo");
+    if (s.ok()) s = CheckTensorShape(lt.mlp_norm, {H}, p + "mlp_norm");
+    if (s.ok()) s = CheckTensorShape(lt.w_gate, {I, H}, p + "w_gate");
+    if (s.ok()) s = CheckTensorShape(lt.w_up, {I, H}, p + "w_up");
+    if (s.ok()) s = CheckTensorShape(lt.w_down, {H, I}, p + "w_down");
   }
   if (!s.ok()) return s;
 
