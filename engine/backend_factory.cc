@@ -38,10 +38,19 @@ absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_vie
   return absl::OkStatus();
 }
 
+absl::Status CheckBackendKind(absl::string_view kind) {
+  if (kind == "cpu" || kind == "cuda" || kind == "emulated" || kind == "auto") {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--backend=", kind, ": want cpu, cuda, emulated or auto"));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, const Model& model,
                                                        const KvCacheConfig& kv,
                                                        BackendOptions options, std::string* note) {
   if (note != nullptr) note->clear();
+  if (absl::Status st = CheckBackendKind(kind); !st.ok()) return st;
   // Unsized pools: host memory (cpu, and the emulated device, whose "device memory" is
   // host memory) gets DefaultHostKvBlocks; a real GPU sizes its pools from the memory
   // free after weights and activations (options.kv_memory_fraction).
@@ -58,10 +67,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view kind, c
     if (!b.ok()) return b.status();
     return std::unique_ptr<Backend>(*std::move(b));
   }
-  if (kind != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", kind, ": want auto, cpu, cuda or emulated"));
-  }
+  // kind == "auto"
   auto b = CreateGpu(model, kv, "cuda", std::move(options));
   if (b.ok()) return std::unique_ptr<Backend>(*std::move(b));
   const std::string why = absl::StrCat("CUDA backend unavailable (", b.status().message(),

@@ -20,6 +20,10 @@ namespace ptxserve {
 // ignored); else InvalidArgument naming the flag and the valid values.
 absl::Status CheckEmulatedDeviceFlag(absl::string_view backend, absl::string_view emulated_device);
 
+// OK when `kind` names a backend (cpu, cuda, emulated or auto), else InvalidArgument
+// naming --backend and the valid values.
+absl::Status CheckBackendKind(absl::string_view kind);
+
 // The server's --backend: "cpu", "cuda", "emulated" or "auto" (cuda when the driver
 // loads and the backend comes up on device 0, else cpu). `*note` (may be null) receives,
 // for auto, why the CUDA backend was not used (empty when it was). kv.num_blocks <= 0:

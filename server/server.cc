@@ -107,19 +107,13 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Token
 }  // namespace
 
 absl::Status CheckBackendOptions(const ModelOptions& o) {
-  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "emulated" && o.backend != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", o.backend, ": want cpu, cuda, emulated or auto"));
-  }
+  if (absl::Status s = CheckBackendKind(o.backend); !s.ok()) return s;
   return CheckEmulatedDeviceFlag(o.backend, o.emulated_device);
 }
 
 absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions& o,
                                                              EngineObserver* observer) {
-  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "emulated" && o.backend != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", o.backend, ": want cpu, cuda, emulated or auto"));
-  }
+  if (absl::Status s = CheckBackendKind(o.backend); !s.ok()) return s;
   if (o.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--block_size must be > 0, got ", o.block_size));
   }
