@@ -1,6 +1,7 @@
 // A kernel Config's settable fields, listed once in a `kFields` tuple beside the fields
 // themselves (the target is common to all and not listed): the registry reads
-// `ptxserve ptx --set key=value` into them and prints their defaults from them.
+// `ptxserve ptx --set key=value` into them and prints their defaults from them. The same
+// NamedField lists a kernel's launch arguments (kernel_params.h).
 //
 //   struct RmsNormConfig {
 //     int dim = 4096;
@@ -15,14 +16,15 @@
 
 namespace ptxserve::kernels {
 
-template <class Config, class T>
-struct ConfigField {
+// A data member and the name it goes by outside C++ (a setting, a .param).
+template <class Owner, class T>
+struct NamedField {
   const char* name;
-  T Config::*member;
+  T Owner::*member;
 };
 
 template <class Config, class T>
-constexpr ConfigField<Config, T> Field(const char* name, T Config::*member) {
+constexpr NamedField<Config, T> Field(const char* name, T Config::*member) {
   return {name, member};
 }
 

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/config_fields.h"
 #include "kernels/ptx/builder.h"
 
 namespace ptxserve::kernels {
@@ -35,13 +36,7 @@ struct DevicePtr {
 };
 
 template <class Args, class T>
-struct ParamField {
-  const char* name;
-  T Args::*member;
-};
-
-template <class Args, class T>
-constexpr ParamField<Args, T> Param(const char* name, T Args::*member) {
+constexpr NamedField<Args, T> Param(const char* name, T Args::*member) {
   return {name, member};
 }
 

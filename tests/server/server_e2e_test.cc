@@ -315,50 +315,6 @@ TEST_F(PreemptionTest, MemoryPressurePreemptsWithoutChangingResults) {
   EXPECT_EQ(MetricValue(m, "ptxserve_kv_cache_blocks_used"), 0);
 }
 
-TEST(HealthWatchTest, StreamsStatusChanges) {
-  auto t = TestServer::Start();
-  ASSERT_NE(t, nullptr);
-  auto channel = grpc::CreateChannel(t->target, grpc::InsecureChannelCredentials());
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  grpc::ClientContext ctx;
-  grpc::health::v1::HealthCheckRequest req;
-  auto reader = stub->Watch(&ctx, req);
-  HealthCheckResponse resp;
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
-  ASSERT_TRUE(t->Load().ok());
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
-  t->server->Shutdown(absl::Seconds(1));
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
-  while (reader->Read(&resp)) {
-  }
-  EXPECT_TRUE(reader->Finish().ok()) << "the server ends Watch streams when it stops";
-}
-
-// A shutdown that arrives while the SERVING write is still in flight used to end the stream
-// without the NOT_SERVING that was pending; the race is narrow, so it is run several times.
-TEST(HealthWatchTest, ShutdownDuringAWriteStillSendsNotServingLast) {
-  for (int i = 0; i < 8; ++i) {
-    auto t = TestServer::Start();
-    ASSERT_NE(t, nullptr);
-    auto channel = grpc::CreateChannel(t->target, grpc::InsecureChannelCredentials());
-    auto stub = grpc::health::v1::Health::NewStub(channel);
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckRequest req;
-    auto reader = stub->Watch(&ctx, req);
-    HealthCheckResponse resp;
-    ASSERT_TRUE(reader->Read(&resp));
-    ASSERT_TRUE(t->Load().ok());
-    t->server->Shutdown(absl::Seconds(1));  // SERVING may still be on its way
-    HealthCheckResponse::ServingStatus last = resp.status();
-    while (reader->Read(&resp)) last = resp.status();
-    EXPECT_EQ(last, HealthCheckResponse::NOT_SERVING) << "run " << i;
-    EXPECT_TRUE(reader->Finish().ok());
-  }
-}
-
 TEST(EmulatedBackendTest, ServesAndFeedsTheKernelMetrics) {
   auto t = TestServer::Start();
   ASSERT_NE(t, nullptr);
