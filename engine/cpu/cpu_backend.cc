@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/cpu/ops.h"
 #include "engine/kv_sizing.h"
+#include "engine/model/forward.h"
 #include "engine/model/model_checks.h"
 #include "engine/model/rope.h"
 #include "engine/step_batch_check.h"
@@ -123,75 +124,226 @@ void CpuBackend::Reserve(int64_t tokens) {
   const int64_t qkv = c.q_dim() + 2 * c.kv_dim();
   x_.resize(tokens * c.hidden_size);
   h_.resize(tokens * std::max(c.hidden_size, c.q_dim()));
-  qkv_.resize(tokens * qkv);
   q_.resize(tokens * c.q_dim());
   k_.resize(tokens * c.kv_dim());
   v_.resize(tokens * c.kv_dim());
   gate_up_.resize(tokens * 2 * c.intermediate_size);
   act_.resize(tokens * c.intermediate_size);
-  tmp_.resize(tokens * c.hidden_size);
+  rows_.resize(tokens * c.hidden_size);
+  product_.resize(tokens * std::max(qkv, c.hidden_size));
   capacity_ = tokens;
 }
 
-void CpuBackend::RunLayer(Layer& l, const StepBatch& batch) {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.num_tokens();
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const int64_t QD = c.q_dim(), KD = c.kv_dim(), QKV = QD + 2 * KD;
-  const float eps = static_cast<float>(c.rms_norm_eps);
+class CpuBackend::StepOps final : public ForwardOps {
+ public:
+  StepOps(CpuBackend& b, const StepBatch& batch, float* logits)
+      : b_(b), c_(b.config_), batch_(batch), logits_(logits) {}
 
-  cpu::RmsNorm(x_.data(), l.attn_norm.data(), T, H, eps, h_.data());
-  cpu::Gemm(h_.data(), l.wqkv.data(), l.bqkv.empty() ? nullptr : l.bqkv.data(), T, QKV, H,
-            qkv_.data());
-  // The fused projection's rows are [q | k | v]; RoPE and attention want each packed.
-  for (int64_t t = 0; t < T; ++t) {
-    const float* row = qkv_.data() + t * QKV;
-    std::memcpy(q_.data() + t * QD, row, QD * sizeof(float));
-    std::memcpy(k_.data() + t * KD, row + QD, KD * sizeof(float));
-    std::memcpy(v_.data() + t * KD, row + QD + KD, KD * sizeof(float));
+  absl::Status Embed() override {
+    cpu::Embed(b_.embed_.data(), batch_.token_ids.data(), batch_.num_tokens(), c_.hidden_size,
+               b_.x_.data());
+    return absl::OkStatus();
   }
-  cpu::Rope(q_.data(), k_.data(), batch.positions.data(), T, c.num_heads, c.num_kv_heads,
-            c.head_dim, inv_freq_.data(), c.rope_style);
-  cpu::KvScatter(k_.data(), v_.data(), batch.slot_mapping.data(), T, c.num_kv_heads, c.head_dim,
-                 kv_.block_size, kv_.dtype, l.k_pool.data(), l.v_pool.data());
-  cpu::PagedAttention(q_.data(), batch.positions.data(), batch.query_start.data(),
-                      batch.seq_lens.data(), batch.block_tables.data(), batch.max_blocks_per_seq,
-                      batch.num_seqs(), c.num_heads, c.num_kv_heads, c.head_dim, kv_.block_size,
-                      kv_.dtype, l.k_pool.data(), l.v_pool.data(),
-                      1.0f / std::sqrt(static_cast<float>(c.head_dim)), h_.data());
-  cpu::Gemm(h_.data(), l.wo.data(), nullptr, T, H, QD, tmp_.data());
-  cpu::AddInPlace(x_.data(), tmp_.data(), T * H);
 
-  cpu::RmsNorm(x_.data(), l.mlp_norm.data(), T, H, eps, h_.data());
-  cpu::Gemm(h_.data(), l.w_gate_up.data(), nullptr, T, 2 * I, H, gate_up_.data());
-  for (int64_t t = 0; t < T; ++t) {
-    const float* gu = gate_up_.data() + t * 2 * I;
-    cpu::SiluMul(gu, gu + I, I, act_.data() + t * I);
+  absl::Status RmsNorm(Act in, WeightRef weight, Act out) override {
+    cpu::RmsNorm(ViewOf(in).data, NormOf(weight), Rows(in), c_.hidden_size,
+                 static_cast<float>(c_.rms_norm_eps), ViewOf(out).data);
+    return absl::OkStatus();
   }
-  cpu::Gemm(act_.data(), l.w_down.data(), nullptr, T, H, I, tmp_.data());
-  cpu::AddInPlace(x_.data(), tmp_.data(), T * H);
-}
+
+  // Projections whose weight rows follow one another in a stored matrix (q/k/v, gate/up)
+  // run as one GEMM.
+  absl::Status Linear(Act in, std::initializer_list<Projection> projections) override {
+    const View x = ViewOf(in);
+    const int64_t m = Rows(in);
+    for (const Projection* first = projections.begin(); first != projections.end();) {
+      const Matrix mat = MatrixOf(first->weight);
+      int64_t n = mat.n;
+      const Projection* last = first + 1;
+      for (; last != projections.end(); ++last) {
+        const Matrix next = MatrixOf(last->weight);
+        if (next.w != mat.w + n * x.stride || next.bias != (mat.bias ? mat.bias + n : nullptr)) {
+          break;
+        }
+        n += next.n;
+      }
+      Gemm(x.data, m, x.stride, mat, n, first, last);
+      first = last;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RopeAndWriteKv(int layer) override {
+    const int64_t T = batch_.num_tokens();
+    Layer& l = b_.layers_[layer];
+    cpu::Rope(b_.q_.data(), b_.k_.data(), batch_.positions.data(), T, c_.num_heads, c_.num_kv_heads,
+              c_.head_dim, b_.inv_freq_.data(), c_.rope_style);
+    cpu::KvScatter(b_.k_.data(), b_.v_.data(), batch_.slot_mapping.data(), T, c_.num_kv_heads,
+                   c_.head_dim, b_.kv_.block_size, b_.kv_.dtype, l.k_pool.data(), l.v_pool.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status Attention(int layer) override {
+    const Layer& l = b_.layers_[layer];
+    cpu::PagedAttention(b_.q_.data(), batch_.positions.data(), batch_.query_start.data(),
+                        batch_.seq_lens.data(), batch_.block_tables.data(),
+                        batch_.max_blocks_per_seq, batch_.num_seqs(), c_.num_heads, c_.num_kv_heads,
+                        c_.head_dim, b_.kv_.block_size, b_.kv_.dtype, l.k_pool.data(),
+                        l.v_pool.data(), 1.0f / std::sqrt(static_cast<float>(c_.head_dim)),
+                        ViewOf(Act::kAttention).data);
+    return absl::OkStatus();
+  }
+
+  absl::Status SiluMul() override {
+    const View gate = ViewOf(Act::kGate), up = ViewOf(Act::kUp), out = ViewOf(Act::kMlp);
+    for (int64_t t = 0; t < batch_.num_tokens(); ++t) {
+      cpu::SiluMul(gate.data + t * gate.stride, up.data + t * up.stride, c_.intermediate_size,
+                   out.data + t * out.stride);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status GatherRows() override {
+    const int64_t H = c_.hidden_size;
+    for (size_t r = 0; r < batch_.logits_rows.size(); ++r) {
+      std::memcpy(b_.rows_.data() + r * H, b_.x_.data() + batch_.logits_rows[r] * H,
+                  H * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // An activation's rows: row t at data + t * stride.
+  struct View {
+    float* data;
+    int64_t stride;
+  };
+  // A weight's rows in the matrix that stores it: [n][input width], and its bias.
+  struct Matrix {
+    const float* w;
+    const float* bias;
+    int64_t n;
+  };
+
+  int64_t Rows(Act a) const {
+    return a == Act::kRows || a == Act::kLogits ? static_cast<int64_t>(batch_.logits_rows.size())
+                                                : batch_.num_tokens();
+  }
+
+  View ViewOf(Act a) const {
+    const int64_t I = c_.intermediate_size;
+    switch (a) {
+      case Act::kResidual:
+        return {b_.x_.data(), c_.hidden_size};
+      case Act::kNormed:
+        return {b_.h_.data(), c_.hidden_size};
+      case Act::kQ:
+        return {b_.q_.data(), c_.q_dim()};
+      case Act::kK:
+        return {b_.k_.data(), c_.kv_dim()};
+      case Act::kV:
+        return {b_.v_.data(), c_.kv_dim()};
+      case Act::kAttention:  // the normed input is dead by then
+        return {b_.h_.data(), c_.q_dim()};
+      case Act::kGate:
+        return {b_.gate_up_.data(), 2 * I};
+      case Act::kUp:
+        return {b_.gate_up_.data() + I, 2 * I};
+      case Act::kMlp:
+        return {b_.act_.data(), I};
+      case Act::kRows:
+        return {b_.rows_.data(), c_.hidden_size};
+      case Act::kLogits:
+        return {logits_, c_.vocab_size};
+    }
+    return {nullptr, 0};
+  }
+
+  const float* NormOf(WeightRef w) const {
+    switch (w.role) {
+      case Weight::kAttnNorm:
+        return b_.layers_[w.layer].attn_norm.data();
+      case Weight::kMlpNorm:
+        return b_.layers_[w.layer].mlp_norm.data();
+      default:
+        return b_.final_norm_.data();
+    }
+  }
+
+  Matrix MatrixOf(WeightRef w) const {
+    const int64_t H = c_.hidden_size, I = c_.intermediate_size, QD = c_.q_dim(), KD = c_.kv_dim();
+    if (w.role == Weight::kLmHead) {
+      return {b_.lm_head_.empty() ? b_.embed_.data() : b_.lm_head_.data(), nullptr, c_.vocab_size};
+    }
+    const Layer& l = b_.layers_[w.layer];
+    const float* bias = l.bqkv.empty() ? nullptr : l.bqkv.data();
+    switch (w.role) {
+      case Weight::kQ:
+        return {l.wqkv.data(), bias, QD};
+      case Weight::kK:
+        return {l.wqkv.data() + QD * H, bias ? bias + QD : nullptr, KD};
+      case Weight::kV:
+        return {l.wqkv.data() + (QD + KD) * H, bias ? bias + QD + KD : nullptr, KD};
+      case Weight::kO:
+        return {l.wo.data(), nullptr, H};
+      case Weight::kGate:
+        return {l.w_gate_up.data(), nullptr, I};
+      case Weight::kUp:
+        return {l.w_gate_up.data() + I * H, nullptr, I};
+      default:  // kDown
+        return {l.w_down.data(), nullptr, H};
+    }
+  }
+
+  // out = x W^T for the `n` rows of `mat` that projections [first, last) share: straight
+  // into their outputs when those are one row after another, else through product_
+  // (copied into, or added onto, each output).
+  void Gemm(const float* x, int64_t m, int64_t k, const Matrix& mat, int64_t n,
+            const Projection* first, const Projection* last) {
+    bool direct = true;
+    int64_t col = 0;
+    const View base = ViewOf(first->out);
+    for (const Projection* p = first; p != last; ++p) {
+      const View out = ViewOf(p->out);
+      direct = direct && !p->accumulate && out.stride == n && out.data == base.data + col;
+      col += MatrixOf(p->weight).n;
+    }
+    if (direct) {
+      cpu::Gemm(x, mat.w, mat.bias, m, n, k, base.data);
+      return;
+    }
+    float* product = b_.product_.data();
+    cpu::Gemm(x, mat.w, mat.bias, m, n, k, product);
+    col = 0;
+    for (const Projection* p = first; p != last; ++p) {
+      const View out = ViewOf(p->out);
+      const int64_t width = MatrixOf(p->weight).n;
+      for (int64_t t = 0; t < m; ++t) {
+        float* dst = out.data + t * out.stride;
+        const float* src = product + t * n + col;
+        if (p->accumulate) {
+          cpu::AddInPlace(dst, src, width);
+        } else {
+          std::memcpy(dst, src, width * sizeof(float));
+        }
+      }
+      col += width;
+    }
+  }
+
+  CpuBackend& b_;
+  const ModelConfig& c_;
+  const StepBatch& batch_;
+  float* logits_;
+};
 
 absl::Status CpuBackend::Step(const StepBatch& batch, std::vector<float>* logits) {
   if (absl::Status s = ValidateStepBatch(batch, config_, kv_); !s.ok()) return s;
-  const ModelConfig& c = config_;
-  const int64_t T = batch.num_tokens();
-  const int64_t H = c.hidden_size;
-  Reserve(T);
-  cpu::Embed(embed_.data(), batch.token_ids.data(), T, H, x_.data());
-  for (Layer& l : layers_) RunLayer(l, batch);
-
-  // Only the requested rows go through the final norm and the LM head.
-  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-  for (int64_t r = 0; r < R; ++r) {
-    std::memcpy(tmp_.data() + r * H, x_.data() + batch.logits_rows[r] * H, H * sizeof(float));
-  }
-  cpu::RmsNorm(tmp_.data(), final_norm_.data(), R, H, static_cast<float>(c.rms_norm_eps),
-               tmp_.data());
-  logits->resize(R * c.vocab_size);
-  cpu::Gemm(tmp_.data(), lm_head_.empty() ? embed_.data() : lm_head_.data(), nullptr, R,
-            c.vocab_size, H, logits->data());
-  return absl::OkStatus();
+  Reserve(batch.num_tokens());
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  logits->resize(rows * config_.vocab_size);
+  StepOps ops(*this, batch, logits->data());
+  return RunForward(config_, rows, ops);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,

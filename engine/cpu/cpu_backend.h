@@ -47,10 +47,13 @@ class CpuBackend final : public Backend {
     std::vector<char> v_pool;
   };
 
+  // The forward pass's ops (engine/model/forward.h) over this backend's weights and
+  // buffers for one step (cpu_backend.cc).
+  class StepOps;
+
   CpuBackend(const ModelConfig& config, const KvCacheConfig& kv) : config_(config), kv_(kv) {}
   // Grows the activation buffers to hold `tokens` rows (never shrinks).
   void Reserve(int64_t tokens);
-  void RunLayer(Layer& layer, const StepBatch& batch);
 
   ModelConfig config_;
   KvCacheConfig kv_;
@@ -60,14 +63,15 @@ class CpuBackend final : public Backend {
   std::vector<float> inv_freq_;
   std::vector<Layer> layers_;
 
-  int64_t capacity_ = 0;    // rows the buffers below hold
-  std::vector<float> x_;    // [tokens, hidden] residual stream
-  std::vector<float> h_;    // [tokens, max(hidden, q_dim)] normed input / attention output
-  std::vector<float> qkv_;  // [tokens, q_dim + 2 kv_dim]
+  // The activations (forward.h's Act) and the products merged GEMMs write first.
+  int64_t capacity_ = 0;  // rows the buffers below hold
+  std::vector<float> x_;  // [tokens, hidden] residual stream
+  std::vector<float> h_;  // [tokens, max(hidden, q_dim)] normed input / attention output
   std::vector<float> q_, k_, v_;
-  std::vector<float> gate_up_;  // [tokens, 2 intermediate]
+  std::vector<float> gate_up_;  // [tokens, 2 intermediate]: gate and up, row by row
   std::vector<float> act_;      // [tokens, intermediate]
-  std::vector<float> tmp_;      // [tokens, hidden]
+  std::vector<float> rows_;     // [tokens, hidden] the logits rows
+  std::vector<float> product_;  // [tokens, max(q_dim + 2 kv_dim, hidden)] a GEMM's output
 };
 
 // A CpuBackend behind the Backend interface (engine/backend_factory.h chooses between

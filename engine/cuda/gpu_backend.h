@@ -17,7 +17,7 @@
 // row wants log-probs, the logprobs kernel's records instead (R x 168 bytes: each carries
 // the row's id, its log-prob and up to 20 top entries; kernels/logprobs.h).
 //
-// CUDA graphs (GpuBackendOptions::cuda_graphs, gpu_graphs.cc). A decode-only step (every
+// CUDA graphs (GpuBackendOptions::cuda_graphs, decode_graphs.h). A decode-only step (every
 // sequence exactly one token, one logits row each, in order) runs as a padded batch of
 // CudaGraphBucket(B) sequences whose forward pass (embedding .. LM head: everything
 // between the metadata copy and the sampling kernel) is captured into a graph once and
@@ -68,8 +68,14 @@
 #include "absl/strings/string_view.h"
 #include "engine/backend.h"
 #include "engine/backend_options.h"
+#include "engine/cuda/decode_graphs.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/device_weights.h"
 #include "engine/cuda/kernel_cache.h"
+#include "engine/cuda/kernel_set.h"
+#include "engine/cuda/kv_pools.h"
+#include "engine/cuda/step_buffers.h"
+#include "engine/cuda/step_metadata.h"
 #include "engine/engine_stats.h"
 #include "engine/model/model.h"
 
@@ -97,22 +103,6 @@ struct GpuBackendOptions : BackendOptions {
   // capture. 0 captures at first use.
   int32_t cuda_graph_eager_runs = 1;
 };
-
-struct KernelSet;  // kernel_set.h
-
-// CUDA graph counters (GpuBackend::graph_stats).
-struct GraphStats {
-  int64_t captures = 0;  // graphs captured and instantiated
-  int64_t replays = 0;   // steps run as a graph launch
-  int64_t live = 0;      // graphs held now
-  int64_t dropped = 0;   // graphs destroyed: stale after a buffer grew, or over the limit
-};
-
-// The batch a decode step of `seqs` sequences runs as under CUDA graphs: 1, 2, 4, 8 (the
-// GEMV tile sizes: padding within a tile costs no extra weight reads), then the next
-// multiple of 8 (vLLM's capture sizes; at most 7 padding rows, each a few kernel threads
-// and one wasted GEMM row); 0 when that exceeds `max_batch` (no graph).
-int64_t CudaGraphBucket(int64_t seqs, int32_t max_batch);
 
 class GpuBackend final : public Backend {
  public:
@@ -155,69 +145,49 @@ class GpuBackend final : public Backend {
 
   // Kernel and transfer counters in the engine's shape (EngineStats::kernels). Any thread.
   KernelStats kernel_stats() const override;
-  KernelCacheStats cache_stats() const { return cache_->stats(); }
+  KernelCacheStats cache_stats() const { return kernel_cache_->stats(); }
   TransferStats transfer_stats() const { return device_->transfers(); }
   // CUDA graph counters. Any thread.
-  GraphStats graph_stats() const;
+  GraphStats graph_stats() const { return graphs_ ? graphs_->stats() : GraphStats{}; }
   const DeviceInfo& device_info() const { return device_->info(); }
   Device& device() { return *device_; }
   // Bytes of weights on the device, and of the K/V pools.
-  size_t weight_bytes() const { return weight_bytes_; }
-  size_t kv_bytes() const { return kv_bytes_; }
+  size_t weight_bytes() const { return weights_.bytes; }
+  size_t kv_bytes() const { return kv_pools_.bytes; }
   // Bytes the GEMMs read per step whatever the batch (every linear weight + LM head).
-  size_t step_weight_bytes() const { return step_weight_bytes_; }
+  size_t step_weight_bytes() const { return weights_.step_bytes; }
   // head_dim as the device holds it (a multiple of 32).
-  int64_t padded_head_dim() const { return dp_; }
+  int64_t padded_head_dim() const { return heads_.padded; }
 
  private:
-  struct Weights;
-  struct Buffers;
-  struct StepPlan;
-  struct Graphs;
-  struct GraphCounters {
-    std::atomic<int64_t> captures{0}, replays{0}, live{0}, dropped{0};
-  };
-
   GpuBackend(const ModelConfig& config, const KvCacheConfig& kv, std::unique_ptr<Device> device,
              GpuBackendOptions options);
   absl::Status Init(const Model& model);
-  absl::Status UploadWeights(const Model& model);
-  absl::Status AllocateKv();
-  // Grows the activation (tokens), logits (rows) and metadata buffers to hold a step.
-  absl::Status Reserve(int64_t tokens, int64_t rows, size_t meta_bytes);
-  absl::Status ReserveSplits(int64_t rows, int64_t splits);
   absl::Status InitKernels();
-  // Packs the metadata (and, when given, the sampling rows: for a graph step only the real
-  // rows, which are all sampling reads) and enqueues its one copy.
-  absl::Status Upload(const StepBatch& batch, const std::vector<RowSampling>* rows, StepPlan* plan);
-  absl::Status Forward(const StepPlan& plan);
-  absl::Status RunLayer(int layer, const StepPlan& plan);
-  // CUDA graphs (gpu_graphs.cc). PadForGraph: for a decode-only step graphs cover, the
-  // padded batch to upload instead of `batch` (and plan->graph set); else `batch`.
-  const StepBatch& PadForGraph(const StepBatch& batch, StepPlan* plan);
-  // In Upload, for graph steps: the split partition rounded to a power of two of blocks.
-  void RoundGraphPartition(StepPlan* plan) const;
-  // Forward, as a graph launch for graph steps (capturing on first use). Afterwards
-  // plan->rows is the caller's row count (the first rows of the logits buffer).
-  absl::Status RunForward(StepPlan* plan);
-  absl::Status ForwardGraph(const StepPlan& plan);
-  // Captures `plan`'s forward pass into a graph held under its key.
-  absl::Status CaptureGraph(const StepPlan& plan);
+  // Plans the step's attention, packs its metadata (and, when given, the sampling rows)
+  // and enqueues the one copy up.
+  absl::Status Upload(const StepBatch& batch, const std::vector<RowSampling>* rows,
+                      DeviceStep* step);
+  // The forward pass for `step` (RunForward over DeviceForwardOps), as a graph for graph
+  // steps. Afterwards step->rows is the caller's row count.
+  absl::Status Forward(DeviceStep* step);
+  // Waits for the step's copy back; after a failure, drains what was enqueued first (the
+  // pinned buffers are refilled by the next step and must not be read by a copy still
+  // queued from this one).
+  absl::Status Finish(absl::Status enqueued);
 
   ModelConfig config_;
   KvCacheConfig kv_;
   GpuBackendOptions options_;
-  int64_t dp_ = 0;            // padded head_dim
-  std::vector<int64_t> pad_;  // real head dimension j -> its padded index
-  size_t weight_bytes_ = 0, kv_bytes_ = 0, step_weight_bytes_ = 0;
+  PaddedHeads heads_;
   // Declared first so it is destroyed last: everything below lives on it.
   std::unique_ptr<Device> device_;
-  std::unique_ptr<KernelCache> cache_;
-  std::unique_ptr<Weights> w_;
-  std::unique_ptr<Buffers> buf_;
-  std::unique_ptr<KernelSet> k_;
-  std::unique_ptr<Graphs> graphs_;  // created at the first graph step; destroyed first
-  GraphCounters graph_counters_;
+  std::unique_ptr<KernelCache> kernel_cache_;
+  DeviceWeights weights_;
+  KvPools kv_pools_;
+  std::unique_ptr<StepBuffers> buffers_;
+  std::unique_ptr<KernelSet> kernels_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // with cuda_graphs only; destroyed first
 };
 
 // Opens a device for `kind` ("cuda": libcuda.so.1, device 0; "emulated": the PTX

@@ -2,7 +2,7 @@
 // spec (key formatted once). It is a pure function of the model's shapes, the element
 // types of its weights, the KV cache layout and the target the device runs, so it is
 // built without a device or weights: GpuBackend builds its own with BuildKernelSet
-// (gpu_kernels.cc), and tests/kernels/kernel_manifest lists the same sets, for every
+// (gpu_backend.cc), and tests/kernels/kernel_manifest lists the same sets, for every
 // model and device profile, in tests/golden/kernel_manifest.txt.
 #pragma once
 
@@ -43,7 +43,7 @@ inline int64_t PaddedHeadDim(int64_t head_dim) { return (head_dim + 31) / 32 * 3
 // Error when the pair does not validate (ptx::Target::Validate).
 absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_version);
 
-// Element types of the weights by role, as the backend uploads them (gpu_weights.cc:
+// Element types of the weights by role, as the backend uploads them (device_weights.cc:
 // each role in layer 0's file dtype, other layers converted to it; a tied LM head in the
 // embedding's).
 struct WeightTypes {

@@ -1,12 +1,10 @@
-// CUDA graphs for decode-only steps (the design is in gpu_backend.h): padding a decode
-// batch to its bucket, the graph key, capture on first use, replay, and dropping graphs
-// whose buffers moved.
+#include "engine/cuda/decode_graphs.h"
+
 #include <algorithm>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cuda/gpu_backend_internal.h"
 #include "engine/util/log.h"
 
 namespace ptxserve::cuda {
@@ -39,27 +37,24 @@ int64_t CudaGraphBucket(int64_t seqs, int32_t max_batch) {
   return bucket <= max_batch ? bucket : 0;
 }
 
-GraphStats GpuBackend::graph_stats() const {
+GraphStats DecodeGraphs::stats() const {
   GraphStats g;
-  g.captures = graph_counters_.captures.load(std::memory_order_relaxed);
-  g.replays = graph_counters_.replays.load(std::memory_order_relaxed);
-  g.live = graph_counters_.live.load(std::memory_order_relaxed);
-  g.dropped = graph_counters_.dropped.load(std::memory_order_relaxed);
+  g.captures = captures_.load(std::memory_order_relaxed);
+  g.replays = replays_.load(std::memory_order_relaxed);
+  g.live = live_.load(std::memory_order_relaxed);
+  g.dropped = dropped_.load(std::memory_order_relaxed);
   return g;
 }
 
-const StepBatch& GpuBackend::PadForGraph(const StepBatch& batch, StepPlan* plan) {
-  plan->graph = false;
-  if (!options_.cuda_graphs || (graphs_ != nullptr && graphs_->disabled) || !DecodeOnly(batch)) {
-    return batch;
-  }
+const StepBatch& DecodeGraphs::Pad(const StepBatch& batch, DeviceStep* step) {
+  step->graph = false;
+  if (disabled_ || !DecodeOnly(batch)) return batch;
   const int64_t seqs = batch.num_seqs();
-  const int64_t bucket = CudaGraphBucket(seqs, options_.cuda_graph_max_batch);
+  const int64_t bucket = CudaGraphBucket(seqs, options_.max_batch);
   if (bucket == 0) return batch;
-  if (graphs_ == nullptr) graphs_ = std::make_unique<Graphs>();
   const int64_t stride = NextPowerOfTwo(std::max<int64_t>(batch.max_blocks_per_seq, 1));
   // The scratch batch keeps its capacity from step to step: no allocation once warm.
-  StepBatch& p = graphs_->padded;
+  StepBatch& p = padded_;
   p.token_ids.assign(batch.token_ids.begin(), batch.token_ids.end());
   p.token_ids.resize(bucket, 0);
   p.positions.assign(batch.positions.begin(), batch.positions.end());
@@ -78,104 +73,98 @@ const StepBatch& GpuBackend::PadForGraph(const StepBatch& batch, StepPlan* plan)
   for (int64_t s = 0; s < seqs; ++s) {
     std::copy_n(batch.block_tables.begin() + s * mb, mb, p.block_tables.begin() + s * stride);
   }
-  plan->graph = true;
-  plan->real_rows = seqs;
+  step->graph = true;
+  step->real_rows = seqs;
   return p;
 }
 
-void GpuBackend::RoundGraphPartition(StepPlan* plan) const {
+void DecodeGraphs::RoundPartition(DeviceStep* step) const {
   // A fixed partition (options) is one key already; the automatic one follows the
   // context length token by token, which would capture a graph per block.
-  if (!plan->split || options_.attention_partition > 0) return;
-  const int64_t bs = kv_.block_size;
-  const int64_t blocks = (plan->partition + bs - 1) / bs;
-  plan->partition = static_cast<int>(NextPowerOfTwo(blocks) * bs);
+  if (!step->split || options_.fixed_partition > 0) return;
+  const int64_t bs = block_size_;
+  const int64_t blocks = (step->partition + bs - 1) / bs;
+  step->partition = static_cast<int>(NextPowerOfTwo(blocks) * bs);
   // num_splits stays: num_splits x partition still covers the longest context, and the
   // partial buffers were sized for it.
 }
 
-absl::Status GpuBackend::RunForward(StepPlan* plan) {
-  if (!plan->graph) return Forward(*plan);
-  absl::Status s = ForwardGraph(*plan);
-  plan->rows = plan->real_rows;
+absl::Status DecodeGraphs::Run(DeviceStep* step, const StepBuffers& buffers, Forward forward) {
+  if (!step->graph) return forward(*step);
+  absl::Status s = RunGraph(*step, buffers, forward);
+  step->rows = step->real_rows;
   return s;
 }
 
-absl::Status GpuBackend::CaptureGraph(const StepPlan& p) {
+void DecodeGraphs::DropAll() {
+  dropped_.fetch_add(static_cast<int64_t>(by_key_.size()), std::memory_order_relaxed);
+  by_key_.clear();
+  live_.store(0, std::memory_order_relaxed);
+}
+
+absl::Status DecodeGraphs::Capture(const DeviceStep& p, Forward forward) {
   const std::string what = absl::StrCat("decode graph of ", p.tokens, " rows");
   if (absl::Status s = device_->BeginCapture(what); !s.ok()) return s;
   cache_->StartRecording();
-  const absl::Status forward = Forward(p);
+  const absl::Status forward_status = forward(p);
   const std::vector<const CompiledKernel*> launches = cache_->StopRecording();
   // Always ended, so the stream leaves capture mode whatever happened.
   absl::StatusOr<Graph> graph = device_->EndCapture(what);
-  if (!forward.ok()) return forward;
+  if (!forward_status.ok()) return forward_status;
   if (!graph.ok()) return graph.status();
   absl::StatusOr<GraphExec> exec = device_->Instantiate(*graph, what);
   if (!exec.ok()) return exec.status();
-  Graphs::Entry& e = graphs_->by_key[Graphs::Key::Of(p)];
+  Entry& e = by_key_[Key::Of(p)];
   e.exec = *std::move(exec);
   e.tally = KernelCache::Tally(launches);
   e.name = absl::StrCat(what, ", ", launches.size(), " kernels");
-  graph_counters_.captures.fetch_add(1, std::memory_order_relaxed);
-  graph_counters_.live.fetch_add(1, std::memory_order_relaxed);
+  captures_.fetch_add(1, std::memory_order_relaxed);
+  live_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
-absl::Status GpuBackend::ForwardGraph(const StepPlan& p) {
-  Graphs& g = *graphs_;
-  const Buffers& b = *buf_;
-  const Graphs::Addresses now = {b.x.ptr(),   b.h.ptr(),      b.q.ptr(),       b.k.ptr(),
-                                 b.v.ptr(),   b.attn.ptr(),   b.gate_up.ptr(), b.act.ptr(),
-                                 b.hr.ptr(),  b.logits.ptr(), b.partial.ptr(), b.lse.ptr(),
-                                 b.meta.ptr()};
-  if (now != g.addresses) {
-    // A buffer grew (Reserve): the graphs' parameters point at freed memory.
-    graph_counters_.dropped.fetch_add(static_cast<int64_t>(g.by_key.size()),
-                                      std::memory_order_relaxed);
-    g.by_key.clear();
-    graph_counters_.live.store(0, std::memory_order_relaxed);
-    g.addresses = now;
+absl::Status DecodeGraphs::RunGraph(const DeviceStep& p, const StepBuffers& buffers,
+                                    Forward forward) {
+  if (const Addresses now = buffers.forward_addresses(); now != addresses_) {
+    // A buffer grew (StepBuffers::Reserve): the graphs' parameters point at freed memory.
+    DropAll();
+    addresses_ = now;
   }
-  const Graphs::Key key = Graphs::Key::Of(p);
-  auto it = g.by_key.find(key);
-  if (it == g.by_key.end()) {
+  const Key key = Key::Of(p);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) {
     // A key's first steps run launch by launch, outside any capture: they compile the
     // kernels when warm-up was off, and load their modules onto the device. With lazy
     // module loading (the default since CUDA 12.2), drivers before 12.3 cannot load a
     // kernel during a capture, which would turn graphs off for good.
-    const int32_t eager = std::max(options_.cuda_graph_eager_runs, options_.warmup ? 0 : 1);
-    if (int32_t& runs = g.eager_runs[key]; runs < eager) {
+    if (int32_t& runs = eager_runs_[key]; runs < options_.eager_runs) {
       ++runs;
-      return Forward(p);
+      return forward(p);
     }
-    if (static_cast<int64_t>(g.by_key.size()) >= std::max(options_.cuda_graph_limit, 1)) {
-      auto lru = std::min_element(
-          g.by_key.begin(), g.by_key.end(),
-          [](const auto& a, const auto& c) { return a.second.last_used < c.second.last_used; });
-      g.by_key.erase(lru);
-      graph_counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-      graph_counters_.live.fetch_sub(1, std::memory_order_relaxed);
+    if (static_cast<int64_t>(by_key_.size()) >= std::max(options_.limit, 1)) {
+      auto lru = std::min_element(by_key_.begin(), by_key_.end(), [](const auto& a, const auto& c) {
+        return a.second.last_used < c.second.last_used;
+      });
+      by_key_.erase(lru);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      live_.fetch_sub(1, std::memory_order_relaxed);
     }
-    if (absl::Status s = CaptureGraph(p); !s.ok()) {
+    if (absl::Status s = Capture(p, forward); !s.ok()) {
       // Whatever failed (the capture calls, a launch while captured, instantiation), the
       // step runs launch by launch, and so does every later one: a launch that fails for
       // itself fails there again and names its kernel.
       PTX_LOG(WARNING) << "CUDA graphs off from now on: " << s.message();
-      g.disabled = true;
-      graph_counters_.dropped.fetch_add(static_cast<int64_t>(g.by_key.size()),
-                                        std::memory_order_relaxed);
-      g.by_key.clear();
-      graph_counters_.live.store(0, std::memory_order_relaxed);
-      return Forward(p);
+      disabled_ = true;
+      DropAll();
+      return forward(p);
     }
-    it = g.by_key.find(key);
+    it = by_key_.find(key);
   }
-  Graphs::Entry& e = it->second;
-  e.last_used = ++g.clock;
+  Entry& e = it->second;
+  e.last_used = ++clock_;
   if (absl::Status s = device_->LaunchGraph(e.exec, e.name); !s.ok()) return s;
   cache_->CountReplay(e.tally);
-  graph_counters_.replays.fetch_add(1, std::memory_order_relaxed);
+  replays_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

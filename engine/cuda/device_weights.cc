@@ -1,5 +1,7 @@
 // Weight upload: shape checks, the padded head layout, dtype unification per role and the
 // chunked copy through pinned staging memory.
+#include "engine/cuda/device_weights.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -7,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cuda/gpu_backend_internal.h"
 #include "engine/model/model_checks.h"
 #include "engine/model/rope.h"
 #include "engine/util/log.h"
@@ -123,13 +124,26 @@ class Uploader {
 
 }  // namespace
 
-absl::Status GpuBackend::UploadWeights(const Model& model) {
-  const ModelConfig& c = config_;
+PaddedHeads PadHeads(const ModelConfig& c) {
+  PaddedHeads h;
+  h.dim = c.head_dim;
+  h.padded = PaddedHeadDim(h.dim);
+  h.index.resize(h.dim);
+  for (int64_t j = 0; j < h.dim; ++j) {
+    const bool second_half = c.rope_style == RopeStyle::kRotateHalf && j >= h.dim / 2;
+    h.index[j] = second_half ? h.padded / 2 + (j - h.dim / 2) : j;
+  }
+  return h;
+}
+
+absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHeads& heads,
+                                            Device& device, bool log_progress) {
+  const ModelConfig& c = model.config;
   const ModelTensors& mt = model.tensors;
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t NH = c.num_heads, KVH = c.num_kv_heads, d = c.head_dim, dp = dp_;
-  w_ = std::make_unique<Weights>();
-  Weights& w = *w_;
+  const int64_t NH = c.num_heads, KVH = c.num_kv_heads, d = heads.dim, dp = heads.padded;
+  const std::vector<int64_t>& pad = heads.index;
+  DeviceWeights w;
 
   // Shapes first: nothing is allocated for a model that cannot load.
   absl::Status s = CheckTensorShape(mt.embed, {V, H}, "embed");
@@ -173,11 +187,11 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
                              2 * I * H * es(w.types.gate_up) + H * I * es(w.types.down) +
                              (c.attention_bias ? (NH + 2 * KVH) * dp * 4 : 0);
   total += layer_bytes * c.num_layers;
-  step_weight_bytes_ = V * H * es(w.types.lm_head) + (layer_bytes - 2 * H * 4) * c.num_layers;
-  Uploader up(device_.get(), options_.log_progress);
+  w.step_bytes = V * H * es(w.types.lm_head) + (layer_bytes - 2 * H * 4) * c.num_layers;
+  Uploader up(&device, log_progress);
   if (absl::Status st = up.Init(total); !st.ok()) return st;
-  if (options_.log_progress) {
-    PTX_LOG(INFO) << "uploading " << (total >> 20) << " MiB of weights to " << device_->info().name;
+  if (log_progress) {
+    PTX_LOG(INFO) << "uploading " << (total >> 20) << " MiB of weights to " << device.info().name;
   }
 
   auto upload_as = [&](const Tensor& t, kernels::ElemType et, const std::string& what,
@@ -199,13 +213,13 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   auto upload_heads = [&](const Tensor& t, kernels::ElemType et, int64_t heads,
                           const std::string& what, DeviceBuffer* out) -> absl::Status {
     if (!padded) return upload_as(t, et, what, out);
-    return put(up.Upload(PadRows(AsDType(t, ToDType(et)), heads, d, dp, pad_, H * es(et)), what),
+    return put(up.Upload(PadRows(AsDType(t, ToDType(et)), heads, d, dp, pad, H * es(et)), what),
                out);
   };
   auto upload_bias = [&](const Tensor& t, int64_t heads, const std::string& what,
                          DeviceBuffer* out) -> absl::Status {
     std::vector<uint8_t> b = AsDType(t, DType::kF32);
-    if (padded) b = PadRows(b, heads, d, dp, pad_, 4);
+    if (padded) b = PadRows(b, heads, d, dp, pad, 4);
     return put(up.Upload(b, what), out);
   };
 
@@ -219,7 +233,7 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerTensors& lt = mt.layers[i];
-    Weights::Layer& l = w.layers[i];
+    DeviceWeights::Layer& l = w.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     s = upload_as(lt.attn_norm, kernels::ElemType::kF32, p + "attn_norm", &l.attn_norm);
     if (s.ok()) s = upload_heads(lt.wq, w.types.q, NH, p + "wq", &l.wq);
@@ -232,10 +246,10 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
     }
     if (s.ok()) {
       if (padded) {
-        s = put(up.Upload(
-                    PadCols(AsDType(lt.wo, ToDType(w.types.o)), H, NH, d, dp, pad_, es(w.types.o)),
-                    p + "wo"),
-                &l.wo);
+        s = put(
+            up.Upload(PadCols(AsDType(lt.wo, ToDType(w.types.o)), H, NH, d, dp, pad, es(w.types.o)),
+                      p + "wo"),
+            &l.wo);
       } else {
         s = upload_as(lt.wo, w.types.o, p + "wo", &l.wo);
       }
@@ -259,8 +273,8 @@ absl::Status GpuBackend::UploadWeights(const Model& model) {
   std::vector<float> inv_p(dp / 2, 0.0f);
   std::copy(inv.begin(), inv.end(), inv_p.begin());
   if (s = put(up.UploadF32(inv_p, "rope inv_freq"), &w.inv_freq); !s.ok()) return s;
-  weight_bytes_ = total;
-  return absl::OkStatus();
+  w.bytes = total;
+  return w;
 }
 
 }  // namespace ptxserve::cuda

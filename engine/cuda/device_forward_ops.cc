@@ -1,0 +1,207 @@
+#include "engine/cuda/device_forward_ops.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/kernel_launch.h"
+
+namespace ptxserve::cuda {
+
+int64_t DeviceForwardOps::Rows(Act a) const {
+  return a == Act::kRows || a == Act::kLogits ? step_.rows : step_.tokens;
+}
+
+CUdeviceptr DeviceForwardOps::Buffer(Act a) const {
+  const StepBuffers& b = buffers_;
+  switch (a) {
+    case Act::kResidual:
+      return b.x.ptr();
+    case Act::kNormed:
+      return b.h.ptr();
+    case Act::kQ:
+      return b.q.ptr();
+    case Act::kK:
+      return b.k.ptr();
+    case Act::kV:
+      return b.v.ptr();
+    case Act::kAttention:
+      return b.attn.ptr();
+    case Act::kGate:
+      return b.gate_up.ptr();
+    case Act::kUp:  // unfused; fused, up is the second half of each gate_up row
+      return b.up(step_.tokens);
+    case Act::kMlp:
+      return b.act.ptr();
+    case Act::kRows:
+      return b.rows_in.ptr();
+    case Act::kLogits:
+      return b.logits.ptr();
+  }
+  return 0;
+}
+
+absl::Status DeviceForwardOps::Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight, CUdeviceptr bias,
+                                    CUdeviceptr out, bool accumulate) {
+  const int64_t m = Rows(in);
+  const int form = GemmForm(m);
+  if (gemm.cfg[form].accumulate != accumulate) {
+    return absl::InternalError(absl::StrCat("GEMM ", gemm.cfg[form].Key(), ": the forward pass ",
+                                            accumulate ? "adds" : "writes",
+                                            " its product, the kernel set's GEMM does not"));
+  }
+  return LaunchSlot(
+      cache_, gemm.slot[form], kernels::GemmLaunch(gemm.cfg[form], m),
+      kernels::GemmArgs{
+          .x = Buffer(in), .w = weight, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
+}
+
+absl::Status DeviceForwardOps::Embed() {
+  return LaunchSlot(cache_, kernels_.embed,
+                    kernels::EmbeddingLaunch(kernels_.embed_cfg, step_.tokens),
+                    kernels::EmbeddingArgs{.table = weights_.embed.ptr(),
+                                           .ids = step_.token_ids,
+                                           .out = buffers_.x.ptr(),
+                                           .num_tokens = static_cast<uint32_t>(step_.tokens),
+                                           .vocab = static_cast<uint32_t>(config_.vocab_size)});
+}
+
+absl::Status DeviceForwardOps::GatherRows() {
+  // An embedding lookup whose table is the residual stream and whose ids are the rows.
+  return LaunchSlot(cache_, kernels_.gather,
+                    kernels::EmbeddingLaunch(kernels_.gather_cfg, step_.rows),
+                    kernels::EmbeddingArgs{.table = buffers_.x.ptr(),
+                                           .ids = step_.logits_rows,
+                                           .out = buffers_.rows_in.ptr(),
+                                           .num_tokens = static_cast<uint32_t>(step_.rows),
+                                           .vocab = static_cast<uint32_t>(step_.tokens)});
+}
+
+absl::Status DeviceForwardOps::RmsNorm(Act in, WeightRef weight, Act out) {
+  const CUdeviceptr w =
+      weight.role == Weight::kAttnNorm  ? weights_.layers[weight.layer].attn_norm.ptr()
+      : weight.role == Weight::kMlpNorm ? weights_.layers[weight.layer].mlp_norm.ptr()
+                                        : weights_.final_norm.ptr();
+  const int64_t rows = Rows(in);
+  return LaunchSlot(cache_, kernels_.norm, kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
+                    kernels::RmsNormArgs{.x = Buffer(in),
+                                         .w = w,
+                                         .out = Buffer(out),
+                                         .num_rows = static_cast<uint32_t>(rows),
+                                         .eps = static_cast<float>(config_.rms_norm_eps)});
+}
+
+absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> projections) {
+  KernelSet& k = kernels_;
+  if (k.fused_gate_up && projections.size() == 2 &&
+      projections.begin()->weight.role == Weight::kGate) {
+    // Its output rows are [gate | up], what the fused silu_mul reads.
+    const int layer = projections.begin()->weight.layer;
+    return Gemm(k.gate_up, in, weights_.layers[layer].w_gate_up.ptr(), 0, Buffer(Act::kGate),
+                false);
+  }
+  for (const Projection& p : projections) {
+    const int layer = p.weight.layer;
+    const DeviceWeights::Layer* l = layer >= 0 ? &weights_.layers[layer] : nullptr;
+    GemmSlots* gemm = nullptr;
+    CUdeviceptr weight = 0, bias = 0;
+    switch (p.weight.role) {
+      case Weight::kQ:
+        gemm = &k.q, weight = l->wq.ptr(), bias = l->bq.ptr();
+        break;
+      case Weight::kK:
+        gemm = &k.k, weight = l->wk.ptr(), bias = l->bk.ptr();
+        break;
+      case Weight::kV:
+        gemm = &k.v, weight = l->wv.ptr(), bias = l->bv.ptr();
+        break;
+      case Weight::kO:
+        gemm = &k.o, weight = l->wo.ptr();
+        break;
+      case Weight::kGate:
+        gemm = &k.gate, weight = l->w_gate_up.ptr();
+        break;
+      case Weight::kUp:  // the second half of the stacked matrix
+        gemm = &k.up,
+        weight = l->w_gate_up.ptr() +
+                 static_cast<CUdeviceptr>(config_.intermediate_size * config_.hidden_size *
+                                          kernels::ElemSize(k.gate.cfg[0].weight_dtype));
+        break;
+      case Weight::kDown:
+        gemm = &k.down, weight = l->w_down.ptr();
+        break;
+      case Weight::kLmHead:
+        gemm = &k.lm_head, weight = weights_.lm_head_ptr();
+        break;
+      default:
+        return absl::InternalError("Linear: a norm weight is not a projection");
+    }
+    if (absl::Status s = Gemm(*gemm, in, weight, bias, Buffer(p.out), p.accumulate); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceForwardOps::RopeAndWriteKv(int layer) {
+  const uint32_t tokens = static_cast<uint32_t>(step_.tokens);
+  absl::Status s =
+      LaunchSlot(cache_, kernels_.rope, kernels::RopeLaunch(kernels_.rope_cfg, step_.tokens),
+                 kernels::RopeArgs{.q = buffers_.q.ptr(),
+                                   .k = buffers_.k.ptr(),
+                                   .positions = step_.positions,
+                                   .inv_freq = weights_.inv_freq.ptr(),
+                                   .num_tokens = tokens});
+  if (!s.ok()) return s;
+  return LaunchSlot(cache_, kernels_.kv_scatter,
+                    kernels::KvScatterLaunch(kernels_.kv_cfg, step_.tokens),
+                    kernels::KvScatterArgs{.k = buffers_.k.ptr(),
+                                           .v = buffers_.v.ptr(),
+                                           .slot_mapping = step_.slots,
+                                           .k_pool = kv_.k[layer].ptr(),
+                                           .v_pool = kv_.v[layer].ptr(),
+                                           .num_tokens = tokens});
+}
+
+absl::Status DeviceForwardOps::Attention(int layer) {
+  const DeviceStep& p = step_;
+  const CUdeviceptr attn = buffers_.attn.ptr();
+  const kernels::DecodeAttentionArgs args{
+      .q = buffers_.q.ptr(),
+      .k_pool = kv_.k[layer].ptr(),
+      .v_pool = kv_.v[layer].ptr(),
+      .block_tables = p.block_tables,
+      .seq_lens = p.seq_lens,
+      .query_start = p.query_start,
+      .positions = p.positions,
+      .out = p.split ? buffers_.partial.ptr() : attn,
+      .partial_lse = p.split ? buffers_.lse.ptr() : 0,
+      .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+      .num_seqs = static_cast<uint32_t>(p.seqs),
+      .num_rows = static_cast<uint32_t>(p.tokens),
+      .scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim)),
+      .partition = static_cast<uint32_t>(p.partition)};
+  absl::Status s = LaunchSlot(cache_, kernels_.attn[p.ragged][p.split],
+                              kernels::DecodeAttentionLaunch(kernels_.attn_shape[p.ragged][p.split],
+                                                             static_cast<int>(config_.num_kv_heads),
+                                                             p.tokens, p.num_splits),
+                              args);
+  if (!s.ok() || !p.split) return s;
+  return LaunchSlot(cache_, kernels_.merge,
+                    kernels::AttentionMergeLaunch(kernels_.merge_cfg, p.tokens),
+                    kernels::AttentionMergeArgs{.partial_out = args.out,
+                                                .partial_lse = args.partial_lse,
+                                                .out = attn,
+                                                .num_splits = static_cast<uint32_t>(p.num_splits),
+                                                .num_rows = args.num_rows});
+}
+
+absl::Status DeviceForwardOps::SiluMul() {
+  const uint32_t n = static_cast<uint32_t>(step_.tokens * config_.intermediate_size);
+  return LaunchSlot(cache_, kernels_.silu, kernels::SiluMulLaunch(kernels_.silu_cfg, n),
+                    kernels::SiluMulArgs{.gate = Buffer(Act::kGate),
+                                         .up = kernels_.fused_gate_up ? 0 : Buffer(Act::kUp),
+                                         .out = Buffer(Act::kMlp),
+                                         .n = n});
+}
+
+}  // namespace ptxserve::cuda

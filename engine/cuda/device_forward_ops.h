@@ -1,0 +1,60 @@
+// The forward pass's ops (engine/model/forward.h) as kernel launches from the backend's
+// kernel set: each op only enqueues, so a whole RunForward can be captured into a CUDA
+// graph (decode_graphs.h).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "absl/status/status.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/kernel_cache.h"
+#include "engine/cuda/kernel_set.h"
+#include "engine/cuda/kv_pools.h"
+#include "engine/cuda/step_buffers.h"
+#include "engine/cuda/step_metadata.h"
+#include "engine/model/forward.h"
+
+namespace ptxserve::cuda {
+
+class DeviceForwardOps final : public ForwardOps {
+ public:
+  DeviceForwardOps(const ModelConfig& config, KernelSet& kernels, KernelCache& cache,
+                   const DeviceWeights& weights, const KvPools& kv, const StepBuffers& buffers,
+                   const DeviceStep& step)
+      : config_(config),
+        kernels_(kernels),
+        cache_(cache),
+        weights_(weights),
+        kv_(kv),
+        buffers_(buffers),
+        step_(step) {}
+
+  absl::Status Embed() override;
+  absl::Status RmsNorm(Act in, WeightRef weight, Act out) override;
+  // q, k and v as three GEMMs; gate and up as one over the stacked matrix where the kernel
+  // set fuses them (KernelSet::fused_gate_up). The residual adds are the GEMMs' fused
+  // epilogue (GemmConfig::accumulate).
+  absl::Status Linear(Act in, std::initializer_list<Projection> projections) override;
+  absl::Status RopeAndWriteKv(int layer) override;
+  // Decode or ragged attention by the step's plan, split and merged when it says so.
+  absl::Status Attention(int layer) override;
+  absl::Status SiluMul() override;
+  absl::Status GatherRows() override;
+
+ private:
+  int64_t Rows(Act a) const;
+  CUdeviceptr Buffer(Act a) const;
+  absl::Status Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight, CUdeviceptr bias, CUdeviceptr out,
+                    bool accumulate);
+
+  const ModelConfig& config_;
+  KernelSet& kernels_;
+  KernelCache& cache_;
+  const DeviceWeights& weights_;
+  const KvPools& kv_;
+  const StepBuffers& buffers_;
+  const DeviceStep& step_;
+};
+
+}  // namespace ptxserve::cuda
