@@ -2,6 +2,13 @@
 // DriverTable (the real driver or the emulated device), with everything resident on the
 // device between steps.
 //
+// Its parts, each in its own header: DeviceWeights (device_weights.h), KvPools
+// (kv_pools.h), StepBuffers (step_buffers.h), the KernelSet (kernel_set.h, compiled and
+// launched through kernel_launch.h), the step metadata and DeviceStep (step_metadata.h),
+// DeviceForwardOps (device_forward_ops.h: the forward pass of engine/model/forward.h as
+// launches), DecodeGraphs (decode_graphs.h) and device sampling (device_sampling.h).
+// GpuBackend (this file, gpu_backend.cc, gpu_step.cc) builds them and runs the steps.
+//
 // At Create: weights uploaded once (f32 as-is, f16/bf16 kept in their dtype: the GEMM,
 // embedding and norm kernels convert on load), per-layer K/V pools allocated and zeroed,
 // activation buffers and the metadata buffers preallocated, every kernel the model's shapes
@@ -51,10 +58,10 @@
 // the kernel-cache launch and hit counters exactly as launched ones do.
 //
 // head_dim that is not a multiple of 32 (the kernels' granularity; e.g. 16 in the
-// TinyStories test model) runs padded to the next multiple of 32: q/k/v weight rows and
-// o-projection columns are scattered into the padded layout with zeros in between (RoPE's
-// pairs stay pairs), the K/V pools hold zero padding, and attention scales by the real
-// 1/sqrt(head_dim), so results equal the unpadded model's.
+// TinyStories test model) runs padded to the next multiple of 32 (PaddedHeads): q/k/v weight rows
+// and o-projection columns are scattered into the padded layout with zeros in between (RoPE's pairs
+// stay pairs), the K/V pools hold zero padding, and attention scales by the real 1/sqrt(head_dim),
+// so results equal the unpadded model's.
 #pragma once
 
 #include <atomic>
