@@ -71,71 +71,23 @@ void PinnedBuffer::Reset() {
   size_ = 0;
 }
 
-ModuleHandle& ModuleHandle::operator=(ModuleHandle&& o) noexcept {
-  if (this != &o) {
-    Reset();
-    device_ = std::exchange(o.device_, nullptr);
-    module_ = std::exchange(o.module_, nullptr);
-  }
-  return *this;
-}
-
-void ModuleHandle::Reset() {
-  if (device_ != nullptr && module_ != nullptr && !device_->lost()) {
+template <class T, auto Release, const char* kRelease>
+void DeviceHandle<T, Release, kRelease>::Reset() {
+  if (device_ != nullptr && handle_ != nullptr && !device_->lost()) {
     absl::Status st = device_->MakeCurrent();
-    const CUresult r = device_->driver().cuModuleUnload(module_);
-    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuModuleUnload");
+    const CUresult r = (device_->driver().*Release)(handle_);
+    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, kRelease);
     if (!st.ok()) {
-      PTX_LOG(ERROR) << "unloading a module: " << st.message();
+      PTX_LOG(ERROR) << "releasing a device object: " << st.message();
     }
   }
   device_ = nullptr;
-  module_ = nullptr;
+  handle_ = nullptr;
 }
 
-Graph& Graph::operator=(Graph&& o) noexcept {
-  if (this != &o) {
-    Reset();
-    device_ = std::exchange(o.device_, nullptr);
-    graph_ = std::exchange(o.graph_, nullptr);
-  }
-  return *this;
-}
-
-void Graph::Reset() {
-  if (device_ != nullptr && graph_ != nullptr && !device_->lost()) {
-    absl::Status st = device_->MakeCurrent();
-    const CUresult r = device_->driver().cuGraphDestroy(graph_);
-    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphDestroy");
-    if (!st.ok()) {
-      PTX_LOG(ERROR) << "destroying a CUDA graph: " << st.message();
-    }
-  }
-  device_ = nullptr;
-  graph_ = nullptr;
-}
-
-GraphExec& GraphExec::operator=(GraphExec&& o) noexcept {
-  if (this != &o) {
-    Reset();
-    device_ = std::exchange(o.device_, nullptr);
-    exec_ = std::exchange(o.exec_, nullptr);
-  }
-  return *this;
-}
-
-void GraphExec::Reset() {
-  if (device_ != nullptr && exec_ != nullptr && !device_->lost()) {
-    absl::Status st = device_->MakeCurrent();
-    const CUresult r = device_->driver().cuGraphExecDestroy(exec_);
-    if (st.ok() && r != CUDA_SUCCESS) st = device_->Error(r, "cuGraphExecDestroy");
-    if (!st.ok()) {
-      PTX_LOG(ERROR) << "destroying a CUDA graph exec: " << st.message();
-    }
-  }
-  device_ = nullptr;
-  exec_ = nullptr;
-}
+template class DeviceHandle<CUmodule, &DriverTable::cuModuleUnload, kModuleUnload>;
+template class DeviceHandle<CUgraph, &DriverTable::cuGraphDestroy, kGraphDestroy>;
+template class DeviceHandle<CUgraphExec, &DriverTable::cuGraphExecDestroy, kGraphExecDestroy>;
 
 // ---- Device ----
 

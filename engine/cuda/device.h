@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -97,63 +98,45 @@ class PinnedBuffer {
   size_t size_ = 0;
 };
 
-// A loaded module; unloaded on destruction.
-class ModuleHandle {
+// A driver object of `device`'s context (a module, a graph, an instantiated graph),
+// released on destruction or Reset by the DriverTable call `Release` (named kRelease in
+// the logged error if it fails). Nothing is released once the device is lost: the object
+// went with the context.
+template <class T, auto Release, const char* kRelease>
+class DeviceHandle {
  public:
-  ModuleHandle() = default;
-  ModuleHandle(Device* device, CUmodule module) : device_(device), module_(module) {}
-  ~ModuleHandle() { Reset(); }
-  ModuleHandle(ModuleHandle&& o) noexcept { *this = std::move(o); }
-  ModuleHandle& operator=(ModuleHandle&& o) noexcept;
-  ModuleHandle(const ModuleHandle&) = delete;
-  ModuleHandle& operator=(const ModuleHandle&) = delete;
+  DeviceHandle() = default;
+  DeviceHandle(Device* device, T handle) : device_(device), handle_(handle) {}
+  ~DeviceHandle() { Reset(); }
+  DeviceHandle(DeviceHandle&& o) noexcept { *this = std::move(o); }
+  DeviceHandle& operator=(DeviceHandle&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      device_ = std::exchange(o.device_, nullptr);
+      handle_ = std::exchange(o.handle_, nullptr);
+    }
+    return *this;
+  }
+  DeviceHandle(const DeviceHandle&) = delete;
+  DeviceHandle& operator=(const DeviceHandle&) = delete;
 
-  CUmodule get() const { return module_; }
-  void Reset();
+  T get() const { return handle_; }
+  void Reset();  // device.cc
 
  private:
   Device* device_ = nullptr;
-  CUmodule module_ = nullptr;
+  T handle_ = nullptr;
 };
 
-// A captured graph (cuGraphDestroy on destruction).
-class Graph {
- public:
-  Graph() = default;
-  Graph(Device* device, CUgraph graph) : device_(device), graph_(graph) {}
-  ~Graph() { Reset(); }
-  Graph(Graph&& o) noexcept { *this = std::move(o); }
-  Graph& operator=(Graph&& o) noexcept;
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-
-  CUgraph get() const { return graph_; }
-  void Reset();
-
- private:
-  Device* device_ = nullptr;
-  CUgraph graph_ = nullptr;
-};
-
-// An instantiated graph (cuGraphExecDestroy on destruction; launches already queued
-// still run).
-class GraphExec {
- public:
-  GraphExec() = default;
-  GraphExec(Device* device, CUgraphExec exec) : device_(device), exec_(exec) {}
-  ~GraphExec() { Reset(); }
-  GraphExec(GraphExec&& o) noexcept { *this = std::move(o); }
-  GraphExec& operator=(GraphExec&& o) noexcept;
-  GraphExec(const GraphExec&) = delete;
-  GraphExec& operator=(const GraphExec&) = delete;
-
-  CUgraphExec get() const { return exec_; }
-  void Reset();
-
- private:
-  Device* device_ = nullptr;
-  CUgraphExec exec_ = nullptr;
-};
+inline constexpr char kModuleUnload[] = "cuModuleUnload";
+inline constexpr char kGraphDestroy[] = "cuGraphDestroy";
+inline constexpr char kGraphExecDestroy[] = "cuGraphExecDestroy";
+// A loaded module.
+using ModuleHandle = DeviceHandle<CUmodule, &DriverTable::cuModuleUnload, kModuleUnload>;
+// A captured graph.
+using Graph = DeviceHandle<CUgraph, &DriverTable::cuGraphDestroy, kGraphDestroy>;
+// An instantiated graph (launches already queued still run after its release).
+using GraphExec = DeviceHandle<CUgraphExec, &DriverTable::cuGraphExecDestroy, kGraphExecDestroy>;
 
 class Device {
  public:
