@@ -69,5 +69,8 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
 // The tiled form's generator (called by GenerateGemm when cfg.tiled).
 absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg);
+// The tensor-core form (gemm_mma.cc) for f16/bf16 weights and k a multiple of 8: grid
+// (ceil(N / 64), ceil(M / 64)), 128 threads. Activations are rounded to the weights' type.
+absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg);
 
 }  // namespace ptxserve::kernels
