@@ -69,8 +69,21 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
 // The tiled form's generator (called by GenerateGemm when cfg.tiled).
 absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg);
-// The tensor-core form (gemm_mma.cc) for f16/bf16 weights and k a multiple of 8: grid
-// (ceil(N / 64), ceil(M / 64)), 128 threads. Activations are rounded to the weights' type.
-absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg);
+// The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs; its four warps laid out
+// wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with wk > 1, a 32-wide k slice
+// of every step (k steps of 32 wk).
+struct GemmMmaTile {
+  int bm = 64, bn = 64;
+  int wm = 2, wn = 2, wk = 1;
+};
+// Wide: 64x64 tiles for many rows. Narrow: 16x16 tiles with k split over the warps, so a
+// few rows still spread over many CTAs (N / 16).
+inline constexpr GemmMmaTile kMmaWideTile{64, 64, 2, 2, 1};
+inline constexpr GemmMmaTile kMmaNarrowTile{16, 16, 1, 1, 4};
+// The tensor-core form for f16/bf16 weights and k a multiple of 8. Activations are rounded
+// to the weights' type.
+absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMmaTile& tile);
+// Grid (ceil(N / bn), ceil(M / bm)), 128 threads.
+LaunchDims GemmMmaLaunch(const GemmMmaTile& tile, const GemmConfig& cfg, int64_t m);
 
 }  // namespace ptxserve::kernels

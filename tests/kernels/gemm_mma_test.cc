@@ -26,11 +26,13 @@ struct MmaCase {
   int m, n, k;
   ElemType dtype;
   bool bias, accumulate;
+  GemmMmaTile tile = kMmaWideTile;
 };
 
 std::string CaseName(const MmaCase& c) {
   return absl::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype),
-                      c.bias ? "_bias" : "", c.accumulate ? "_acc" : "");
+                      c.bias ? "_bias" : "", c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x",
+                      c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk);
 }
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
@@ -49,7 +51,7 @@ class GemmMma : public ::testing::TestWithParam<MmaCase> {};
 TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   const MmaCase c = GetParam();
   const GemmConfig cfg = ConfigOf(c);
-  absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg);
+  absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg, c.tile);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
 
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k);
@@ -65,12 +67,9 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   EmuHarness h;
   const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
   const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * 4);
-  const LaunchDims dims{
-      .grid = {static_cast<uint32_t>(CeilDiv(c.n, 64)), static_cast<uint32_t>(CeilDiv(c.m, 64)), 1},
-      .block = {128, 1, 1}};
-  ASSERT_TRUE(
-      h.Run(*ptx, kGemmEntry, dims, {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
-          .ok());
+  ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmMmaLaunch(c.tile, cfg, c.m),
+                    {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
+                  .ok());
   const std::vector<float> got = h.Download<float>(dy, y0.size());
 
   const double u = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
@@ -99,16 +98,28 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemmMma,
-    ::testing::Values(MmaCase{16, 64, 64, ElemType::kF16, false, false},   // one tile
-                      MmaCase{20, 80, 136, ElemType::kF16, true, true},    // partial tiles, k tail
-                      MmaCase{70, 72, 40, ElemType::kBF16, false, true},   // two row tiles
-                      MmaCase{9, 130, 256, ElemType::kBF16, true, false},  // three column tiles
-                      MmaCase{128, 64, 32, ElemType::kF16, true, false}),
+    ::testing::Values(
+        MmaCase{16, 64, 64, ElemType::kF16, false, false},   // one tile
+        MmaCase{20, 80, 136, ElemType::kF16, true, true},    // partial tiles, k tail
+        MmaCase{70, 72, 40, ElemType::kBF16, false, true},   // two row tiles
+        MmaCase{9, 130, 256, ElemType::kBF16, true, false},  // three column tiles
+        MmaCase{128, 64, 32, ElemType::kF16, true, false},
+        MmaCase{3, 40, 136, ElemType::kF16, true, true, kMmaNarrowTile},     // k tail in a slice
+        MmaCase{17, 48, 512, ElemType::kBF16, false, true, kMmaNarrowTile},  // two row tiles
+        MmaCase{16, 16, 8, ElemType::kF16, false, false, kMmaNarrowTile},    // one k chunk
+        MmaCase{33, 64, 96, ElemType::kF16, true, false, GemmMmaTile{64, 32, 4, 1, 1}},
+        MmaCase{5, 64, 264, ElemType::kBF16, false, true, GemmMmaTile{16, 32, 1, 2, 2}}),
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
-TEST(GemmMma, RefusesF32WeightsAndKNotAMultipleOf8) {
-  EXPECT_FALSE(GenerateGemmMma(ConfigOf({16, 64, 64, ElemType::kF32, false, false})).ok());
-  EXPECT_FALSE(GenerateGemmMma(ConfigOf({16, 64, 60, ElemType::kF16, false, false})).ok());
+TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
+  const GemmConfig f16 = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
+  EXPECT_FALSE(
+      GenerateGemmMma(ConfigOf({16, 64, 64, ElemType::kF32, false, false}), kMmaWideTile).ok());
+  EXPECT_FALSE(
+      GenerateGemmMma(ConfigOf({16, 64, 60, ElemType::kF16, false, false}), kMmaWideTile).ok());
+  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{64, 64, 2, 2, 2}).ok());  // eight warps
+  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{32, 64, 4, 1, 1}).ok());  // 8-row warp tiles
+  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{64, 48, 2, 2, 1}).ok());  // 24-column warp tiles
 }
 
 TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
@@ -120,15 +131,19 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
   }
   for (const auto& [sm, arch] : {std::pair{80, "sm_80"}, std::pair{90, "sm_90"}}) {
     for (ElemType dt : {ElemType::kF16, ElemType::kBF16}) {
-      const GemmConfig cfg = ConfigOf({64, 2048, 2048, dt, true, true}, ptx::Target{sm, 78});
-      absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg);
-      ASSERT_TRUE(ptx.ok()) << ptx.status();
-      const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
-      ASSERT_TRUE(r.ok) << cfg.Key() << " for " << arch << ":\n" << r.log;
-      ASSERT_EQ(r.entries.size(), 1u);
-      EXPECT_EQ(r.entries[0].spill_stores, 0) << cfg.Key() << " " << arch;
-      EXPECT_EQ(r.entries[0].spill_loads, 0) << cfg.Key() << " " << arch;
-      std::printf("%s %s: %d registers\n", cfg.Key().c_str(), arch, r.entries[0].registers);
+      for (const GemmMmaTile& tile : {kMmaWideTile, kMmaNarrowTile}) {
+        const GemmConfig cfg = ConfigOf({64, 2048, 2048, dt, true, true}, ptx::Target{sm, 78});
+        absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg, tile);
+        ASSERT_TRUE(ptx.ok()) << ptx.status();
+        const std::string what =
+            absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
+        const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
+        ASSERT_TRUE(r.ok) << what << ":\n" << r.log;
+        ASSERT_EQ(r.entries.size(), 1u);
+        EXPECT_EQ(r.entries[0].spill_stores, 0) << what;
+        EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
+        std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
+      }
     }
   }
 }
@@ -163,12 +178,12 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
     };
     Form forms[] = {
         {"tiled f32 FMA", GenerateGemmTiled(cfg), GemmLaunch(cfg, m), 2 * 16 * 64 * 4},
-        {"tensor cores",
-         GenerateGemmMma(cfg),
-         {.grid = {kN / 64, static_cast<uint32_t>(CeilDiv(m, 64)), 1}, .block = {128, 1, 1}},
-         2 * 2 * 64 * 80}};
-    double seconds[2] = {};
-    for (int f = 0; f < 2; ++f) {
+        {"tensor cores, 64x64 tiles", GenerateGemmMma(cfg, kMmaWideTile),
+         GemmMmaLaunch(kMmaWideTile, cfg, m), 2 * 2 * 64 * 80},
+        {"tensor cores, 16x16 tiles, k over warps", GenerateGemmMma(cfg, kMmaNarrowTile),
+         GemmMmaLaunch(kMmaNarrowTile, cfg, m), 2 * 2 * 16 * 272}};
+    double seconds[3] = {};
+    for (int f = 0; f < 3; ++f) {
       ASSERT_TRUE(forms[f].ptx.ok()) << forms[f].ptx.status();
       emu::EmulatorOptions options;
       options.collect_counters = true;
@@ -184,9 +199,11 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
       const std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
       ASSERT_EQ(counters.size(), 1u);
       const emu::KernelCounters& c = counters[0];
-      if (f == 1) {
+      if (f > 0) {
+        const int bm = f == 1 ? kMmaWideTile.bm : kMmaNarrowTile.bm;
+        // ldmatrix never conflicts; the narrow form's reduction reads one word a lane.
         EXPECT_EQ(c.shared_load.BankConflicts(), 0u);
-        EXPECT_EQ(c.tensor_flops, 2ull * CeilDiv(m, 64) * 64 * kN * kK);
+        EXPECT_EQ(c.tensor_flops, 2ull * CeilDiv(m, bm) * bm * kN * kK);
       }
       const cost::Estimate e = cost::EstimateLaunch(
           h100, c, ResourcesOf(cfg, *forms[f].ptx, forms[f].shared_bytes), /*in_graph=*/true);
@@ -202,9 +219,10 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
     }
     const double weights_s = 2.0 * kN * kK / h100.dram_bytes_per_s;
     absl::PrintF(
-        "estimate (not measured): %d rows: tensor cores %.2fx the tiled form; weight-read "
-        "roofline %.1f us = %.0f%% of the tensor-core estimate\n",
-        m, seconds[0] / seconds[1], weights_s * 1e6, 100 * weights_s / seconds[1]);
+        "estimate (not measured): %d rows: against the tiled form, 64x64 tensor-core tiles "
+        "%.2fx, 16x16 %.2fx; weight-read roofline %.1f us = %.0f%% and %.0f%% of them\n",
+        m, seconds[0] / seconds[1], seconds[0] / seconds[2], weights_s * 1e6,
+        100 * weights_s / seconds[1], 100 * weights_s / seconds[2]);
   }
 }
 
