@@ -45,6 +45,34 @@ absl::Status CheckConfig(const ModelConfig& c, const ModelTensors& tensors,
 
 }  // namespace
 
+// A tensor of a stacked matrix, with its expected shape and its name.
+struct CpuBackend::Part {
+  const Tensor& tensor;
+  std::vector<int64_t> shape;
+  std::string name;
+};
+
+// The parts, checked, stacked in their common dtype (f32 when they differ: exact).
+absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
+  out->dtype = parts.front().tensor.dtype;
+  for (const Part& p : parts) {
+    if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name); !s.ok()) return s;
+    if (p.tensor.dtype != out->dtype) out->dtype = DType::kF32;
+  }
+  for (const Part& p : parts) {
+    const size_t n = static_cast<size_t>(p.tensor.numel());
+    const size_t old = out->bytes.size();
+    out->bytes.resize(old + n * DTypeSize(out->dtype));
+    if (p.tensor.dtype == out->dtype) {
+      std::memcpy(out->bytes.data() + old, p.tensor.data, n * DTypeSize(out->dtype));
+    } else {
+      ConvertToFloat(p.tensor.dtype, p.tensor.data, n,
+                     reinterpret_cast<float*>(out->bytes.data() + old));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
                                                                const KvCacheConfig& kv) {
   const ModelConfig& c = model.config;
@@ -66,11 +94,11 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
 
   auto load = [](const Tensor& t, std::vector<int64_t> shape, const std::string& what,
                  std::vector<float>* out) { return AppendTensor(t, shape, what, out); };
-  if (auto s = load(mt.embed, {V, H}, "embed", &b->embed_); !s.ok()) return s;
+  if (auto s = Stack({{mt.embed, {V, H}, "embed"}}, &b->embed_); !s.ok()) return s;
   if (auto s = load(mt.final_norm, {H}, "final_norm", &b->final_norm_); !s.ok()) return s;
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
   if (!tied) {
-    if (auto s = load(mt.lm_head, {V, H}, "lm_head", &b->lm_head_); !s.ok()) return s;
+    if (auto s = Stack({{mt.lm_head, {V, H}, "lm_head"}}, &b->lm_head_); !s.ok()) return s;
   }
   const size_t pool_bytes = static_cast<size_t>(kv.num_blocks) * c.num_kv_heads * kv.block_size *
                             c.head_dim * DTypeSize(kv.dtype);
@@ -80,19 +108,22 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
     Layer& l = b->layers_[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     absl::Status s = load(lt.attn_norm, {H}, p + "attn_norm", &l.attn_norm);
-    if (s.ok()) s = load(lt.wq, {QD, H}, p + "wq", &l.wqkv);
-    if (s.ok()) s = load(lt.wk, {KD, H}, p + "wk", &l.wqkv);
-    if (s.ok()) s = load(lt.wv, {KD, H}, p + "wv", &l.wqkv);
+    if (s.ok()) {
+      s = Stack(
+          {{lt.wq, {QD, H}, p + "wq"}, {lt.wk, {KD, H}, p + "wk"}, {lt.wv, {KD, H}, p + "wv"}},
+          &l.wqkv);
+    }
     if (s.ok() && c.attention_bias) {
       s = load(lt.bq, {QD}, p + "bq", &l.bqkv);
       if (s.ok()) s = load(lt.bk, {KD}, p + "bk", &l.bqkv);
       if (s.ok()) s = load(lt.bv, {KD}, p + "bv", &l.bqkv);
     }
-    if (s.ok()) s = load(lt.wo, {H, QD}, p + "wo", &l.wo);
+    if (s.ok()) s = Stack({{lt.wo, {H, QD}, p + "wo"}}, &l.wo);
     if (s.ok()) s = load(lt.mlp_norm, {H}, p + "mlp_norm", &l.mlp_norm);
-    if (s.ok()) s = load(lt.w_gate, {I, H}, p + "w_gate", &l.w_gate_up);
-    if (s.ok()) s = load(lt.w_up, {I, H}, p + "w_up", &l.w_gate_up);
-    if (s.ok()) s = load(lt.w_down, {H, I}, p + "w_down", &l.w_down);
+    if (s.ok()) {
+      s = Stack({{lt.w_gate, {I, H}, p + "w_gate"}, {lt.w_up, {I, H}, p + "w_up"}}, &l.w_gate_up);
+    }
+    if (s.ok()) s = Stack({{lt.w_down, {H, I}, p + "w_down"}}, &l.w_down);
     if (!s.ok()) return s;
     l.k_pool.assign(pool_bytes, 0);
     l.v_pool.assign(pool_bytes, 0);
@@ -103,19 +134,20 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
 }
 
 size_t CpuBackend::weight_bytes() const {
-  size_t n = embed_.size() + final_norm_.size() + lm_head_.size();
+  size_t n = embed_.bytes.size() + lm_head_.bytes.size() + final_norm_.size() * sizeof(float);
   for (const Layer& l : layers_) {
-    n += l.attn_norm.size() + l.wqkv.size() + l.bqkv.size() + l.wo.size() + l.mlp_norm.size() +
-         l.w_gate_up.size() + l.w_down.size();
+    n += (l.attn_norm.size() + l.bqkv.size() + l.mlp_norm.size()) * sizeof(float) +
+         l.wqkv.bytes.size() + l.wo.bytes.size() + l.w_gate_up.bytes.size() + l.w_down.bytes.size();
   }
-  return n * sizeof(float);
+  return n;
 }
 
 size_t CpuBackend::step_weight_bytes() const {
-  size_t n = static_cast<size_t>(config_.vocab_size * config_.hidden_size);  // LM head
-  for (const Layer& l : layers_)
-    n += l.wqkv.size() + l.wo.size() + l.w_gate_up.size() + l.w_down.size();
-  return n * sizeof(float);
+  size_t n = (lm_head_.bytes.empty() ? embed_ : lm_head_).bytes.size();
+  for (const Layer& l : layers_) {
+    n += l.wqkv.bytes.size() + l.wo.bytes.size() + l.w_gate_up.bytes.size() + l.w_down.bytes.size();
+  }
+  return n;
 }
 
 void CpuBackend::Reserve(int64_t tokens) {
@@ -140,8 +172,8 @@ class CpuBackend::StepOps final : public ForwardOps {
       : b_(b), c_(b.config_), batch_(batch), logits_(logits) {}
 
   absl::Status Embed() override {
-    cpu::Embed(b_.embed_.data(), batch_.token_ids.data(), batch_.num_tokens(), c_.hidden_size,
-               b_.x_.data());
+    cpu::Embed({b_.embed_.bytes.data(), b_.embed_.dtype}, batch_.token_ids.data(),
+               batch_.num_tokens(), c_.hidden_size, b_.x_.data());
     return absl::OkStatus();
   }
 
@@ -157,12 +189,14 @@ class CpuBackend::StepOps final : public ForwardOps {
     const View x = ViewOf(in);
     const int64_t m = Rows(in);
     for (const Projection* first = projections.begin(); first != projections.end();) {
-      const Matrix mat = MatrixOf(first->weight);
+      const WeightRows mat = MatrixOf(first->weight);
       int64_t n = mat.n;
       const Projection* last = first + 1;
       for (; last != projections.end(); ++last) {
-        const Matrix next = MatrixOf(last->weight);
-        if (next.w != mat.w + n * x.stride || next.bias != (mat.bias ? mat.bias + n : nullptr)) {
+        const WeightRows next = MatrixOf(last->weight);
+        const size_t offset = static_cast<size_t>(n * x.stride) * DTypeSize(mat.dtype);
+        if (next.w != mat.w + offset || next.dtype != mat.dtype ||
+            next.bias != (mat.bias ? mat.bias + n : nullptr)) {
           break;
         }
         n += next.n;
@@ -218,9 +252,11 @@ class CpuBackend::StepOps final : public ForwardOps {
     float* data;
     int64_t stride;
   };
-  // A weight's rows in the matrix that stores it: [n][input width], and its bias.
-  struct Matrix {
-    const float* w;
+  // A weight's rows in the matrix that stores it: [n][input width] of `dtype`, and its
+  // bias.
+  struct WeightRows {
+    const uint8_t* w;
+    DType dtype;
     const float* bias;
     int64_t n;
   };
@@ -270,35 +306,41 @@ class CpuBackend::StepOps final : public ForwardOps {
     }
   }
 
-  Matrix MatrixOf(WeightRef w) const {
+  WeightRows MatrixOf(WeightRef w) const {
     const int64_t H = c_.hidden_size, I = c_.intermediate_size, QD = c_.q_dim(), KD = c_.kv_dim();
+    // Rows `first` .. of `m`, whose rows are `width` wide.
+    auto rows = [](const Matrix& m, int64_t first, int64_t width, const float* bias, int64_t n) {
+      return WeightRows{m.bytes.data() + static_cast<size_t>(first * width) * DTypeSize(m.dtype),
+                        m.dtype, bias, n};
+    };
     if (w.role == Weight::kLmHead) {
-      return {b_.lm_head_.empty() ? b_.embed_.data() : b_.lm_head_.data(), nullptr, c_.vocab_size};
+      return rows(b_.lm_head_.bytes.empty() ? b_.embed_ : b_.lm_head_, 0, H, nullptr,
+                  c_.vocab_size);
     }
     const Layer& l = b_.layers_[w.layer];
     const float* bias = l.bqkv.empty() ? nullptr : l.bqkv.data();
     switch (w.role) {
       case Weight::kQ:
-        return {l.wqkv.data(), bias, QD};
+        return rows(l.wqkv, 0, H, bias, QD);
       case Weight::kK:
-        return {l.wqkv.data() + QD * H, bias ? bias + QD : nullptr, KD};
+        return rows(l.wqkv, QD, H, bias ? bias + QD : nullptr, KD);
       case Weight::kV:
-        return {l.wqkv.data() + (QD + KD) * H, bias ? bias + QD + KD : nullptr, KD};
+        return rows(l.wqkv, QD + KD, H, bias ? bias + QD + KD : nullptr, KD);
       case Weight::kO:
-        return {l.wo.data(), nullptr, H};
+        return rows(l.wo, 0, QD, nullptr, H);
       case Weight::kGate:
-        return {l.w_gate_up.data(), nullptr, I};
+        return rows(l.w_gate_up, 0, H, nullptr, I);
       case Weight::kUp:
-        return {l.w_gate_up.data() + I * H, nullptr, I};
+        return rows(l.w_gate_up, I, H, nullptr, I);
       default:  // kDown
-        return {l.w_down.data(), nullptr, H};
+        return rows(l.w_down, 0, I, nullptr, H);
     }
   }
 
   // out = x W^T for the `n` rows of `mat` that projections [first, last) share: straight
   // into their outputs when those are one row after another, else through product_
   // (copied into, or added onto, each output).
-  void Gemm(const float* x, int64_t m, int64_t k, const Matrix& mat, int64_t n,
+  void Gemm(const float* x, int64_t m, int64_t k, const WeightRows& mat, int64_t n,
             const Projection* first, const Projection* last) {
     bool direct = true;
     int64_t col = 0;
@@ -309,11 +351,11 @@ class CpuBackend::StepOps final : public ForwardOps {
       col += MatrixOf(p->weight).n;
     }
     if (direct) {
-      cpu::Gemm(x, mat.w, mat.bias, m, n, k, base.data);
+      cpu::Gemm(x, {mat.w, mat.dtype}, mat.bias, m, n, k, base.data);
       return;
     }
     float* product = b_.product_.data();
-    cpu::Gemm(x, mat.w, mat.bias, m, n, k, product);
+    cpu::Gemm(x, {mat.w, mat.dtype}, mat.bias, m, n, k, product);
     col = 0;
     for (const Projection* p = first; p != last; ++p) {
       const View out = ViewOf(p->out);

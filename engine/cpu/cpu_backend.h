@@ -1,8 +1,11 @@
-// The CPU backend: f32 weights, a paged f32/f16/bf16 KV cache, and the reference ops
-// in engine/cpu/ops.h. It is the numerical reference for the GPU backend.
+// The CPU backend: weight matrices in the dtype the checkpoint stores (f32, f16 or bf16,
+// widened to f32 inside the GEMM: exact, so results equal an f32 copy's), a paged
+// f32/f16/bf16 KV cache, and the reference ops in engine/cpu/ops.h. It is the numerical
+// reference for the GPU backend.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,9 +18,9 @@ namespace ptxserve {
 
 class CpuBackend final : public Backend {
  public:
-  // Converts the model's weights to f32 (once) and allocates the K/V pools. Errors
-  // name the missing or mis-shaped tensor or the bad KV setting. The Model need not
-  // outlive the backend.
+  // Copies the model's weights (norms and biases as f32, matrices in their dtype) and
+  // allocates the K/V pools. Errors name the missing or mis-shaped tensor or the bad KV
+  // setting. The Model need not outlive the backend.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
                                                             const KvCacheConfig& kv);
 
@@ -28,22 +31,28 @@ class CpuBackend final : public Backend {
   const KvCacheConfig& kv_config() const override { return kv_; }
   std::string name() const override { return "cpu"; }
 
-  // Bytes of all f32 weights held (a tied embedding counted once).
+  // Bytes of all weights held (a tied embedding counted once).
   size_t weight_bytes() const;
   // Bytes the GEMMs read per step whatever the batch: every layer's linear weights
   // plus the LM head. Divided by memory bandwidth it is the decode roofline time.
   size_t step_weight_bytes() const;
 
  private:
+  // A weight matrix, or several stacked, as stored: one dtype, the checkpoint's when its
+  // parts share one, else f32.
+  struct Matrix {
+    std::vector<uint8_t> bytes;
+    DType dtype = DType::kF32;
+  };
   struct Layer {
     std::vector<float> attn_norm;
-    std::vector<float> wqkv;  // [q_dim + 2 kv_dim, hidden]: wq, wk, wv stacked
+    Matrix wqkv;              // [q_dim + 2 kv_dim, hidden]: wq, wk, wv stacked
     std::vector<float> bqkv;  // [q_dim + 2 kv_dim] or empty without attention_bias
-    std::vector<float> wo;    // [hidden, q_dim]
+    Matrix wo;                // [hidden, q_dim]
     std::vector<float> mlp_norm;
-    std::vector<float> w_gate_up;  // [2 intermediate, hidden]: gate then up
-    std::vector<float> w_down;     // [hidden, intermediate]
-    std::vector<char> k_pool;      // [num_blocks][num_kv_heads][block_size][head_dim]
+    Matrix w_gate_up;          // [2 intermediate, hidden]: gate then up
+    Matrix w_down;             // [hidden, intermediate]
+    std::vector<char> k_pool;  // [num_blocks][num_kv_heads][block_size][head_dim]
     std::vector<char> v_pool;
   };
 
@@ -51,15 +60,19 @@ class CpuBackend final : public Backend {
   // buffers for one step (cpu_backend.cc).
   class StepOps;
 
+  struct Part;
+
   CpuBackend(const ModelConfig& config, const KvCacheConfig& kv) : config_(config), kv_(kv) {}
+  // The parts (tensor, expected shape, name), checked and stacked into `out`.
+  static absl::Status Stack(const std::vector<Part>& parts, Matrix* out);
   // Grows the activation buffers to hold `tokens` rows (never shrinks).
   void Reserve(int64_t tokens);
 
   ModelConfig config_;
   KvCacheConfig kv_;
-  std::vector<float> embed_;
+  Matrix embed_;
   std::vector<float> final_norm_;
-  std::vector<float> lm_head_;  // empty when tied: embed_ is used
+  Matrix lm_head_;  // empty when tied: embed_ is used
   std::vector<float> inv_freq_;
   std::vector<Layer> layers_;
 

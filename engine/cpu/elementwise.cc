@@ -27,9 +27,13 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void Embed(const float* table, const int32_t* ids, int64_t tokens, int64_t dim, float* out) {
+void Embed(WeightMatrix table, const int32_t* ids, int64_t tokens, int64_t dim, float* out) {
+  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table.dtype);
   for (int64_t t = 0; t < tokens; ++t) {
-    std::memcpy(out + t * dim, table + static_cast<int64_t>(ids[t]) * dim, dim * sizeof(float));
+    ConvertToFloat(
+        table.dtype,
+        static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes,
+        static_cast<size_t>(dim), out + t * dim);
   }
 }
 

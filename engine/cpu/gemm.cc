@@ -12,9 +12,15 @@
 // Each output is one 8-wide FMA chain over K followed by the same horizontal sum,
 // whatever M, the tile shape or the thread count: a token's result does not depend
 // on the batch it was computed in.
+//
+// f16 and bf16 weights are read as they are stored and widened to f32 in registers
+// (F16C's vcvtph2ps; bf16 by a 16-bit shift): exact, so the products and sums are those of
+// the f32 copy, in half the bytes.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "engine/cpu/ops.h"
 #include "engine/cpu/simd.h"
@@ -28,14 +34,47 @@ constexpr int kMR = 3;                    // x rows per tile (3x4 accumulators +
 constexpr int64_t kMBlock = 48;           // x rows whose tiles reuse the same weight rows
 constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
 
+// Eight weights from `p` as f32; the tail form reads only the first `n` (< 8), zeros after.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p, DType t) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (t == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 LoadTail(const float* p, int64_t n) {
+  return _mm256_maskload_ps(p, simd::TailMask(n));
+}
+inline __m256 LoadTail(const uint16_t* p, int64_t n, DType t) {
+  alignas(16) uint16_t part[8] = {};
+  std::memcpy(part, p, static_cast<size_t>(n) * 2);
+  return Load8(part, t);
+}
+
 // Loops over MR/NR carry `#pragma GCC unroll`: at -O2 GCC leaves them rolled and the
 // accumulators then live on the stack instead of in registers (3x slower).
 // The MR x NR outputs y[i * ldy + j * col_step] = x_i . w_j (+ bias[j * col_step]) for
-// x rows K apart and weight rows w + j * col_step * K.
-template <int MR, int NR>  // NR <= 4
-void MicroKernel(const float* x, const float* w, const float* bias, int64_t K, int64_t col_step,
-                 int64_t ldy, float* y) {
-  const float* wr[NR];
+// x rows K apart and weight rows w + j * col_step * K, of element type W (float, or
+// uint16_t holding f16 or bf16 as `wt` says).
+template <int MR, int NR, class W>  // NR <= 4
+void MicroKernel(const float* x, const W* w, DType wt, const float* bias, int64_t K,
+                 int64_t col_step, int64_t ldy, float* y) {
+  auto load8 = [wt](const W* p) {
+    if constexpr (std::is_same_v<W, float>) {
+      (void)wt;
+      return Load8(p);
+    } else {
+      return Load8(p, wt);
+    }
+  };
+  auto load_tail = [wt](const W* p, int64_t n) {
+    if constexpr (std::is_same_v<W, float>) {
+      (void)wt;
+      return LoadTail(p, n);
+    } else {
+      return LoadTail(p, n, wt);
+    }
+  };
+  const W* wr[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j) wr[j] = w + j * col_step * K;
   __m256 acc[MR][4];  // columns >= NR stay zero and fold away
@@ -51,7 +90,7 @@ void MicroKernel(const float* x, const float* w, const float* bias, int64_t K, i
     for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * K + k);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const __m256 wv = _mm256_loadu_ps(wr[j] + k);
+      const __m256 wv = load8(wr[j] + k);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
     }
@@ -63,7 +102,7 @@ void MicroKernel(const float* x, const float* w, const float* bias, int64_t K, i
     for (int i = 0; i < MR; ++i) xv[i] = _mm256_maskload_ps(x + i * K + k, mask);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const __m256 wv = _mm256_maskload_ps(wr[j] + k, mask);
+      const __m256 wv = load_tail(wr[j] + k, K - k);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
     }
@@ -79,44 +118,47 @@ void MicroKernel(const float* x, const float* w, const float* bias, int64_t K, i
   }
 }
 
-using KernelFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+template <class W>
+using KernelFn = void (*)(const float*, const W*, DType, const float*, int64_t, int64_t, int64_t,
                           float*);
 
-template <int MR>
-KernelFn PickNR(int nr) {
+template <int MR, class W>
+KernelFn<W> PickNR(int nr) {
   switch (nr) {
     case 1:
-      return MicroKernel<MR, 1>;
+      return MicroKernel<MR, 1, W>;
     case 2:
-      return MicroKernel<MR, 2>;
+      return MicroKernel<MR, 2, W>;
     case 3:
-      return MicroKernel<MR, 3>;
+      return MicroKernel<MR, 3, W>;
     default:
-      return MicroKernel<MR, 4>;
+      return MicroKernel<MR, 4, W>;
   }
 }
 
-KernelFn PickKernel(int mr, int nr) {
+template <class W>
+KernelFn<W> PickKernel(int mr, int nr) {
   switch (mr) {
     case 1:
-      return PickNR<1>(nr);
+      return PickNR<1, W>(nr);
     case 2:
-      return PickNR<2>(nr);
+      return PickNR<2, W>(nr);
     default:
-      return PickNR<3>(nr);
+      return PickNR<3, W>(nr);
   }
 }
 
 // Rows [n_begin, n_end) of w against all M rows of x.
-void GemmPanel(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
-               int64_t n_begin, int64_t n_end, float* y) {
+template <class W>
+void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t N,
+               int64_t K, int64_t n_begin, int64_t n_end, float* y) {
   const int64_t stride = (n_end - n_begin) / kNR;  // distance between a tile's weight rows
   const int64_t rest = n_end - n_begin - stride * kNR;
   auto tile = [&](int64_t n, int nr, int64_t col_step, int64_t m_begin, int64_t m_end) {
     const float* bn = bias != nullptr ? bias + n : nullptr;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, m_end - m0));
-      PickKernel(mr, nr)(x + m0 * K, w + n * K, bn, K, col_step, N, y + m0 * N + n);
+      PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt, bn, K, col_step, N, y + m0 * N + n);
     }
   };
   for (int64_t m_block = 0; m_block < M; m_block += kMBlock) {
@@ -126,18 +168,28 @@ void GemmPanel(const float* x, const float* w, const float* bias, int64_t M, int
   }
 }
 
-}  // namespace
-
-void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
-          float* y) {
+template <class W>
+void GemmOf(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t N,
+            int64_t K, float* y) {
   if (M <= 0 || N <= 0) return;
   if (M * N * K < kSerialWork) {
-    GemmPanel(x, w, bias, M, N, K, 0, N, y);
+    GemmPanel(x, w, wt, bias, M, N, K, 0, N, y);
     return;
   }
   ThreadPool::Default().ParallelFor(N, [&](int64_t n_begin, int64_t n_end) {
-    GemmPanel(x, w, bias, M, N, K, n_begin, n_end, y);
+    GemmPanel(x, w, wt, bias, M, N, K, n_begin, n_end, y);
   });
+}
+
+}  // namespace
+
+void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,
+          float* y) {
+  if (w.dtype == DType::kF32) {
+    GemmOf(x, static_cast<const float*>(w.data), w.dtype, bias, M, N, K, y);
+  } else {
+    GemmOf(x, static_cast<const uint16_t*>(w.data), w.dtype, bias, M, N, K, y);
+  }
 }
 
 }  // namespace ptxserve::cpu

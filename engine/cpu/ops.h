@@ -13,10 +13,21 @@ namespace ptxserve::cpu {
 // out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   for t < rows; out may alias x.
 void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out);
 
-// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr), for m < M, n < N.
-// w is [N, K] (the HF linear layout). Uses the engine's thread pool.
-void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
+// A weight matrix as it is stored: [N, K] (the HF linear layout) elements of `dtype`.
+struct WeightMatrix {
+  const void* data;
+  DType dtype;
+};
+
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr), for m < M, n < N,
+// f32 products and sums whatever w's dtype (f16/bf16 widen exactly). Uses the engine's
+// thread pool.
+void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,
           float* y);
+inline void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
+                 float* y) {
+  Gemm(x, WeightMatrix{w, DType::kF32}, bias, M, N, K, y);
+}
 
 // Rotates q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in
 // place at positions[t], using `style` pairing and inv_freq (head_dim/2 entries,
@@ -46,7 +57,7 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // x[i] += y[i]
 void AddInPlace(float* x, const float* y, int64_t n);
 
-// Gathers rows ids[t] of table [vocab, dim] (f32) into out [tokens, dim].
-void Embed(const float* table, const int32_t* ids, int64_t tokens, int64_t dim, float* out);
+// Gathers rows ids[t] of table [vocab, dim] into out [tokens, dim] as f32.
+void Embed(WeightMatrix table, const int32_t* ids, int64_t tokens, int64_t dim, float* out);
 
 }  // namespace ptxserve::cpu

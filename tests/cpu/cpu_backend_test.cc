@@ -317,6 +317,71 @@ TEST(CpuBackendTest, CreateRejectsBadModelsAndKvConfigs) {
   }
 }
 
+// `m` with every tensor converted to f32 (exact from f16 and bf16); a tied LM head stays
+// the embedding's bytes.
+Model Widened(const Model& m) {
+  auto buffers = std::make_shared<std::vector<std::vector<float>>>();
+  Model w = m;
+  auto widen = [&](Tensor& t) {
+    if (!t.present()) return;
+    std::vector<float>& b = buffers->emplace_back(static_cast<size_t>(t.numel()));
+    ConvertToFloat(t.dtype, t.data, b.size(), b.data());
+    t.data = b.data();  // moving the vector later keeps its buffer
+    t.dtype = DType::kF32;
+    t.nbytes = b.size() * sizeof(float);
+  };
+  const bool tied = m.tensors.lm_head.data == m.tensors.embed.data;
+  widen(w.tensors.embed);
+  widen(w.tensors.final_norm);
+  if (tied) {
+    w.tensors.lm_head = w.tensors.embed;
+  } else {
+    widen(w.tensors.lm_head);
+  }
+  for (LayerTensors& l : w.tensors.layers) {
+    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.mlp_norm,
+                      &l.w_gate, &l.w_up, &l.w_down}) {
+      widen(*t);
+    }
+  }
+  w.storage = std::make_shared<std::pair<std::shared_ptr<const void>, decltype(buffers)>>(m.storage,
+                                                                                          buffers);
+  return w;
+}
+
+// f16 and bf16 matrices are held as stored (half the bytes of an f32 copy) and widened in
+// the GEMM exactly, so a prefill and the decode steps after it give the f32 copy's logits
+// bit for bit.
+TEST(CpuBackendTest, HalfWeightsStayHalfAndGiveTheWidenedModelsLogits) {
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (bool tied : {false, true}) {
+      SCOPED_TRACE(std::string(DTypeName(dt)) + (tied ? " tied" : ""));
+      const Model half = MakeRandomModel(Spec(dt, 4, 2, 32, true, RopeStyle::kRotateHalf, tied));
+      const Model wide = Widened(half);
+      auto a = MakeBackend(half), b = MakeBackend(wide);
+      ASSERT_NE(a, nullptr);
+      ASSERT_NE(b, nullptr);
+      EXPECT_EQ(2 * a->step_weight_bytes(), b->step_weight_bytes());
+      EXPECT_LT(a->weight_bytes(), b->weight_bytes() * 6 / 10);
+      const int64_t V = half.config.vocab_size;
+      KvBlockManager blocks_a(64, 8), blocks_b(64, 8);
+      Seq sa{Prompt(11, V, 9), 0, {}}, sb = sa;
+      std::vector<float> la, lb;
+      ASSERT_TRUE(a->Step(MakeBatch({&sa}, {11}, &blocks_a, true), &la).ok());
+      ASSERT_TRUE(b->Step(MakeBatch({&sb}, {11}, &blocks_b, true), &lb).ok());
+      EXPECT_EQ(la, lb);
+      for (int i = 0; i < 4; ++i) {
+        const int32_t next = ArgMax(la.data() + (la.size() / V - 1) * V, V);
+        sa.tokens.push_back(next);
+        sb.tokens.push_back(next);
+        ASSERT_TRUE(a->Step(MakeBatch({&sa}, {1}, &blocks_a, false), &la).ok());
+        ASSERT_TRUE(b->Step(MakeBatch({&sb}, {1}, &blocks_b, false), &lb).ok());
+        EXPECT_EQ(la, lb) << "decode step " << i;
+      }
+    }
+  }
+}
+
 TEST(CpuBackendTest, ReportsWeightBytes) {
   for (bool tied : {false, true}) {
     RandomModelSpec spec;

@@ -95,7 +95,7 @@ TEST(ElementwiseTest, SiluMulAddEmbed) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21};
   const int32_t ids[] = {2, 0, 2};
   std::vector<float> e(6);
-  Embed(table.data(), ids, 3, 2, e.data());
+  Embed({table.data(), DType::kF32}, ids, 3, 2, e.data());
   EXPECT_EQ(e, (std::vector<float>{20, 21, 0, 1, 20, 21}));
 }
 

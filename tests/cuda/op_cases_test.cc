@@ -294,7 +294,7 @@ void RunCase(OpRunner& r, const EmbeddingCase& c) {
                                               .vocab = static_cast<uint32_t>(c.vocab)})
                   .ok());
   std::vector<float> want(size_t{1} * c.tokens * c.dim);
-  cpu::Embed(table.data(), ids.data(), c.tokens, c.dim, want.data());
+  cpu::Embed({table.data(), DType::kF32}, ids.data(), c.tokens, c.dim, want.data());
   ExpectClose(r.Download<float>(dout, want.size()), want, 0);  // a copy: exact
 }
 

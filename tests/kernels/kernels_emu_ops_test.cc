@@ -49,7 +49,7 @@ TEST(KernelsEmuOps, EmbeddingMatchesCpu) {
       std::vector<float> want(n * dim, 0.0f);
       for (int t = 0; t < n; ++t) {
         if (ids[t] >= 0 && ids[t] < vocab)
-          cpu::Embed(table.data(), &ids[t], 1, dim, &want[t * dim]);
+          cpu::Embed({table.data(), DType::kF32}, &ids[t], 1, dim, &want[t * dim]);
       }
       EmbeddingConfig cfg;
       cfg.dim = dim;
