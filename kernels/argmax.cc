@@ -59,16 +59,6 @@ void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx:
 
 }  // namespace gen
 
-absl::Status ArgmaxConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return absl::OkStatus();
-}
-
-std::string ArgmaxConfig::Key() const {
-  return absl::StrCat("argmax:t", threads, ":", target.Key());
-}
-
 LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows) {
   return RowLaunch(cfg.threads, num_rows);
 }

@@ -15,16 +15,6 @@ int Threads(const AttentionMergeConfig& c) {
 
 }  // namespace
 
-absl::Status AttentionMergeConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
-  return CheckRange("num_heads", num_heads, 1, 1024);
-}
-
-std::string AttentionMergeConfig::Key() const {
-  return absl::StrCat("attention_merge:h", num_heads, ":d", head_dim, ":", target.Key());
-}
-
 LaunchDims AttentionMergeLaunch(const AttentionMergeConfig& cfg, int64_t num_rows) {
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(cfg.num_heads),

@@ -20,16 +20,12 @@ namespace ptxserve::kernels {
 
 inline constexpr char kAttentionMergeEntry[] = "attention_merge";
 
-struct AttentionMergeConfig {
+struct AttentionMergeConfig : KernelConfig<AttentionMergeConfig, kAttentionMergeEntry> {
   int num_heads = 32;
-  int head_dim = 128;
-  ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads),
-                      Field("head_dim", &AttentionMergeConfig::head_dim));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  int head_dim = 128;  // a multiple of 32, at most 256
+  static constexpr auto kFields = std::make_tuple(
+      Field("num_heads", &AttentionMergeConfig::num_heads).Key("h").Range(1, 1024),
+      Field("head_dim", &AttentionMergeConfig::head_dim).Key("d").Range(32, 256, 32));
 };
 
 struct AttentionMergeArgs {

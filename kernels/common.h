@@ -19,6 +19,8 @@ enum class ElemType : uint8_t { kF32, kF16, kBF16 };
 
 absl::string_view ElemTypeName(ElemType t);  // "f32", "f16", "bf16"
 bool ParseElemType(absl::string_view s, ElemType* out);
+// The type as a config key names it: its name.
+inline absl::string_view KeyText(ElemType t) { return ElemTypeName(t); }
 constexpr int ElemSize(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
 
 // How to launch a kernel: grid and block in CTAs / threads, dynamic shared bytes.
@@ -30,14 +32,8 @@ struct LaunchDims {
 
 // Error unless lo <= v <= hi, naming the config field.
 absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t hi);
-// Threads per CTA: a multiple of 32 in [32, 1024] (whole warps).
-absl::Status CheckBlockThreads(int64_t threads);
 // One CTA of `threads` per row (token or logits row): grid num_rows (at least 1).
 LaunchDims RowLaunch(int threads, int64_t num_rows);
-// head_dim: a multiple of 32 in [32, 256] (one warp covers a head in whole vectors).
-absl::Status CheckHeadDim(int64_t head_dim);
-// num_heads a positive multiple of num_kv_heads.
-absl::Status CheckHeads(int64_t num_heads, int64_t num_kv_heads);
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 int Log2(int64_t pow2);

@@ -22,15 +22,6 @@ int Threads(const EmbeddingConfig& c) {
 
 }  // namespace
 
-absl::Status EmbeddingConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  return CheckRange("dim", dim, 1, 1 << 20);
-}
-
-std::string EmbeddingConfig::Key() const {
-  return absl::StrCat("embedding:dim", dim, ":", ElemTypeName(table_dtype), ":", target.Key());
-}
-
 LaunchDims EmbeddingLaunch(const EmbeddingConfig& cfg, int64_t num_tokens) {
   return RowLaunch(Threads(cfg), num_tokens);
 }

@@ -17,15 +17,12 @@ namespace ptxserve::kernels {
 
 inline constexpr char kEmbeddingEntry[] = "embedding";
 
-struct EmbeddingConfig {
+struct EmbeddingConfig : KernelConfig<EmbeddingConfig, kEmbeddingEntry> {
   int dim = 4096;
   ElemType table_dtype = ElemType::kF32;
-  ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("dim", &EmbeddingConfig::dim), Field("table_dtype", &EmbeddingConfig::table_dtype));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(Field("dim", &EmbeddingConfig::dim).Key("dim").Range(1, 1 << 20),
+                      Field("table_dtype", &EmbeddingConfig::table_dtype).Key(""));
 };
 
 struct EmbeddingArgs {

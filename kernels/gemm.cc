@@ -20,20 +20,6 @@ int Vec(const GemmConfig& c) {
 
 }  // namespace
 
-absl::Status GemmConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckRange("n", n, 1, 1 << 24); !s.ok()) return s;
-  if (absl::Status s = CheckRange("k", k, 1, 1 << 20); !s.ok()) return s;
-  if (absl::Status s = CheckRange("m_tile", m_tile, 1, 8); !s.ok()) return s;
-  return CheckRange("warps", warps, 1, 16);
-}
-
-std::string GemmConfig::Key() const {
-  const std::string form = tiled ? std::string(":tiled") : absl::StrCat(":mt", m_tile, ":w", warps);
-  return absl::StrCat("gemm:n", n, ":k", k, ":", ElemTypeName(weight_dtype),
-                      has_bias ? ":bias" : "", accumulate ? ":acc" : "", form, ":", target.Key());
-}
-
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
   LaunchDims d;
   if (cfg.tiled) {

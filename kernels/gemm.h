@@ -24,7 +24,7 @@ namespace ptxserve::kernels {
 
 inline constexpr char kGemmEntry[] = "gemm";
 
-struct GemmConfig {
+struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int n = 4096;  // output features
   int k = 4096;  // input features
   ElemType weight_dtype = ElemType::kF16;
@@ -33,15 +33,14 @@ struct GemmConfig {
   int m_tile = 4;           // token rows per CTA, 1..8
   int warps = 4;            // output columns per CTA (one per warp), 1..16
   bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
-  ptx::Target target;
+  using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
-      Field("n", &GemmConfig::n), Field("k", &GemmConfig::k),
-      Field("weight_dtype", &GemmConfig::weight_dtype), Field("has_bias", &GemmConfig::has_bias),
-      Field("accumulate", &GemmConfig::accumulate), Field("m_tile", &GemmConfig::m_tile),
-      Field("warps", &GemmConfig::warps), Field("tiled", &GemmConfig::tiled));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+      Field("n", &C::n).Key("n").Range(1, 1 << 24), Field("k", &C::k).Key("k").Range(1, 1 << 20),
+      Field("weight_dtype", &C::weight_dtype).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
+      Field("accumulate", &C::accumulate).Key("acc"),
+      Field("m_tile", &C::m_tile).Key("mt", &C::tiled).Range(1, 8),
+      Field("warps", &C::warps).Key("w", &C::tiled).Range(1, 16),
+      Field("tiled", &C::tiled).Key("tiled"));
 };
 
 struct GemmArgs {

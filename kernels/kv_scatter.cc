@@ -20,18 +20,6 @@ int Threads(const KvScatterConfig& c) {
 
 }  // namespace
 
-absl::Status KvScatterConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
-  if (absl::Status s = CheckRange("num_kv_heads", num_kv_heads, 1, 256); !s.ok()) return s;
-  return CheckRange("block_size", block_size, 1, 1024);
-}
-
-std::string KvScatterConfig::Key() const {
-  return absl::StrCat("kv_scatter:kvh", num_kv_heads, ":d", head_dim, ":bs", block_size, ":",
-                      ElemTypeName(kv_dtype), ":", target.Key());
-}
-
 LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens) {
   return RowLaunch(Threads(cfg), num_tokens);
 }

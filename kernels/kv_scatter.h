@@ -18,21 +18,17 @@ namespace ptxserve::kernels {
 
 inline constexpr char kKvScatterEntry[] = "kv_scatter";
 
-struct KvScatterConfig {
+struct KvScatterConfig : KernelConfig<KvScatterConfig, kKvScatterEntry> {
   int num_kv_heads = 8;
   int head_dim = 128;  // a multiple of 32, at most 256
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
-  ptx::Target target;
+  using C = KvScatterConfig;
   static constexpr auto kFields =
-      std::make_tuple(Field("num_kv_heads", &KvScatterConfig::num_kv_heads),
-                      Field("head_dim", &KvScatterConfig::head_dim),
-                      Field("block_size", &KvScatterConfig::block_size),
-                      Field("kv_dtype", &KvScatterConfig::kv_dtype));
-
-  absl::Status Validate() const;
-  // Kernel-cache key: every field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".
-  std::string Key() const;
+      std::make_tuple(Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256),
+                      Field("head_dim", &C::head_dim).Key("d").Range(32, 256, 32),
+                      Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
+                      Field("kv_dtype", &C::kv_dtype).Key(""));
 };
 
 struct KvScatterArgs {

@@ -31,7 +31,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr uint32_t kNoId = 0xffffffffu;
-constexpr int kMaxTopLimit = 32;
 
 struct Ctx {
   KernelBuilder& kb;
@@ -148,16 +147,6 @@ void InsertIfBetter(KernelBuilder& kb, TopList& t, Reg want, Reg i, Reg l) {
 }
 
 }  // namespace
-
-absl::Status LogprobsConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return CheckRange("max_top", max_top, 0, kMaxTopLimit);
-}
-
-std::string LogprobsConfig::Key() const {
-  return absl::StrCat("logprobs:t", threads, ":top", max_top, ":", target.Key());
-}
 
 LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows) {
   return RowLaunch(cfg.threads, num_rows);

@@ -40,15 +40,12 @@ struct LogprobsEntry {
 };
 static_assert(sizeof(LogprobsEntry) == 8);
 
-struct LogprobsConfig {
+struct LogprobsConfig : KernelConfig<LogprobsConfig, kLogprobsEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   int max_top = 20;   // top entries per record: 0..32 (the host API allows 20)
-  ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &LogprobsConfig::threads),
-                                                  Field("max_top", &LogprobsConfig::max_top));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(Field("threads", &LogprobsConfig::threads).Key("t").Range(32, 1024, 32),
+                      Field("max_top", &LogprobsConfig::max_top).Key("top").Range(0, 32));
 };
 
 // Bytes of one row's record: (1 + max_top) * sizeof(LogprobsEntry).

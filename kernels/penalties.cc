@@ -8,15 +8,6 @@
 
 namespace ptxserve::kernels {
 
-absl::Status PenaltiesConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  return CheckBlockThreads(threads);
-}
-
-std::string PenaltiesConfig::Key() const {
-  return absl::StrCat("penalties:t", threads, ":", target.Key());
-}
-
 LaunchDims PenaltiesLaunch(const PenaltiesConfig& cfg, int64_t num_rows) {
   return RowLaunch(cfg.threads, num_rows);
 }

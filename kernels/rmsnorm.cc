@@ -23,15 +23,6 @@ int Threads(const RmsNormConfig& c) {
 
 }  // namespace
 
-absl::Status RmsNormConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  return CheckRange("dim", dim, 1, 65536);
-}
-
-std::string RmsNormConfig::Key() const {
-  return absl::StrCat("rmsnorm:dim", dim, ":", ElemTypeName(weight_dtype), ":", target.Key());
-}
-
 LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows) {
   return RowLaunch(Threads(cfg), num_rows);
 }

@@ -17,15 +17,12 @@ namespace ptxserve::kernels {
 
 inline constexpr char kRmsNormEntry[] = "rmsnorm";
 
-struct RmsNormConfig {
+struct RmsNormConfig : KernelConfig<RmsNormConfig, kRmsNormEntry> {
   int dim = 4096;
   ElemType weight_dtype = ElemType::kF32;
-  ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("dim", &RmsNormConfig::dim), Field("weight_dtype", &RmsNormConfig::weight_dtype));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(Field("dim", &RmsNormConfig::dim).Key("dim").Range(1, 65536),
+                      Field("weight_dtype", &RmsNormConfig::weight_dtype).Key(""));
 };
 
 struct RmsNormArgs {

@@ -25,22 +25,6 @@ const float kC3 = static_cast<float>(kTwoPi - kC1 - static_cast<double>(kC2));
 
 }  // namespace
 
-absl::Status RopeConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckRange("head_dim", head_dim, 2, 1024); !s.ok()) return s;
-  if (head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head_dim = ", head_dim, " is odd"));
-  }
-  if (absl::Status s = CheckRange("num_heads", num_heads, 1, 1024); !s.ok()) return s;
-  return CheckRange("num_kv_heads", num_kv_heads, 0, 1024);
-}
-
-std::string RopeConfig::Key() const {
-  return absl::StrCat("rope:h", num_heads, ":kvh", num_kv_heads, ":d", head_dim,
-                      layout == RopeLayout::kRotateHalf ? ":half" : ":interleaved", ":",
-                      target.Key());
-}
-
 LaunchDims RopeLaunch(const RopeConfig& cfg, int64_t num_tokens) {
   return RowLaunch(Threads(cfg), num_tokens);
 }

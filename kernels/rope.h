@@ -22,19 +22,21 @@ namespace ptxserve::kernels {
 inline constexpr char kRopeEntry[] = "rope";
 
 enum class RopeLayout : uint8_t { kRotateHalf, kInterleaved };
+// The layout as the config key names it: "half" or "interleaved".
+inline const char* KeyText(RopeLayout l) {
+  return l == RopeLayout::kRotateHalf ? "half" : "interleaved";
+}
 
-struct RopeConfig {
+struct RopeConfig : KernelConfig<RopeConfig, kRopeEntry> {
   int num_heads = 32;
   int num_kv_heads = 8;
   int head_dim = 128;  // even
   RopeLayout layout = RopeLayout::kRotateHalf;
-  ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("num_heads", &RopeConfig::num_heads), Field("num_kv_heads", &RopeConfig::num_kv_heads),
-      Field("head_dim", &RopeConfig::head_dim), Field("layout", &RopeConfig::layout));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_heads", &RopeConfig::num_heads).Key("h").Range(1, 1024),
+                      Field("num_kv_heads", &RopeConfig::num_kv_heads).Key("kvh").Range(0, 1024),
+                      Field("head_dim", &RopeConfig::head_dim).Key("d").Range(2, 1024, 2),
+                      Field("layout", &RopeConfig::layout).Key(""));
 };
 
 struct RopeArgs {

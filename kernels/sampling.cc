@@ -276,16 +276,6 @@ void BlockScanU64(Ctx& c, Reg v, const ptx::Symbol& wsum, Reg* prefix, Reg* tota
 
 }  // namespace
 
-absl::Status SamplingConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return absl::OkStatus();
-}
-
-std::string SamplingConfig::Key() const {
-  return absl::StrCat("sampling:t", threads, ":", target.Key());
-}
-
 LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows) {
   return RowLaunch(cfg.threads, num_rows);
 }

@@ -54,13 +54,10 @@ namespace ptxserve::kernels {
 
 inline constexpr char kSamplingEntry[] = "sampling";
 
-struct SamplingConfig {
+struct SamplingConfig : KernelConfig<SamplingConfig, kSamplingEntry> {
   int threads = 256;  // per CTA: 32..1024, a multiple of 32
-  ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &SamplingConfig::threads));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(Field("threads", &SamplingConfig::threads).Key("t").Range(32, 1024, 32));
 };
 
 struct SamplingArgs {

@@ -10,19 +10,6 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 }  // namespace
 
-absl::Status SiluMulConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (fused_inter != 0 && fused_inter % 4 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fused_inter = ", fused_inter, ": want 0 or a multiple of 4"));
-  }
-  return CheckRange("fused_inter", fused_inter, 0, 1 << 24);
-}
-
-std::string SiluMulConfig::Key() const {
-  return absl::StrCat("silu_mul:fused", fused_inter, ":", target.Key());
-}
-
 LaunchDims SiluMulLaunch(const SiluMulConfig&, int64_t n) { return gen::ElementwiseLaunch(n); }
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {

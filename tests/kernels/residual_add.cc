@@ -6,8 +6,6 @@
 
 namespace ptxserve::kernels::testing {
 
-std::string ResidualAddConfig::Key() const { return absl::StrCat("residual_add:", target.Key()); }
-
 LaunchDims ResidualAddLaunch(const ResidualAddConfig&, int64_t n) {
   return gen::ElementwiseLaunch(n);
 }
