@@ -66,7 +66,12 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
 // The form for a batch of `m` rows: `base` with tiled and m_tile set (GEMV with
 // m_tile = m up to 8 rows, tiled beyond).
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
-// The tiled form's generator (called by GenerateGemm when cfg.tiled).
-absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg);
+
+namespace gen {
+// The parameters of GemmArgs, the bias pointer a plain .u64 when cfg has no bias.
+ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg);
+// Writes the tiled form (gemm_tiled.cc) into GenerateGemm's builder; returns its header note.
+std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

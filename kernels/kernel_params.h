@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/config_fields.h"
@@ -53,7 +54,8 @@ constexpr ptx::Type ParamType() {
   return ptx::Type::kU32;
 }
 
-// The registers DeclareParams gave the parameters of Args, looked up by field.
+// The registers DeclareParams gave the parameters of Args, looked up by field, or all at
+// once in kParams order: `const auto [x, w, out, num_rows, eps] = DeclareParams<A>(kb);`.
 template <class Args>
 class ParamRegs {
  public:
@@ -64,6 +66,17 @@ class ParamRegs {
   template <class T>
   ptx::Reg operator[](T Args::*member) const {
     return regs_.at(Index(member));
+  }
+  template <size_t I>
+  ptx::Reg get() const {
+    return std::get<I>(regs_);
+  }
+  // An aggregate of kCount registers (named in kParams order) initialised from them.
+  template <class S>
+  S As() const {
+    static_assert(sizeof(S) == sizeof(regs_), "one register per parameter");
+    return [&]<size_t... I>(std::index_sequence<I...>) { return S{std::get<I>(regs_)...}; }
+    (std::make_index_sequence<kCount>{});
   }
 
  private:
@@ -119,3 +132,11 @@ std::array<void*, std::tuple_size_v<decltype(Args::kParams)>> PackParams(Args& a
 }
 
 }  // namespace ptxserve::kernels
+
+template <class Args>
+struct std::tuple_size<ptxserve::kernels::ParamRegs<Args>>
+    : std::integral_constant<size_t, ptxserve::kernels::ParamRegs<Args>::kCount> {};
+template <size_t I, class Args>
+struct std::tuple_element<I, ptxserve::kernels::ParamRegs<Args>> {
+  using type = ptxserve::ptx::Reg;
+};
