@@ -32,9 +32,7 @@ struct ArgmaxArgs {
   DevicePtr out;
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams =
-      std::make_tuple(Param("logits", &ArgmaxArgs::logits), Param("out", &ArgmaxArgs::out),
-                      Param("vocab", &ArgmaxArgs::vocab), Param("num_rows", &ArgmaxArgs::num_rows));
+  PTXSERVE_PARAMS(ArgmaxArgs, logits, out, vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg);

@@ -38,11 +38,7 @@ struct AttentionMergeArgs {
   DevicePtr out;
   uint32_t num_splits = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("partial_out", &AttentionMergeArgs::partial_out),
-      Param("partial_lse", &AttentionMergeArgs::partial_lse),
-      Param("out", &AttentionMergeArgs::out), Param("num_splits", &AttentionMergeArgs::num_splits),
-      Param("num_rows", &AttentionMergeArgs::num_rows));
+  PTXSERVE_PARAMS(AttentionMergeArgs, partial_out, partial_lse, out, num_splits, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& cfg);

@@ -88,19 +88,9 @@ struct DecodeAttentionArgs {
   float scale = 0;
   // tokens per split (split = true; ignored otherwise)
   uint32_t partition = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("q", &DecodeAttentionArgs::q), Param("k_pool", &DecodeAttentionArgs::k_pool),
-      Param("v_pool", &DecodeAttentionArgs::v_pool),
-      Param("block_tables", &DecodeAttentionArgs::block_tables),
-      Param("seq_lens", &DecodeAttentionArgs::seq_lens),
-      Param("query_start", &DecodeAttentionArgs::query_start),
-      Param("positions", &DecodeAttentionArgs::positions), Param("out", &DecodeAttentionArgs::out),
-      Param("partial_lse", &DecodeAttentionArgs::partial_lse),
-      Param("max_blocks_per_seq", &DecodeAttentionArgs::max_blocks_per_seq),
-      Param("num_seqs", &DecodeAttentionArgs::num_seqs),
-      Param("num_rows", &DecodeAttentionArgs::num_rows),
-      Param("scale", &DecodeAttentionArgs::scale),
-      Param("partition", &DecodeAttentionArgs::partition));
+  PTXSERVE_PARAMS(DecodeAttentionArgs, q, k_pool, v_pool, block_tables, seq_lens, query_start,
+                  positions, out, partial_lse, max_blocks_per_seq, num_seqs, num_rows, scale,
+                  partition);
 };
 
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg);

@@ -34,10 +34,7 @@ struct EmbeddingArgs {
   DevicePtr out;
   uint32_t num_tokens = 0;
   uint32_t vocab = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("table", &EmbeddingArgs::table), Param("ids", &EmbeddingArgs::ids),
-      Param("out", &EmbeddingArgs::out), Param("num_tokens", &EmbeddingArgs::num_tokens),
-      Param("vocab", &EmbeddingArgs::vocab));
+  PTXSERVE_PARAMS(EmbeddingArgs, table, ids, out, num_tokens, vocab);
 };
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg);

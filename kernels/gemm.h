@@ -54,9 +54,7 @@ struct GemmArgs {
   DevicePtr y;
   // M, the rows
   uint32_t m = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("x", &GemmArgs::x), Param("w", &GemmArgs::w), Param("bias", &GemmArgs::bias),
-      Param("y", &GemmArgs::y), Param("m", &GemmArgs::m));
+  PTXSERVE_PARAMS(GemmArgs, x, w, bias, y, m);
 };
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);

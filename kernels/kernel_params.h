@@ -1,15 +1,15 @@
 // A kernel's launch arguments as one typed struct, so each parameter's name, order and type
 // are written once, beside the kernel's Config: the generator declares the PTX parameters
 // from the struct (DeclareParams) and every launch packs a filled-in struct (PackParams)
-// into cuLaunchKernel's kernelParams. A struct lists its fields in a `kParams` tuple of
-// Param(name, &Args::field) entries, in .param order:
+// into cuLaunchKernel's kernelParams. A struct lists its fields in .param order with
+// PTXSERVE_PARAMS, which makes its `kParams` tuple of Param(name, &Args::field) entries
+// (each parameter is named as its field):
 //
 //   struct RmsNormArgs {
 //     DevicePtr x, w, out;
 //     uint32_t num_rows = 0;
 //     float eps = 0;
-//     static constexpr auto kParams = std::make_tuple(
-//         Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), ...);
+//     PTXSERVE_PARAMS(RmsNormArgs, x, w, out, num_rows, eps);
 //   };
 //
 // A DevicePtr field becomes a .u64 parameter converted to a global address; a pointer the
@@ -40,6 +40,28 @@ template <class Args, class T>
 constexpr NamedField<Args, T> Param(const char* name, T Args::*member) {
   return {name, member};
 }
+
+// `static constexpr auto kParams = std::make_tuple(Param("a", &Args::a), ...)` for the
+// fields named, in that order (up to 64).
+#define PTXSERVE_PARAMS(Args, ...) \
+  static constexpr auto kParams = std::make_tuple(PTXSERVE_FOR_EACH_PARAM_(Args, __VA_ARGS__))
+
+// PTXSERVE_FOR_EACH_PARAM_(A, a, b, c) -> Param("a", &A::a), Param("b", &A::b), ...: a
+// recursive __VA_OPT__ expansion, each name one more rescan (64 of them here).
+#define PTXSERVE_FOR_EACH_PARAM_(Args, ...) \
+  __VA_OPT__(PTXSERVE_EXPAND_(PTXSERVE_PARAM_STEP_(Args, __VA_ARGS__)))
+#define PTXSERVE_PARAM_STEP_(Args, field, ...)     \
+  ::ptxserve::kernels::Param(#field, &Args::field) \
+      __VA_OPT__(, PTXSERVE_PARAM_AGAIN_ PTXSERVE_PARENS_(Args, __VA_ARGS__))
+#define PTXSERVE_PARAM_AGAIN_() PTXSERVE_PARAM_STEP_
+#define PTXSERVE_PARENS_ ()
+#define PTXSERVE_EXPAND_(...) \
+  PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND4_(...) \
+  PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND2_(...) \
+  PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND1_(...) __VA_ARGS__
 
 // The PTX type of a scalar parameter.
 template <class T>

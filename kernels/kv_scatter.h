@@ -43,10 +43,7 @@ struct KvScatterArgs {
   // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
   DevicePtr v_pool;
   uint32_t num_tokens = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("k", &KvScatterArgs::k), Param("v", &KvScatterArgs::v),
-      Param("slot_mapping", &KvScatterArgs::slot_mapping), Param("k_pool", &KvScatterArgs::k_pool),
-      Param("v_pool", &KvScatterArgs::v_pool), Param("num_tokens", &KvScatterArgs::num_tokens));
+  PTXSERVE_PARAMS(KvScatterArgs, k, v, slot_mapping, k_pool, v_pool, num_tokens);
 };
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);

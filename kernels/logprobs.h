@@ -70,10 +70,7 @@ struct LogprobsArgs {
   // >= 1; vocab * 4 < 2^32
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &LogprobsArgs::logits), Param("chosen", &LogprobsArgs::chosen),
-      Param("top_n", &LogprobsArgs::top_n), Param("out", &LogprobsArgs::out),
-      Param("vocab", &LogprobsArgs::vocab), Param("num_rows", &LogprobsArgs::num_rows));
+  PTXSERVE_PARAMS(LogprobsArgs, logits, chosen, top_n, out, vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg);

@@ -61,12 +61,8 @@ struct PenaltiesArgs {
   // >= 1; vocab * 4 < 2^32
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &PenaltiesArgs::logits), Param("out", &PenaltiesArgs::out),
-      Param("offsets", &PenaltiesArgs::offsets), Param("entries", &PenaltiesArgs::entries),
-      Param("repetition", &PenaltiesArgs::repetition), Param("presence", &PenaltiesArgs::presence),
-      Param("frequency", &PenaltiesArgs::frequency), Param("vocab", &PenaltiesArgs::vocab),
-      Param("num_rows", &PenaltiesArgs::num_rows));
+  PTXSERVE_PARAMS(PenaltiesArgs, logits, out, offsets, entries, repetition, presence, frequency,
+                  vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg);

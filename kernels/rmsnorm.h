@@ -32,9 +32,7 @@ struct RmsNormArgs {
                   // before the reduction and writes them after)
   uint32_t num_rows = 0;
   float eps = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), Param("out", &RmsNormArgs::out),
-      Param("num_rows", &RmsNormArgs::num_rows), Param("eps", &RmsNormArgs::eps));
+  PTXSERVE_PARAMS(RmsNormArgs, x, w, out, num_rows, eps);
 };
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg);

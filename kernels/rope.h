@@ -49,9 +49,7 @@ struct RopeArgs {
   // f32 [head_dim / 2] (RopeInvFreq, engine/model/rope.h: scaling already applied)
   DevicePtr inv_freq;
   uint32_t num_tokens = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("q", &RopeArgs::q), Param("k", &RopeArgs::k), Param("positions", &RopeArgs::positions),
-      Param("inv_freq", &RopeArgs::inv_freq), Param("num_tokens", &RopeArgs::num_tokens));
+  PTXSERVE_PARAMS(RopeArgs, q, k, positions, inv_freq, num_tokens);
 };
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg);

@@ -78,12 +78,8 @@ struct SamplingArgs {
   // < 2^24, so that the integer weights below fit in u64
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &SamplingArgs::logits), Param("temperature", &SamplingArgs::temperature),
-      Param("top_k", &SamplingArgs::top_k), Param("top_p", &SamplingArgs::top_p),
-      Param("min_p", &SamplingArgs::min_p), Param("uniform", &SamplingArgs::uniform),
-      Param("out", &SamplingArgs::out), Param("vocab", &SamplingArgs::vocab),
-      Param("num_rows", &SamplingArgs::num_rows));
+  PTXSERVE_PARAMS(SamplingArgs, logits, temperature, top_k, top_p, min_p, uniform, out, vocab,
+                  num_rows);
 };
 
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg);

@@ -33,9 +33,7 @@ struct SiluMulArgs {
   DevicePtr out;
   // number of outputs
   uint32_t n = 0;
-  static constexpr auto kParams =
-      std::make_tuple(Param("gate", &SiluMulArgs::gate), Param("up", &SiluMulArgs::up),
-                      Param("out", &SiluMulArgs::out), Param("n", &SiluMulArgs::n));
+  PTXSERVE_PARAMS(SiluMulArgs, gate, up, out, n);
 };
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg);
