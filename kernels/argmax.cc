@@ -59,20 +59,13 @@ void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx:
 
 }  // namespace gen
 
-LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int warps = cfg.threads / 32;
-    kb.SetMaxThreads(cfg.threads);
     const auto [logits, out, vocab, num_rows] = DeclareParams<ArgmaxArgs>(kb);
     const ptx::Symbol scratch = kb.Shared("argmax", int64_t{warps} * 8);
 
-    const ptx::Label done = kb.NewLabel("done");
-    const Reg row = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
     const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});

@@ -21,6 +21,7 @@ inline constexpr char kArgmaxEntry[] = "argmax";
 
 struct ArgmaxConfig : KernelConfig<ArgmaxConfig, kArgmaxEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
+  ptx::Target target;
   static constexpr auto kFields =
       std::make_tuple(Field("threads", &ArgmaxConfig::threads).Key("t").Range(32, 1024, 32));
 };
@@ -36,7 +37,7 @@ struct ArgmaxArgs {
 };
 
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg);
-LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows);
+inline constexpr auto ArgmaxLaunch = &RowLaunchFor<ArgmaxConfig>;
 
 namespace gen {
 // Block-wide (value, id) max with the argmax tie rules above; the result is valid in

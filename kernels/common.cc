@@ -66,6 +66,13 @@ Reg AddrAdd(KernelBuilder& kb, Reg base, Reg idx, int64_t scale) {
   return kb.Emit(Op::kAdd, Type::kU64, {base, off});
 }
 
+RowCta EnterRow(KernelBuilder& kb, Reg num_rows) {
+  const ptx::Label done = kb.NewLabel("done");
+  const Reg row = kb.Special(ptx::SReg::kCtaidX);
+  kb.BraIf(kb.Setp(ptx::Cmp::kGe, Type::kU32, row, num_rows), done);
+  return {row, done};
+}
+
 Reg DivConst(KernelBuilder& kb, Reg idx, int64_t d) {
   if (d == 1) return idx;
   if (IsPow2(d)) return kb.Emit(Op::kShr, Type::kU32, {idx, Log2(d)});

@@ -34,6 +34,27 @@ struct LaunchDims {
 absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t hi);
 // One CTA of `threads` per row (token or logits row): grid num_rows (at least 1).
 LaunchDims RowLaunch(int threads, int64_t num_rows);
+
+// Threads per CTA of a Config's kernel, for its launch and its .maxntid alike: the Config's
+// Threads() where it derives them, else its `threads` field.
+template <class Config>
+concept HasBlockThreads = requires(const Config& c) {
+  c.Threads();
+}
+|| requires(const Config& c) { c.threads; };
+template <HasBlockThreads Config>
+int BlockThreads(const Config& cfg) {
+  if constexpr (requires { cfg.Threads(); }) {
+    return cfg.Threads();
+  } else {
+    return cfg.threads;
+  }
+}
+// The launch of a kernel run one CTA of BlockThreads(cfg) per row.
+template <HasBlockThreads Config>
+LaunchDims RowLaunchFor(const Config& cfg, int64_t num_rows) {
+  return RowLaunch(BlockThreads(cfg), num_rows);
+}
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 int Log2(int64_t pow2);
@@ -69,6 +90,14 @@ Reg WarpAllReduce(KernelBuilder& kb, Reg v, Reduce op, int width = 32);
 Reg WarpReduceToLane0(KernelBuilder& kb, Reg v, Reduce op);
 // shfl.idx broadcast of lane `lane`'s value to the whole warp.
 Reg Broadcast(KernelBuilder& kb, Reg v, int lane = 0);
+// The start of a kernel run one CTA per row (RowLaunch): the CTA's row (ctaid.x), after a
+// jump to `done` when it is past `num_rows`. The jump is uniform per CTA, so leaving there
+// cannot strand a barrier. The kernel binds `done` before its ret.
+struct RowCta {
+  Reg row;
+  ptx::Label done;
+};
+RowCta EnterRow(KernelBuilder& kb, Reg num_rows);
 // Block-wide reduction of an f32 over `num_warps` warps. Uses `scratch` (a shared
 // array of at least num_warps + 1 floats): per-warp partials in [0, num_warps), the
 // block result in its own slot [num_warps], so no thread reads a partial while

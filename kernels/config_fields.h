@@ -1,13 +1,14 @@
 // A kernel Config is one definition: its settable fields, listed once in a `kFields` tuple
 // beside the fields themselves, drive its cache key (Key()), its checks (Validate()) and the
-// registry's `ptxserve ptx --set key=value` parsing and defaults. The target is common to
-// all (KernelConfig holds it) and not listed. The same NamedField lists a kernel's launch
-// arguments (kernel_params.h).
+// registry's `ptxserve ptx --set key=value` parsing and defaults. The target, common to
+// all, is not listed. The same NamedField lists a kernel's launch arguments
+// (kernel_params.h).
 //
 //   inline constexpr char kRmsNormEntry[] = "rmsnorm";
 //   struct RmsNormConfig : KernelConfig<RmsNormConfig, kRmsNormEntry> {
 //     int dim = 4096;
 //     ElemType weight_dtype = ElemType::kF32;
+//     ptx::Target target;
 //     static constexpr auto kFields =
 //         std::make_tuple(Field("dim", &RmsNormConfig::dim).Key("dim").Range(1, 65536),
 //                         Field("weight_dtype", &RmsNormConfig::weight_dtype).Key(""));
@@ -92,16 +93,18 @@ constexpr ConfigField<Config, T> Field(const char* name, T Config::*member) {
   return {{name, member}};
 }
 
-// The base of every kernel Config: the target, the .entry name, and Validate() and Key()
-// from the Config's kFields.
+// The base of every kernel Config: the .entry name, and Validate() and Key() from the
+// Config's kFields and target.
+//
+// A Config declares `ptx::Target target;` after its fields (the base holds no data, so a
+// Config takes designated initializers: {.dim = 64, .target = t}).
 template <class Config, const char* kName>
 struct KernelConfig {
   static constexpr const char* kEntry = kName;
-  ptx::Target target;
 
   absl::Status Validate() const {
     const Config& c = static_cast<const Config&>(*this);
-    absl::Status s = target.Validate();
+    absl::Status s = c.target.Validate();
     std::apply([&](const auto&... field) { ((s = s.ok() ? field.Check(c) : s), ...); },
                Config::kFields);
     if constexpr (requires { c.CheckAcrossFields(); }) {
@@ -115,7 +118,7 @@ struct KernelConfig {
     const Config& c = static_cast<const Config&>(*this);
     std::string key = kName;
     std::apply([&](const auto&... field) { (field.AppendKey(c, &key), ...); }, Config::kFields);
-    absl::StrAppend(&key, ":", target.Key());
+    absl::StrAppend(&key, ":", c.target.Key());
     return key;
   }
 };

@@ -31,6 +31,7 @@ struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttent
   bool split = false;   // write per-split partials for the merge kernel
   bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
   int num_warps = 0;  // warps per CTA: 1, 2, 4 or 8; 0 picks 4 (fewer when shared memory is short)
+  ptx::Target target;
   using C = DecodeAttentionConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("num_heads", &C::num_heads).Key("h").Range(1, 1024),

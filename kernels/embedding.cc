@@ -16,14 +16,10 @@ int Vec(const EmbeddingConfig& c) {
   return v;
 }
 
-int Threads(const EmbeddingConfig& c) {
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(c.dim / Vec(c), 32) * 32, 32, 256));
-}
-
 }  // namespace
 
-LaunchDims EmbeddingLaunch(const EmbeddingConfig& cfg, int64_t num_tokens) {
-  return RowLaunch(Threads(cfg), num_tokens);
+int EmbeddingConfig::Threads() const {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(dim / Vec(*this), 32) * 32, 32, 256));
 }
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg) {
@@ -31,12 +27,9 @@ absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg) {
     const int vec = Vec(cfg);
     const int es = ElemSize(cfg.table_dtype);
     const int64_t nvec = cfg.dim / vec;
-    kb.SetMaxThreads(Threads(cfg));
     const auto [table, ids, out, num_tokens, vocab] = DeclareParams<EmbeddingArgs>(kb);
 
-    const ptx::Label done = kb.NewLabel("done");
-    const Reg t = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);
+    const auto [t, done] = gen::EnterRow(kb, num_tokens);
     const Reg id = kb.Ld1(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, ids, t, 4)));
     // One unsigned compare rejects negative ids too.
     const Reg valid = kb.Setp(Cmp::kLt, Type::kU32, id, vocab);

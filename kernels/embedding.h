@@ -20,6 +20,8 @@ inline constexpr char kEmbeddingEntry[] = "embedding";
 struct EmbeddingConfig : KernelConfig<EmbeddingConfig, kEmbeddingEntry> {
   int dim = 4096;
   ElemType table_dtype = ElemType::kF32;
+  ptx::Target target;
+  int Threads() const;  // per CTA
   static constexpr auto kFields =
       std::make_tuple(Field("dim", &EmbeddingConfig::dim).Key("dim").Range(1, 1 << 20),
                       Field("table_dtype", &EmbeddingConfig::table_dtype).Key(""));
@@ -39,6 +41,6 @@ struct EmbeddingArgs {
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg);
 // One CTA per token.
-LaunchDims EmbeddingLaunch(const EmbeddingConfig& cfg, int64_t num_tokens);
+inline constexpr auto EmbeddingLaunch = &RowLaunchFor<EmbeddingConfig>;
 
 }  // namespace ptxserve::kernels

@@ -21,16 +21,12 @@ int Vec(const GemmConfig& c) {
 }  // namespace
 
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
+  const int cols = cfg.tiled ? 64 : cfg.warps;   // output columns per CTA
+  const int rows = cfg.tiled ? 64 : cfg.m_tile;  // rows per CTA
   LaunchDims d;
-  if (cfg.tiled) {
-    d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, 64)),
-              static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, 64), 1)), 1};
-    d.block = {256, 1, 1};
-    return d;
-  }
-  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.warps)),
-            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
-  d.block = {static_cast<uint32_t>(cfg.warps * 32), 1, 1};
+  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cols)),
+            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)), 1};
+  d.block = {static_cast<uint32_t>(cfg.Threads()), 1, 1};
   return d;
 }
 
@@ -60,7 +56,6 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     const int64_t full = cfg.k / chunk;
     const int64_t rem = cfg.k % chunk;  // a multiple of ve
 
-    kb.SetMaxThreads(cfg.warps * 32);
     const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
 
     // No barriers: a warp past the last column leaves as a whole.

@@ -33,6 +33,8 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int m_tile = 4;           // token rows per CTA, 1..8
   int warps = 4;            // output columns per CTA (one per warp), 1..16
   bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
+  ptx::Target target;
+  int Threads() const { return tiled ? 256 : warps * 32; }  // per CTA
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24), Field("k", &C::k).Key("k").Range(1, 1 << 20),

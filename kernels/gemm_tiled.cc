@@ -11,7 +11,7 @@ namespace ptxserve::kernels {
 
 namespace {
 
-constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256;
+constexpr int kBM = 64, kBN = 64, kBK = 16;
 
 }  // namespace
 
@@ -19,7 +19,6 @@ namespace gen {
 
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg) {
   const int es = ElemSize(cfg.weight_dtype);
-  kb.SetMaxThreads(kThreads);
   const auto [x, w, bias, y, m_rows] = DeclareGemmParams(kb, cfg);
   const ptx::Symbol as = kb.Shared("a", kBK * kBM * 4);  // [k][m]
   const ptx::Symbol bs = kb.Shared("b", kBK * kBN * 4);  // [k][n]

@@ -38,12 +38,14 @@ absl::Status CheckConfig(const Config& cfg) {
 }
 
 // The frame of a generator: checks `cfg` (CheckConfig), opens a builder for the kernel's
-// entry, lets `body` write the kernel, and finishes it with a header naming the config key,
-// and the note `body` returns when it returns a non-empty string.
+// entry (its .maxntid BlockThreads(cfg) where the Config says), lets `body` write the kernel, and
+// finishes it with a header naming the config key, and the note `body` returns when it returns a
+// non-empty string.
 template <class Config, class Body>
 absl::StatusOr<std::string> GenerateKernel(const Config& cfg, Body&& body) {
   if (absl::Status s = CheckConfig(cfg); !s.ok()) return s;
   KernelBuilder kb(Config::kEntry, cfg.target);
+  if constexpr (HasBlockThreads<Config>) kb.SetMaxThreads(BlockThreads(cfg));
   std::vector<std::string> header = {
       absl::StrCat("kernel ", Config::kEntry, ", config ", cfg.Key())};
   if constexpr (std::is_void_v<std::invoke_result_t<Body, KernelBuilder&>>) {

@@ -13,15 +13,11 @@ namespace {
 // 8 elements that make one 128-bit store.
 int VecElems(const KvScatterConfig& c) { return c.kv_dtype == ElemType::kF32 ? 4 : 8; }
 
-int Threads(const KvScatterConfig& c) {
-  const int64_t vecs = int64_t{c.num_kv_heads} * c.head_dim / VecElems(c);
-  return static_cast<int>(std::min<int64_t>(256, CeilDiv(vecs, 32) * 32));
-}
-
 }  // namespace
 
-LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens) {
-  return RowLaunch(Threads(cfg), num_tokens);
+int KvScatterConfig::Threads() const {
+  const int64_t vecs = int64_t{num_kv_heads} * head_dim / VecElems(*this);
+  return static_cast<int>(std::min<int64_t>(256, CeilDiv(vecs, 32) * 32));
 }
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
@@ -31,14 +27,10 @@ absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
     const int64_t vecs_per_head = cfg.head_dim / w;
     const int64_t vecs = cfg.num_kv_heads * vecs_per_head;
     const int64_t row = int64_t{cfg.num_kv_heads} * cfg.head_dim;  // f32 elements per token
-
-    kb.SetMaxThreads(Threads(cfg));
     const auto [k, v, slots, k_pool, v_pool, num_tokens] = DeclareParams<KvScatterArgs>(kb);
 
     // No barriers here, so threads with nothing to do may simply leave.
-    const ptx::Label done = kb.NewLabel("done");
-    const Reg t = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);
+    const auto [t, done] = gen::EnterRow(kb, num_tokens);
     const Reg slot =
         kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
     kb.BraIf(kb.Setp(Cmp::kLt, Type::kS64, slot, 0), done);

@@ -23,7 +23,9 @@ struct KvScatterConfig : KernelConfig<KvScatterConfig, kKvScatterEntry> {
   int head_dim = 128;  // a multiple of 32, at most 256
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
+  ptx::Target target;
   using C = KvScatterConfig;
+  int Threads() const;  // per CTA
   static constexpr auto kFields =
       std::make_tuple(Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256),
                       Field("head_dim", &C::head_dim).Key("d").Range(32, 256, 32),
@@ -48,6 +50,6 @@ struct KvScatterArgs {
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);
 // One CTA per token; threads stride over the token's kv_heads * head_dim elements.
-LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens);
+inline constexpr auto KvScatterLaunch = &RowLaunchFor<KvScatterConfig>;
 
 }  // namespace ptxserve::kernels

@@ -148,26 +148,19 @@ void InsertIfBetter(KernelBuilder& kb, TopList& t, Reg want, Reg i, Reg l) {
 
 }  // namespace
 
-LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int threads = cfg.threads;
     const int warps = threads / 32;
     const int k = cfg.max_top;
     const int64_t record_bytes = LogprobsRecordBytes(cfg);
-    kb.SetMaxThreads(threads);
     const auto [logits, chosen, top_n, out, vocab, num_rows] = DeclareParams<LogprobsArgs>(kb);
     const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
     const ptx::Symbol sum64 = kb.Shared("sum64", int64_t{warps} * 8);
     const ptx::Symbol argmax = kb.Shared("argmax", int64_t{warps} * 8);
     const ptx::Symbol winner = kb.Shared("winner", 4);
 
-    const Label done = kb.NewLabel("done");
-    const Reg row = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Reg tid = kb.Special(SReg::kTidX);
     Ctx c{kb,
           kb.Emit(Op::kAdd, Type::kU64,

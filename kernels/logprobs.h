@@ -43,6 +43,7 @@ static_assert(sizeof(LogprobsEntry) == 8);
 struct LogprobsConfig : KernelConfig<LogprobsConfig, kLogprobsEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   int max_top = 20;   // top entries per record: 0..32 (the host API allows 20)
+  ptx::Target target;
   static constexpr auto kFields =
       std::make_tuple(Field("threads", &LogprobsConfig::threads).Key("t").Range(32, 1024, 32),
                       Field("max_top", &LogprobsConfig::max_top).Key("top").Range(0, 32));
@@ -74,6 +75,6 @@ struct LogprobsArgs {
 };
 
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg);
-LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows);
+inline constexpr auto LogprobsLaunch = &RowLaunchFor<LogprobsConfig>;
 
 }  // namespace ptxserve::kernels

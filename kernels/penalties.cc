@@ -8,20 +8,13 @@
 
 namespace ptxserve::kernels {
 
-LaunchDims PenaltiesLaunch(const PenaltiesConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int threads = cfg.threads;
-    kb.SetMaxThreads(threads);
     const auto [logits, out, offsets, entries, repetition, presence, frequency, vocab, num_rows] =
         DeclareParams<PenaltiesArgs>(kb);
 
-    const Label done = kb.NewLabel("done");
-    const Reg row = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg row_off =
         kb.Emit(Op::kMulWide, Type::kU32, {row, kb.Emit(Op::kShl, Type::kB32, {vocab, 2})});

@@ -37,6 +37,7 @@ static_assert(sizeof(PenaltyEntryWords) == 12);
 
 struct PenaltiesConfig : KernelConfig<PenaltiesConfig, kPenaltiesEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
+  ptx::Target target;
   static constexpr auto kFields =
       std::make_tuple(Field("threads", &PenaltiesConfig::threads).Key("t").Range(32, 1024, 32));
 };
@@ -66,6 +67,6 @@ struct PenaltiesArgs {
 };
 
 absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg);
-LaunchDims PenaltiesLaunch(const PenaltiesConfig& cfg, int64_t num_rows);
+inline constexpr auto PenaltiesLaunch = &RowLaunchFor<PenaltiesConfig>;
 
 }  // namespace ptxserve::kernels

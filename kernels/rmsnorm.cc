@@ -17,33 +17,24 @@ int Vec(int dim) {
   return v;
 }
 
-int Threads(const RmsNormConfig& c) {
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(c.dim / Vec(c.dim), 32) * 32, 32, 256));
-}
-
 }  // namespace
 
-LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows) {
-  return RowLaunch(Threads(cfg), num_rows);
+int RmsNormConfig::Threads() const {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(dim / Vec(dim), 32) * 32, 32, 256));
 }
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int vec = Vec(cfg.dim);
     const int64_t nvec = cfg.dim / vec;
-    const int threads = Threads(cfg);
+    const int threads = cfg.Threads();
     const int warps = threads / 32;
     const int iters = static_cast<int>(CeilDiv(nvec, threads));
     const int wes = ElemSize(cfg.weight_dtype);
-
-    kb.SetMaxThreads(threads);
     const auto [x, w, out, num_rows, eps] = DeclareParams<RmsNormArgs>(kb);
     const ptx::Symbol scratch = kb.Shared("reduce", (warps + 1) * 4);
 
-    const ptx::Label done = kb.NewLabel("done");
-    const Reg row = kb.Special(SReg::kCtaidX);
-    // Uniform per CTA, so leaving here cannot strand a barrier.
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
     const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});

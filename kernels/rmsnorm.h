@@ -20,6 +20,8 @@ inline constexpr char kRmsNormEntry[] = "rmsnorm";
 struct RmsNormConfig : KernelConfig<RmsNormConfig, kRmsNormEntry> {
   int dim = 4096;
   ElemType weight_dtype = ElemType::kF32;
+  ptx::Target target;
+  int Threads() const;  // per CTA
   static constexpr auto kFields =
       std::make_tuple(Field("dim", &RmsNormConfig::dim).Key("dim").Range(1, 65536),
                       Field("weight_dtype", &RmsNormConfig::weight_dtype).Key(""));
@@ -37,6 +39,6 @@ struct RmsNormArgs {
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg);
 // One CTA per row; a single warp when the row is short, up to 8 warps.
-LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows);
+inline constexpr auto RmsNormLaunch = &RowLaunchFor<RmsNormConfig>;
 
 }  // namespace ptxserve::kernels

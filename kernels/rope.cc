@@ -12,11 +12,6 @@ namespace ptxserve::kernels {
 
 namespace {
 
-int Threads(const RopeConfig& c) {
-  const int64_t pairs = int64_t{c.num_heads + c.num_kv_heads} * c.head_dim / 2;
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 256));
-}
-
 // 2*pi as C1 + C2 + C3: C1 has few significant bits, so k * C1 loses nothing in the fma.
 constexpr double kTwoPi = 2.0 * std::numbers::pi;
 constexpr float kC1 = 6.28125f;
@@ -25,22 +20,20 @@ const float kC3 = static_cast<float>(kTwoPi - kC1 - static_cast<double>(kC2));
 
 }  // namespace
 
-LaunchDims RopeLaunch(const RopeConfig& cfg, int64_t num_tokens) {
-  return RowLaunch(Threads(cfg), num_tokens);
+int RopeConfig::Threads() const {
+  const int64_t pairs = int64_t{num_heads + num_kv_heads} * head_dim / 2;
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 256));
 }
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int half = cfg.head_dim / 2;
-    const int threads = Threads(cfg);
+    const int threads = cfg.Threads();
     const int64_t pairs = int64_t{cfg.num_heads + cfg.num_kv_heads} * half;
-    kb.SetMaxThreads(threads);
     const auto [q, k, positions, inv_freq, num_tokens] = DeclareParams<RopeArgs>(kb);
     const ptx::Symbol cs = kb.Shared("cos_sin", int64_t{half} * 8);
 
-    const ptx::Label done = kb.NewLabel("done");
-    const Reg t = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);  // uniform per CTA
+    const auto [t, done] = gen::EnterRow(kb, num_tokens);
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg pos_i =
         kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, positions, t, 4)));

@@ -32,6 +32,8 @@ struct RopeConfig : KernelConfig<RopeConfig, kRopeEntry> {
   int num_kv_heads = 8;
   int head_dim = 128;  // even
   RopeLayout layout = RopeLayout::kRotateHalf;
+  ptx::Target target;
+  int Threads() const;  // per CTA
   static constexpr auto kFields =
       std::make_tuple(Field("num_heads", &RopeConfig::num_heads).Key("h").Range(1, 1024),
                       Field("num_kv_heads", &RopeConfig::num_kv_heads).Key("kvh").Range(0, 1024),
@@ -54,6 +56,6 @@ struct RopeArgs {
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg);
 // One CTA per token.
-LaunchDims RopeLaunch(const RopeConfig& cfg, int64_t num_tokens);
+inline constexpr auto RopeLaunch = &RowLaunchFor<RopeConfig>;
 
 }  // namespace ptxserve::kernels

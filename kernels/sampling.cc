@@ -276,15 +276,10 @@ void BlockScanU64(Ctx& c, Reg v, const ptx::Symbol& wsum, Reg* prefix, Reg* tota
 
 }  // namespace
 
-LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int threads = cfg.threads;
     const int warps = threads / 32;
-    kb.SetMaxThreads(threads);
     const auto [logits, temperature, top_k, top_p, min_p, uniform, out, vocab, num_rows] =
         DeclareParams<SamplingArgs>(kb);
     const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
@@ -292,10 +287,8 @@ absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg) {
     const RadixShared radix{kb.Shared("hist", kBins * 8), kb.Shared("groups", kBins / kGroup * 8)};
     const ptx::Symbol wsum = kb.Shared("wsum", int64_t{warps} * 8);
 
-    const Label done = kb.NewLabel("done");
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Label greedy = kb.NewLabel("greedy");
-    const Reg row = kb.Special(SReg::kCtaidX);
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
     const Reg tid = kb.Special(SReg::kTidX);
     Ctx c{kb,
           gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4),

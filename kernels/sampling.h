@@ -56,6 +56,7 @@ inline constexpr char kSamplingEntry[] = "sampling";
 
 struct SamplingConfig : KernelConfig<SamplingConfig, kSamplingEntry> {
   int threads = 256;  // per CTA: 32..1024, a multiple of 32
+  ptx::Target target;
   static constexpr auto kFields =
       std::make_tuple(Field("threads", &SamplingConfig::threads).Key("t").Range(32, 1024, 32));
 };
@@ -83,6 +84,6 @@ struct SamplingArgs {
 };
 
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg);
-LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows);
+inline constexpr auto SamplingLaunch = &RowLaunchFor<SamplingConfig>;
 
 }  // namespace ptxserve::kernels

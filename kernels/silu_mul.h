@@ -19,6 +19,7 @@ inline constexpr char kSiluMulEntry[] = "silu_mul";
 
 struct SiluMulConfig : KernelConfig<SiluMulConfig, kSiluMulEntry> {
   int fused_inter = 0;  // 0: separate gate/up arrays; I > 0 (a multiple of 4): gate_up rows of 2*I
+  ptx::Target target;
   static constexpr auto kFields = std::make_tuple(
       Field("fused_inter", &SiluMulConfig::fused_inter).Key("fused").Range(0, 1 << 24, 4));
 };

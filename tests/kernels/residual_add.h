@@ -22,6 +22,7 @@ namespace ptxserve::kernels::testing {
 inline constexpr char kResidualAddEntry[] = "residual_add";
 
 struct ResidualAddConfig : KernelConfig<ResidualAddConfig, kResidualAddEntry> {
+  ptx::Target target;
   static constexpr auto kFields = std::make_tuple();
 };
 
