@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
 #include "kernels/generator.h"
+#include "kernels/logits_row.h"
 
 namespace ptxserve::kernels {
 
@@ -32,28 +33,8 @@ constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr uint32_t kNoId = 0xffffffffu;
 
-struct Ctx {
-  KernelBuilder& kb;
-  Reg row_base;  // u64 address of the row's logits
-  Reg vocab;
-  Reg tid, lane, warp;
-  int threads;
-  int warps;
-};
-
-// for (i = tid; i < vocab; i += threads) body(i, logit[i])
-void ForStrided(Ctx& c, const std::function<void(Reg i, Reg l)>& body) {
-  KernelBuilder& kb = c.kb;
-  const Reg i = kb.Mov(Type::kU32, c.tid);
-  const Label loop = kb.NewLabel("strided");
-  const Label end = kb.NewLabel("strided_end");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, c.vocab), end);
-  kb.Bind(loop);
-  body(i, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, c.row_base, i, 4))));
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, c.threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, c.vocab), loop);
-  kb.Bind(end);
-}
+using Ctx = gen::LogitsRow;
+using gen::ForStrided;
 
 // shfl of an f64 as its two 32-bit halves.
 Reg ShflF64(KernelBuilder& kb, ptx::ShflMode mode, Reg v, int b) {

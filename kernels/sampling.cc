@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
 #include "kernels/generator.h"
+#include "kernels/logits_row.h"
 
 namespace ptxserve::kernels {
 
@@ -73,15 +74,11 @@ Reg Exp(KernelBuilder& kb, Reg x) {
   return kb.Selp(Type::kF32, F(0.0f), w, under);
 }
 
-struct Ctx {
-  KernelBuilder& kb;
-  Reg row_base;  // u64 address of the row's logits
-  Reg vocab;
-  Reg tid, lane, warp;
-  int threads;
-  int warps;
+struct Ctx : gen::LogitsRow {
   Reg m, inv_t;  // the row's max logit and 1 / T, once known
 };
+using gen::ForStrided;
+using gen::LoadLogit;
 
 // w = Exp((l - m) * inv_t).
 Reg Weight(Ctx& c, Reg l) { return Exp(c.kb, RnMul(c.kb, RnSub(c.kb, l, c.m), c.inv_t)); }
@@ -101,24 +98,6 @@ Reg Key(KernelBuilder& kb, Reg i, Reg l) {
   ord = kb.Selp(Type::kB32, 0x007fffff, ord, kb.Setp(Cmp::kNan, Type::kF32, l, l));
   const Reg inv_id = kb.Emit(Op::kNot, Type::kB32, {i});
   return kb.Pack(Type::kU64, {inv_id, ord});
-}
-
-Reg LoadLogit(Ctx& c, Reg i) {
-  return c.kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(c.kb, c.row_base, i, 4)));
-}
-
-// for (i = tid; i < vocab; i += threads) body(i, logit[i])
-void ForStrided(Ctx& c, const std::function<void(Reg i, Reg l)>& body) {
-  KernelBuilder& kb = c.kb;
-  const Reg i = kb.Mov(Type::kU32, c.tid);
-  const Label loop = kb.NewLabel("strided");
-  const Label end = kb.NewLabel("strided_end");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, c.vocab), end);
-  kb.Bind(loop);
-  body(i, LoadLogit(c, i));
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, c.threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, c.vocab), loop);
-  kb.Bind(end);
 }
 
 Reg ToF64(KernelBuilder& kb, Reg u64) { return kb.Cvt(Type::kF64, Type::kU64, u64, Round::kRn); }
@@ -290,14 +269,9 @@ absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg) {
     const auto [row, done] = gen::EnterRow(kb, num_rows);
     const Label greedy = kb.NewLabel("greedy");
     const Reg tid = kb.Special(SReg::kTidX);
-    Ctx c{kb,
-          gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4),
-          vocab,
-          tid,
-          kb.Emit(Op::kAnd, Type::kB32, {tid, 31}),
-          kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
-          threads,
-          warps,
+    Ctx c{{kb, gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4), vocab,
+           tid, kb.Emit(Op::kAnd, Type::kB32, {tid, 31}), kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
+           threads, warps},
           {},
           {}};
     const Reg is_t0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
