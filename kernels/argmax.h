@@ -22,8 +22,7 @@ inline constexpr char kArgmaxEntry[] = "argmax";
 struct ArgmaxConfig : KernelConfig<ArgmaxConfig, kArgmaxEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("threads", &ArgmaxConfig::threads).Key("t").Range(32, 1024, 32));
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&ArgmaxConfig::threads));
 };
 
 struct ArgmaxArgs {

@@ -25,9 +25,9 @@ struct AttentionMergeConfig : KernelConfig<AttentionMergeConfig, kAttentionMerge
   int head_dim = 128;  // a multiple of 32, at most 256
   ptx::Target target;
   int Threads() const;  // per CTA
-  static constexpr auto kFields = std::make_tuple(
-      Field("num_heads", &AttentionMergeConfig::num_heads).Key("h").Range(1, 1024),
-      Field("head_dim", &AttentionMergeConfig::head_dim).Key("d").Range(32, 256, 32));
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads).Key("h").Range(1, 1024),
+                      HeadDimField(&AttentionMergeConfig::head_dim));
 };
 
 struct AttentionMergeArgs {

@@ -93,6 +93,19 @@ constexpr ConfigField<Config, T> Field(const char* name, T Config::*member) {
   return {{name, member}};
 }
 
+// Settings several kernels share, with one rule each.
+// Threads per CTA: whole warps, at most 1024 (":t<threads>" in the key).
+template <class Config>
+constexpr ConfigField<Config, int> ThreadsField(int Config::*member) {
+  return Field("threads", member).Key("t").Range(32, 1024, 32);
+}
+// head_dim: a multiple of 32 in [32, 256], so one warp covers a head in whole vectors
+// (":d<head_dim>" in the key).
+template <class Config>
+constexpr ConfigField<Config, int> HeadDimField(int Config::*member) {
+  return Field("head_dim", member).Key("d").Range(32, 256, 32);
+}
+
 // The base of every kernel Config: the .entry name, and Validate() and Key() from the
 // Config's kFields and target.
 //

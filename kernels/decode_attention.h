@@ -35,8 +35,7 @@ struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttent
   using C = DecodeAttentionConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("num_heads", &C::num_heads).Key("h").Range(1, 1024),
-      Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256),
-      Field("head_dim", &C::head_dim).Key("d").Range(32, 256, 32),
+      Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
       Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
       Field("kv_dtype", &C::kv_dtype).Key(""), Field("split", &C::split).Key("split"),
       Field("ragged", &C::ragged).Key("ragged"), Field("num_warps", &C::num_warps).Key("w"));

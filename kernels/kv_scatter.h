@@ -26,11 +26,10 @@ struct KvScatterConfig : KernelConfig<KvScatterConfig, kKvScatterEntry> {
   ptx::Target target;
   using C = KvScatterConfig;
   int Threads() const;  // per CTA
-  static constexpr auto kFields =
-      std::make_tuple(Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256),
-                      Field("head_dim", &C::head_dim).Key("d").Range(32, 256, 32),
-                      Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
-                      Field("kv_dtype", &C::kv_dtype).Key(""));
+  static constexpr auto kFields = std::make_tuple(
+      Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
+      Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
+      Field("kv_dtype", &C::kv_dtype).Key(""));
 };
 
 struct KvScatterArgs {

@@ -45,7 +45,7 @@ struct LogprobsConfig : KernelConfig<LogprobsConfig, kLogprobsEntry> {
   int max_top = 20;   // top entries per record: 0..32 (the host API allows 20)
   ptx::Target target;
   static constexpr auto kFields =
-      std::make_tuple(Field("threads", &LogprobsConfig::threads).Key("t").Range(32, 1024, 32),
+      std::make_tuple(ThreadsField(&LogprobsConfig::threads),
                       Field("max_top", &LogprobsConfig::max_top).Key("top").Range(0, 32));
 };
 

@@ -38,8 +38,7 @@ static_assert(sizeof(PenaltyEntryWords) == 12);
 struct PenaltiesConfig : KernelConfig<PenaltiesConfig, kPenaltiesEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("threads", &PenaltiesConfig::threads).Key("t").Range(32, 1024, 32));
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&PenaltiesConfig::threads));
 };
 
 struct PenaltiesArgs {

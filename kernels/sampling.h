@@ -57,8 +57,7 @@ inline constexpr char kSamplingEntry[] = "sampling";
 struct SamplingConfig : KernelConfig<SamplingConfig, kSamplingEntry> {
   int threads = 256;  // per CTA: 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("threads", &SamplingConfig::threads).Key("t").Range(32, 1024, 32));
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&SamplingConfig::threads));
 };
 
 struct SamplingArgs {
