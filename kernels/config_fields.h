@@ -109,8 +109,9 @@ constexpr ConfigField<Config, int> HeadDimField(int Config::*member) {
 // The base of every kernel Config: the .entry name, and Validate() and Key() from the
 // Config's kFields and target.
 //
-// A Config declares `ptx::Target target;` after its fields (the base holds no data, so a
-// Config takes designated initializers: {.dim = 64, .target = t}).
+// A Config declares `ptx::Target target;` after its fields. Fill a Config by assigning its
+// fields: a designated initializer cannot name the base, which GCC's
+// -Wmissing-field-initializers then reports.
 template <class Config, const char* kName>
 struct KernelConfig {
   static constexpr const char* kEntry = kName;
