@@ -59,74 +59,50 @@ void BlockArgmax(KernelBuilder& kb, Reg* val, Reg* id, int num_warps, const ptx:
 
 }  // namespace gen
 
-absl::Status ArgmaxConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return absl::OkStatus();
-}
-
-std::string ArgmaxConfig::Key() const {
-  return absl::StrCat("argmax:t", threads, ":", target.Key());
-}
-
-LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("argmax config: ", s.message()));
-  }
-  const int warps = cfg.threads / 32;
-  ptx::KernelBuilder kb(kArgmaxEntry, cfg.target);
-  kb.SetMaxThreads(cfg.threads);
-  const ParamRegs<ArgmaxArgs> param = DeclareParams<ArgmaxArgs>(kb);
-  const Reg logits = param[&ArgmaxArgs::logits];
-  const Reg out = param[&ArgmaxArgs::out];
-  const Reg vocab = param[&ArgmaxArgs::vocab];
-  const Reg num_rows = param[&ArgmaxArgs::num_rows];
-  const ptx::Symbol scratch = kb.Shared("argmax", int64_t{warps} * 8);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int warps = cfg.threads / 32;
+    const auto [logits, out, vocab, num_rows] = DeclareParams<ArgmaxArgs>(kb);
+    const ptx::Symbol scratch = kb.Shared("argmax", int64_t{warps} * 8);
 
-  const ptx::Label done = kb.NewLabel("done");
-  const Reg row = kb.Special(SReg::kCtaidX);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
-  const Reg tid = kb.Special(SReg::kTidX);
-  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
-  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-  const Reg base = gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4);
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+    const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+    const Reg base = gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4);
 
-  // Strided scan: ids rise within a thread, so only a strictly larger value replaces
-  // the best, except that the first -inf is taken while nothing is held (NaN never is).
-  Reg v = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
-  Reg id = kb.Mov(Type::kU32, kNoId);
-  const Reg i = kb.Mov(Type::kU32, tid);
-  const ptx::Label loop = kb.NewLabel("scan");
-  const ptx::Label scanned = kb.NewLabel("scanned");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, vocab), scanned);
-  kb.Bind(loop);
-  {
-    const Reg x = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, base, i, 4)));
-    const Reg gt = kb.Setp(Cmp::kGt, Type::kF32, x, v);
-    const Reg first =
-        kb.Emit(Op::kAnd, Type::kPred,
-                {kb.Setp(Cmp::kEq, Type::kF32, x, v), kb.Setp(Cmp::kEq, Type::kU32, id, kNoId)});
-    const Reg take = kb.Emit(Op::kOr, Type::kPred, {gt, first});
-    kb.EmitTo(v, Op::kSelp, Type::kF32, {x, v, take});
-    kb.EmitTo(id, Op::kSelp, Type::kB32, {i, id, take});
-  }
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, cfg.threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, vocab), loop);
-  kb.Bind(scanned);
-  gen::BlockArgmax(kb, &v, &id, warps, scratch, lane, warp);
-  const Reg none = kb.Setp(Cmp::kEq, Type::kU32, id, kNoId);
-  const Reg result = kb.Selp(Type::kU32, 0, id, none);
-  {
-    auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, tid, 0));
-    kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {result});
-  }
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kArgmaxEntry, ", config ", cfg.Key())});
+    // Strided scan: ids rise within a thread, so only a strictly larger value replaces
+    // the best, except that the first -inf is taken while nothing is held (NaN never is).
+    Reg v = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
+    Reg id = kb.Mov(Type::kU32, kNoId);
+    const Reg i = kb.Mov(Type::kU32, tid);
+    const ptx::Label loop = kb.NewLabel("scan");
+    const ptx::Label scanned = kb.NewLabel("scanned");
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, vocab), scanned);
+    kb.Bind(loop);
+    {
+      const Reg x = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, base, i, 4)));
+      const Reg gt = kb.Setp(Cmp::kGt, Type::kF32, x, v);
+      const Reg first =
+          kb.Emit(Op::kAnd, Type::kPred,
+                  {kb.Setp(Cmp::kEq, Type::kF32, x, v), kb.Setp(Cmp::kEq, Type::kU32, id, kNoId)});
+      const Reg take = kb.Emit(Op::kOr, Type::kPred, {gt, first});
+      kb.EmitTo(v, Op::kSelp, Type::kF32, {x, v, take});
+      kb.EmitTo(id, Op::kSelp, Type::kB32, {i, id, take});
+    }
+    kb.EmitTo(i, Op::kAdd, Type::kU32, {i, cfg.threads});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, vocab), loop);
+    kb.Bind(scanned);
+    gen::BlockArgmax(kb, &v, &id, warps, scratch, lane, warp);
+    const Reg none = kb.Setp(Cmp::kEq, Type::kU32, id, kNoId);
+    const Reg result = kb.Selp(Type::kU32, 0, id, none);
+    {
+      auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, tid, 0));
+      kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {result});
+    }
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

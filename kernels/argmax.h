@@ -19,13 +19,10 @@ namespace ptxserve::kernels {
 
 inline constexpr char kArgmaxEntry[] = "argmax";
 
-struct ArgmaxConfig {
+struct ArgmaxConfig : KernelConfig<ArgmaxConfig, kArgmaxEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &ArgmaxConfig::threads));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&ArgmaxConfig::threads));
 };
 
 struct ArgmaxArgs {
@@ -35,13 +32,11 @@ struct ArgmaxArgs {
   DevicePtr out;
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams =
-      std::make_tuple(Param("logits", &ArgmaxArgs::logits), Param("out", &ArgmaxArgs::out),
-                      Param("vocab", &ArgmaxArgs::vocab), Param("num_rows", &ArgmaxArgs::num_rows));
+  PTXSERVE_PARAMS(ArgmaxArgs, logits, out, vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateArgmax(const ArgmaxConfig& cfg);
-LaunchDims ArgmaxLaunch(const ArgmaxConfig& cfg, int64_t num_rows);
+inline constexpr auto ArgmaxLaunch = &RowLaunchFor<ArgmaxConfig>;
 
 namespace gen {
 // Block-wide (value, id) max with the argmax tie rules above; the result is valid in

@@ -20,16 +20,14 @@ namespace ptxserve::kernels {
 
 inline constexpr char kAttentionMergeEntry[] = "attention_merge";
 
-struct AttentionMergeConfig {
+struct AttentionMergeConfig : KernelConfig<AttentionMergeConfig, kAttentionMergeEntry> {
   int num_heads = 32;
-  int head_dim = 128;
+  int head_dim = 128;  // a multiple of 32, at most 256
   ptx::Target target;
+  int Threads() const;  // per CTA
   static constexpr auto kFields =
-      std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads),
-                      Field("head_dim", &AttentionMergeConfig::head_dim));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+      std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads).Key("h").Range(1, 1024),
+                      HeadDimField(&AttentionMergeConfig::head_dim));
 };
 
 struct AttentionMergeArgs {
@@ -42,11 +40,7 @@ struct AttentionMergeArgs {
   DevicePtr out;
   uint32_t num_splits = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("partial_out", &AttentionMergeArgs::partial_out),
-      Param("partial_lse", &AttentionMergeArgs::partial_lse),
-      Param("out", &AttentionMergeArgs::out), Param("num_splits", &AttentionMergeArgs::num_splits),
-      Param("num_rows", &AttentionMergeArgs::num_rows));
+  PTXSERVE_PARAMS(AttentionMergeArgs, partial_out, partial_lse, out, num_splits, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& cfg);

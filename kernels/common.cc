@@ -41,35 +41,11 @@ absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status CheckBlockThreads(int64_t threads) {
-  if (threads < 32 || threads > 1024 || threads % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", threads, ": want a multiple of 32 in [32, 1024]"));
-  }
-  return absl::OkStatus();
-}
-
 LaunchDims RowLaunch(int threads, int64_t num_rows) {
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(std::max<int64_t>(num_rows, 1)), 1, 1};
   d.block = {static_cast<uint32_t>(threads), 1, 1};
   return d;
-}
-
-absl::Status CheckHeadDim(int64_t head_dim) {
-  if (head_dim < 32 || head_dim > 256 || head_dim % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim = ", head_dim, ": want a multiple of 32 in [32, 256]"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckHeads(int64_t num_heads, int64_t num_kv_heads) {
-  if (num_kv_heads < 1 || num_heads < 1 || num_heads % num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_heads = ", num_heads, " is not a positive multiple of num_kv_heads = ", num_kv_heads));
-  }
-  return absl::OkStatus();
 }
 
 int Log2(int64_t pow2) {
@@ -88,6 +64,13 @@ Reg AddrAdd(KernelBuilder& kb, Reg base, Reg idx, int64_t scale) {
     off = kb.Emit(Op::kMulWide, Type::kU32, {idx, static_cast<int64_t>(scale)});
   }
   return kb.Emit(Op::kAdd, Type::kU64, {base, off});
+}
+
+RowCta EnterRow(KernelBuilder& kb, Reg num_rows) {
+  const ptx::Label done = kb.NewLabel("done");
+  const Reg row = kb.Special(ptx::SReg::kCtaidX);
+  kb.BraIf(kb.Setp(ptx::Cmp::kGe, Type::kU32, row, num_rows), done);
+  return {row, done};
 }
 
 Reg DivConst(KernelBuilder& kb, Reg idx, int64_t d) {

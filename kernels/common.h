@@ -19,6 +19,8 @@ enum class ElemType : uint8_t { kF32, kF16, kBF16 };
 
 absl::string_view ElemTypeName(ElemType t);  // "f32", "f16", "bf16"
 bool ParseElemType(absl::string_view s, ElemType* out);
+// The type as a config key names it: its name.
+inline absl::string_view KeyText(ElemType t) { return ElemTypeName(t); }
 constexpr int ElemSize(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
 
 // How to launch a kernel: grid and block in CTAs / threads, dynamic shared bytes.
@@ -30,14 +32,29 @@ struct LaunchDims {
 
 // Error unless lo <= v <= hi, naming the config field.
 absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo, int64_t hi);
-// Threads per CTA: a multiple of 32 in [32, 1024] (whole warps).
-absl::Status CheckBlockThreads(int64_t threads);
 // One CTA of `threads` per row (token or logits row): grid num_rows (at least 1).
 LaunchDims RowLaunch(int threads, int64_t num_rows);
-// head_dim: a multiple of 32 in [32, 256] (one warp covers a head in whole vectors).
-absl::Status CheckHeadDim(int64_t head_dim);
-// num_heads a positive multiple of num_kv_heads.
-absl::Status CheckHeads(int64_t num_heads, int64_t num_kv_heads);
+
+// Threads per CTA of a Config's kernel, for its launch and its .maxntid alike: the Config's
+// Threads() where it derives them, else its `threads` field.
+template <class Config>
+concept HasBlockThreads = requires(const Config& c) {
+  c.Threads();
+}
+|| requires(const Config& c) { c.threads; };
+template <HasBlockThreads Config>
+int BlockThreads(const Config& cfg) {
+  if constexpr (requires { cfg.Threads(); }) {
+    return cfg.Threads();
+  } else {
+    return cfg.threads;
+  }
+}
+// The launch of a kernel run one CTA of BlockThreads(cfg) per row.
+template <HasBlockThreads Config>
+LaunchDims RowLaunchFor(const Config& cfg, int64_t num_rows) {
+  return RowLaunch(BlockThreads(cfg), num_rows);
+}
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 int Log2(int64_t pow2);
@@ -73,6 +90,14 @@ Reg WarpAllReduce(KernelBuilder& kb, Reg v, Reduce op, int width = 32);
 Reg WarpReduceToLane0(KernelBuilder& kb, Reg v, Reduce op);
 // shfl.idx broadcast of lane `lane`'s value to the whole warp.
 Reg Broadcast(KernelBuilder& kb, Reg v, int lane = 0);
+// The start of a kernel run one CTA per row (RowLaunch): the CTA's row (ctaid.x), after a
+// jump to `done` when it is past `num_rows`. The jump is uniform per CTA, so leaving there
+// cannot strand a barrier. The kernel binds `done` before its ret.
+struct RowCta {
+  Reg row;
+  ptx::Label done;
+};
+RowCta EnterRow(KernelBuilder& kb, Reg num_rows);
 // Block-wide reduction of an f32 over `num_warps` warps. Uses `scratch` (a shared
 // array of at least num_warps + 1 floats): per-warp partials in [0, num_warps), the
 // block result in its own slot [num_warps], so no thread reads a partial while

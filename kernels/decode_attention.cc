@@ -14,24 +14,16 @@ constexpr int kRegBudget = 64;              // q + acc registers per lane / 2
 
 }  // namespace
 
-absl::Status DecodeAttentionConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
-  if (absl::Status s = CheckRange("num_kv_heads", num_kv_heads, 1, 256); !s.ok()) return s;
-  if (absl::Status s = CheckRange("num_heads", num_heads, 1, 1024); !s.ok()) return s;
-  if (absl::Status s = CheckHeads(num_heads, num_kv_heads); !s.ok()) return s;
-  if (absl::Status s = CheckRange("block_size", block_size, 1, 1024); !s.ok()) return s;
+absl::Status DecodeAttentionConfig::CheckAcrossFields() const {
+  if (num_heads % num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_heads = ", num_heads, " is not a positive multiple of num_kv_heads = ", num_kv_heads));
+  }
   if (num_warps != 0 && num_warps != 1 && num_warps != 2 && num_warps != 4 && num_warps != 8) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_warps = ", num_warps, ": want 0 (auto), 1, 2, 4 or 8"));
   }
   return absl::OkStatus();
-}
-
-std::string DecodeAttentionConfig::Key() const {
-  return absl::StrCat("decode_attention:h", num_heads, ":kvh", num_kv_heads, ":d", head_dim, ":bs",
-                      block_size, ":", ElemTypeName(kv_dtype), split ? ":split" : "",
-                      ragged ? ":ragged" : "", ":w", num_warps, ":", target.Key());
 }
 
 absl::StatusOr<DecodeAttentionShape> ShapeOf(const DecodeAttentionConfig& cfg) {

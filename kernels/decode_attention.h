@@ -22,28 +22,25 @@ namespace ptxserve::kernels {
 
 inline constexpr char kDecodeAttentionEntry[] = "decode_attention";
 
-struct DecodeAttentionConfig {
-  int num_heads = 32;
+struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttentionEntry> {
+  int num_heads = 32;  // a multiple of num_kv_heads
   int num_kv_heads = 8;
   int head_dim = 128;  // a multiple of 32, at most 256
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
   bool split = false;   // write per-split partials for the merge kernel
   bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
-  int num_warps = 0;    // warps per CTA; 0 picks 4 (fewer when shared memory is short)
+  int num_warps = 0;  // warps per CTA: 1, 2, 4 or 8; 0 picks 4 (fewer when shared memory is short)
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("num_heads", &DecodeAttentionConfig::num_heads),
-                      Field("num_kv_heads", &DecodeAttentionConfig::num_kv_heads),
-                      Field("head_dim", &DecodeAttentionConfig::head_dim),
-                      Field("block_size", &DecodeAttentionConfig::block_size),
-                      Field("kv_dtype", &DecodeAttentionConfig::kv_dtype),
-                      Field("split", &DecodeAttentionConfig::split),
-                      Field("ragged", &DecodeAttentionConfig::ragged),
-                      Field("num_warps", &DecodeAttentionConfig::num_warps));
+  using C = DecodeAttentionConfig;
+  static constexpr auto kFields = std::make_tuple(
+      Field("num_heads", &C::num_heads).Key("h").Range(1, 1024),
+      Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
+      Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
+      Field("kv_dtype", &C::kv_dtype).Key(""), Field("split", &C::split).Key("split"),
+      Field("ragged", &C::ragged).Key("ragged"), Field("num_warps", &C::num_warps).Key("w"));
 
-  absl::Status Validate() const;
-  std::string Key() const;
+  absl::Status CheckAcrossFields() const;
 };
 
 // Work decomposition derived from a config (what the generator bakes in).
@@ -91,19 +88,9 @@ struct DecodeAttentionArgs {
   float scale = 0;
   // tokens per split (split = true; ignored otherwise)
   uint32_t partition = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("q", &DecodeAttentionArgs::q), Param("k_pool", &DecodeAttentionArgs::k_pool),
-      Param("v_pool", &DecodeAttentionArgs::v_pool),
-      Param("block_tables", &DecodeAttentionArgs::block_tables),
-      Param("seq_lens", &DecodeAttentionArgs::seq_lens),
-      Param("query_start", &DecodeAttentionArgs::query_start),
-      Param("positions", &DecodeAttentionArgs::positions), Param("out", &DecodeAttentionArgs::out),
-      Param("partial_lse", &DecodeAttentionArgs::partial_lse),
-      Param("max_blocks_per_seq", &DecodeAttentionArgs::max_blocks_per_seq),
-      Param("num_seqs", &DecodeAttentionArgs::num_seqs),
-      Param("num_rows", &DecodeAttentionArgs::num_rows),
-      Param("scale", &DecodeAttentionArgs::scale),
-      Param("partition", &DecodeAttentionArgs::partition));
+  PTXSERVE_PARAMS(DecodeAttentionArgs, q, k_pool, v_pool, block_tables, seq_lens, query_start,
+                  positions, out, partial_lse, max_blocks_per_seq, num_seqs, num_rows, scale,
+                  partition);
 };
 
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg);

@@ -30,6 +30,7 @@ constexpr ptx::CacheOp kReadOnly = ptx::CacheOp::kNonCoherent;
 // Initial running max: finite, so max - max of two "empty" states is 0, not NaN.
 constexpr float kEmptyMax = -1e30f;
 
+// The registers of DecodeAttentionArgs, in .param order.
 struct Params {
   Reg q, k_pool, v_pool, block_tables, seq_lens, query_start, positions, out, partial_lse;
   Reg max_blocks, num_seqs, num_rows, scale, partition;
@@ -42,23 +43,7 @@ Params LoadParams(KernelBuilder& kb, const DecodeAttentionConfig& cfg) {
   std::vector<DevicePtr A::*> unused;
   if (!cfg.ragged) unused = {&A::query_start, &A::positions};
   if (!cfg.split) unused.push_back(&A::partial_lse);
-  const ParamRegs<A> param = DeclareParams<A>(kb, unused);
-  Params p;
-  p.q = param[&A::q];
-  p.k_pool = param[&A::k_pool];
-  p.v_pool = param[&A::v_pool];
-  p.block_tables = param[&A::block_tables];
-  p.seq_lens = param[&A::seq_lens];
-  p.query_start = param[&A::query_start];
-  p.positions = param[&A::positions];
-  p.out = param[&A::out];
-  p.partial_lse = param[&A::partial_lse];
-  p.max_blocks = param[&A::max_blocks_per_seq];
-  p.num_seqs = param[&A::num_seqs];
-  p.num_rows = param[&A::num_rows];
-  p.scale = param[&A::scale];
-  p.partition = param[&A::partition];
-  return p;
+  return DeclareParams<A>(kb, unused).As<Params>();
 }
 
 // Ragged mode: the sequence owning `row`, by binary search over query_start
@@ -87,255 +72,256 @@ Reg FindSeq(KernelBuilder& kb, const Params& p, Reg row) {
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg) {
   absl::StatusOr<DecodeAttentionShape> shape = ShapeOf(cfg);
   if (!shape.ok()) return shape.status();
-  const DecodeAttentionShape& sh = *shape;
-  const int hd = cfg.head_dim;
-  const int es = ElemSize(cfg.kv_dtype);
-  const int L = sh.lanes_per_token;
-  const int E = sh.elems_per_lane;
-  const int VE = sh.vec_elems;
-  const int NV = E / VE;
-  const int G = sh.heads_per_cta;
-  const int W = sh.num_warps;
-  const int tokens_per_iter = W * sh.tokens_per_warp;
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const DecodeAttentionShape& sh = *shape;
+    const int hd = cfg.head_dim;
+    const int es = ElemSize(cfg.kv_dtype);
+    const int L = sh.lanes_per_token;
+    const int E = sh.elems_per_lane;
+    const int VE = sh.vec_elems;
+    const int NV = E / VE;
+    const int G = sh.heads_per_cta;
+    const int W = sh.num_warps;
+    const int tokens_per_iter = W * sh.tokens_per_warp;
 
-  KernelBuilder kb(kDecodeAttentionEntry, cfg.target);
-  kb.SetMaxThreads(W * 32);
-  const Params p = LoadParams(kb, cfg);
-  const ptx::Symbol s_acc = kb.Shared("acc", int64_t{W} * G * hd * 4);
-  const ptx::Symbol s_ml = kb.Shared("ml", int64_t{W} * G * 8);
+    kb.SetMaxThreads(W * 32);
+    const Params p = LoadParams(kb, cfg);
+    const ptx::Symbol s_acc = kb.Shared("acc", int64_t{W} * G * hd * 4);
+    const ptx::Symbol s_ml = kb.Shared("ml", int64_t{W} * G * 8);
 
-  const Reg tid = kb.Special(SReg::kTidX);
-  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
-  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-  const Reg sg = kb.Emit(Op::kShr, Type::kU32, {lane, Log2(L)});
-  const Reg sgl = kb.Emit(Op::kAnd, Type::kB32, {lane, L - 1});
-  const Reg bx = kb.Special(SReg::kCtaidX);
-  const Reg row = kb.Special(SReg::kCtaidY);
-  const Reg split = kb.Special(SReg::kCtaidZ);
-  const Reg nsplit = kb.Special(SReg::kNctaidZ);
-  const ptx::Label exit = kb.NewLabel("exit");
-  // Uniform per CTA: the whole CTA leaves together, before any barrier.
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, p.num_rows), exit);
-  const Reg kvh = gen::DivConst(kb, bx, sh.head_chunks);
-  const Reg chunk = gen::RemConst(kb, bx, sh.head_chunks);
-  const Reg head0 =
-      kb.Emit(Op::kMadLo, Type::kU32, {kvh, sh.group, kb.Emit(Op::kMulLo, Type::kU32, {chunk, G})});
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+    const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+    const Reg sg = kb.Emit(Op::kShr, Type::kU32, {lane, Log2(L)});
+    const Reg sgl = kb.Emit(Op::kAnd, Type::kB32, {lane, L - 1});
+    const Reg bx = kb.Special(SReg::kCtaidX);
+    const Reg row = kb.Special(SReg::kCtaidY);
+    const Reg split = kb.Special(SReg::kCtaidZ);
+    const Reg nsplit = kb.Special(SReg::kNctaidZ);
+    const ptx::Label exit = kb.NewLabel("exit");
+    // Uniform per CTA: the whole CTA leaves together, before any barrier.
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, p.num_rows), exit);
+    const Reg kvh = gen::DivConst(kb, bx, sh.head_chunks);
+    const Reg chunk = gen::RemConst(kb, bx, sh.head_chunks);
+    const Reg head0 = kb.Emit(Op::kMadLo, Type::kU32,
+                              {kvh, sh.group, kb.Emit(Op::kMulLo, Type::kU32, {chunk, G})});
 
-  // Context length and the sequence whose block table the row uses.
-  Reg seq;
-  Reg ctx;
-  if (cfg.ragged) {
-    seq = FindSeq(kb, p, row);
-    const Reg pos =
-        kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, p.positions, row, 4)));
-    ctx = kb.Emit(Op::kAdd, Type::kS32, {pos, 1});
-  } else {
-    seq = row;
-    ctx = kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, p.seq_lens, row, 4)));
-  }
-  ctx = kb.Emit(Op::kMax, Type::kS32, {ctx, 0});
-  Reg start = kb.Mov(Type::kU32, 0);
-  Reg end = ctx;
-  if (cfg.split) {
-    start = kb.Emit(Op::kMulLo, Type::kU32, {split, p.partition});
-    end = kb.Emit(Op::kMin, Type::kU32, {ctx, kb.Emit(Op::kAdd, Type::kU32, {start, p.partition})});
-  }
-  const Reg has = kb.Setp(Cmp::kGt, Type::kU32, end, start);
-  const Reg count = kb.Selp(Type::kU32, kb.Emit(Op::kSub, Type::kU32, {end, start}), 0, has);
-  const Reg iters = gen::DivConst(kb, gen::UAdd(kb, count, tokens_per_iter - 1), tokens_per_iter);
-
-  // q slice of this lane, pre-scaled into the base-2 domain.
-  const Reg qscale = gen::FMul(kb, p.scale, Operand::F32(kLog2e));
-  const Reg q_row = gen::AddrAdd(
-      kb, p.q, kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.num_heads, head0}), int64_t{hd} * 4);
-  const Reg q_lane = gen::AddrAdd(kb, q_row, sgl, int64_t{VE} * 4);
-  std::vector<std::vector<Reg>> q(G), acc(G);
-  std::vector<Reg> m(G), l(G);
-  for (int g = 0; g < G; ++g) {
-    for (int j = 0; j < NV; ++j) {
-      const int64_t off = (int64_t{g} * hd + int64_t{j} * L * VE) * 4;
-      for (const Reg& r : gen::LoadAsF32(kb, ElemType::kF32, q_lane, off, VE, 16)) {
-        q[g].push_back(gen::FMul(kb, r, qscale));
-      }
+    // Context length and the sequence whose block table the row uses.
+    Reg seq;
+    Reg ctx;
+    if (cfg.ragged) {
+      seq = FindSeq(kb, p, row);
+      const Reg pos =
+          kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, p.positions, row, 4)));
+      ctx = kb.Emit(Op::kAdd, Type::kS32, {pos, 1});
+    } else {
+      seq = row;
+      ctx = kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, p.seq_lens, row, 4)));
     }
-    for (int e = 0; e < E; ++e) acc[g].push_back(kb.Mov(Type::kF32, Operand::F32(0.0f)));
-    m[g] = kb.Mov(Type::kF32, Operand::F32(kEmptyMax));
-    l[g] = kb.Mov(Type::kF32, Operand::F32(0.0f));
-  }
+    ctx = kb.Emit(Op::kMax, Type::kS32, {ctx, 0});
+    Reg start = kb.Mov(Type::kU32, 0);
+    Reg end = ctx;
+    if (cfg.split) {
+      start = kb.Emit(Op::kMulLo, Type::kU32, {split, p.partition});
+      end =
+          kb.Emit(Op::kMin, Type::kU32, {ctx, kb.Emit(Op::kAdd, Type::kU32, {start, p.partition})});
+    }
+    const Reg has = kb.Setp(Cmp::kGt, Type::kU32, end, start);
+    const Reg count = kb.Selp(Type::kU32, kb.Emit(Op::kSub, Type::kU32, {end, start}), 0, has);
+    const Reg iters = gen::DivConst(kb, gen::UAdd(kb, count, tokens_per_iter - 1), tokens_per_iter);
 
-  // Token loop.
-  const Reg bt_row =
-      gen::AddrAdd(kb, p.block_tables, kb.Emit(Op::kMulLo, Type::kU32, {seq, p.max_blocks}), 4);
-  const Reg head_in_block = kb.Emit(Op::kMulLo, Type::kU32, {kvh, cfg.block_size});
-  const Reg t = kb.Emit(Op::kAdd, Type::kU32,
-                        {start, kb.Emit(Op::kMadLo, Type::kU32, {warp, sh.tokens_per_warp, sg})});
-  const Reg it = kb.Mov(Type::kU32, 0);
-  const ptx::Label loop = kb.NewLabel("token_loop");
-  const ptx::Label loop_end = kb.NewLabel("token_loop_end");
-  kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, iters, 0), loop_end);
-  kb.Bind(loop);
-  {
-    const Reg valid = kb.Setp(Cmp::kLt, Type::kU32, t, end);
-    const Reg tc = kb.Selp(Type::kU32, t, start, valid);
-    const Reg bi = gen::DivConst(kb, tc, cfg.block_size);
-    const Reg off = gen::RemConst(kb, tc, cfg.block_size);
-    const Reg block =
-        kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, bt_row, bi, 4)),
-               ptx::CacheOp::kNonCoherent);
-    // Row (block, kvh, off) starts at element (block * kv_heads + kvh) * bs + off, times hd.
-    const Reg row_in_block = gen::UAdd(kb, head_in_block, off);
-    const Reg elem =
-        kb.Emit(Op::kMulWide, Type::kU32, {block, int64_t{cfg.num_kv_heads} * cfg.block_size * hd});
-    const Reg elem2 = kb.Emit(Op::kMadWide, Type::kU32, {row_in_block, hd, elem});
-    const Reg lane_elem = kb.Emit(Op::kMadWide, Type::kU32, {sgl, VE, elem2});
-    const Reg byte = kb.Emit(Op::kMulLo, Type::kU64, {lane_elem, es});
-    const Reg ka = kb.Emit(Op::kAdd, Type::kU64, {p.k_pool, byte});
-    const Reg va = kb.Emit(Op::kAdd, Type::kU64, {p.v_pool, byte});
-    std::vector<Reg> kf, vf;
-    for (int j = 0; j < NV; ++j) {
-      const int64_t o = int64_t{j} * L * VE * es;
-      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, ka, o, VE, VE * es, kReadOnly)) {
-        kf.push_back(r);
-      }
-    }
-    for (int j = 0; j < NV; ++j) {
-      const int64_t o = int64_t{j} * L * VE * es;
-      for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, va, o, VE, VE * es, kReadOnly)) {
-        vf.push_back(r);
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      Reg s = gen::FMul(kb, q[g][0], kf[0]);
-      for (int e = 1; e < E; ++e) s = gen::FFma(kb, q[g][e], kf[e], s);
-      s = gen::WarpAllReduce(kb, s, gen::Reduce::kSum, L);
-      s = kb.Selp(Type::kF32, s, Operand::F32(-INFINITY), valid);
-      const Reg mn = gen::FMax(kb, m[g], s);
-      const Reg c = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
-      const Reg pr = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, s, mn)});
-      kb.EmitTo(l[g], Op::kFma, Type::kF32, {l[g], c, pr});
-      kb.MovTo(m[g], mn);
-      for (int e = 0; e < E; ++e) {
-        kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {acc[g][e], c, gen::FMul(kb, pr, vf[e])});
-      }
-    }
-  }
-  kb.EmitTo(t, Op::kAdd, Type::kU32, {t, tokens_per_iter});
-  kb.EmitTo(it, Op::kAdd, Type::kU32, {it, 1});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, it, iters), loop);
-  kb.Bind(loop_end);
-
-  // Merge the sub-groups of a warp (butterfly: every sub-group ends with the result).
-  for (int offset = L; offset < 32; offset *= 2) {
-    for (int g = 0; g < G; ++g) {
-      const Reg mo = kb.Shfl(ptx::ShflMode::kBfly, m[g], offset);
-      const Reg lo = kb.Shfl(ptx::ShflMode::kBfly, l[g], offset);
-      const Reg mn = gen::FMax(kb, m[g], mo);
-      const Reg a = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
-      const Reg b = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, mo, mn)});
-      kb.EmitTo(l[g], Op::kFma, Type::kF32, {l[g], a, gen::FMul(kb, lo, b)});
-      kb.MovTo(m[g], mn);
-      for (int e = 0; e < E; ++e) {
-        const Reg ao = kb.Shfl(ptx::ShflMode::kBfly, acc[g][e], offset);
-        kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {acc[g][e], a, gen::FMul(kb, ao, b)});
-      }
-    }
-  }
-
-  // Per-warp results to shared memory: acc [W][G][hd], then (max, sum) [W][G].
-  const Reg acc_base = kb.AddressOf(s_acc);
-  const Reg ml_base = kb.AddressOf(s_ml);
-  {
-    const Reg first_sg = kb.Setp(Cmp::kEq, Type::kU32, sg, 0);
-    const Reg wa = kb.Emit(Op::kMadLo, Type::kU32, {warp, G * hd * 4, acc_base});
-    const Reg la = kb.Emit(Op::kMadLo, Type::kU32, {sgl, VE * 4, wa});
-    auto guard = kb.If(first_sg);
+    // q slice of this lane, pre-scaled into the base-2 domain.
+    const Reg qscale = gen::FMul(kb, p.scale, Operand::F32(kLog2e));
+    const Reg q_row = gen::AddrAdd(
+        kb, p.q, kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.num_heads, head0}), int64_t{hd} * 4);
+    const Reg q_lane = gen::AddrAdd(kb, q_row, sgl, int64_t{VE} * 4);
+    std::vector<std::vector<Reg>> q(G), acc(G);
+    std::vector<Reg> m(G), l(G);
     for (int g = 0; g < G; ++g) {
       for (int j = 0; j < NV; ++j) {
-        for (int e0 = 0; e0 < VE; e0 += 4) {
-          const int n = std::min(4, VE);
-          const int64_t off = (int64_t{g} * hd + int64_t{j} * L * VE + e0) * 4;
-          std::vector<Reg> vals(acc[g].begin() + j * VE + e0, acc[g].begin() + j * VE + e0 + n);
-          if (n == 4) {
-            kb.St(Space::kShared, Type::kF32, Operand::Addr(la, off), vals);
-          } else {
-            for (int i = 0; i < n; ++i) {
-              kb.St(Space::kShared, Type::kF32, Operand::Addr(la, off + 4 * i), {vals[i]});
+        const int64_t off = (int64_t{g} * hd + int64_t{j} * L * VE) * 4;
+        for (const Reg& r : gen::LoadAsF32(kb, ElemType::kF32, q_lane, off, VE, 16)) {
+          q[g].push_back(gen::FMul(kb, r, qscale));
+        }
+      }
+      for (int e = 0; e < E; ++e) acc[g].push_back(kb.Mov(Type::kF32, Operand::F32(0.0f)));
+      m[g] = kb.Mov(Type::kF32, Operand::F32(kEmptyMax));
+      l[g] = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    }
+
+    // Token loop.
+    const Reg bt_row =
+        gen::AddrAdd(kb, p.block_tables, kb.Emit(Op::kMulLo, Type::kU32, {seq, p.max_blocks}), 4);
+    const Reg head_in_block = kb.Emit(Op::kMulLo, Type::kU32, {kvh, cfg.block_size});
+    const Reg t = kb.Emit(Op::kAdd, Type::kU32,
+                          {start, kb.Emit(Op::kMadLo, Type::kU32, {warp, sh.tokens_per_warp, sg})});
+    const Reg it = kb.Mov(Type::kU32, 0);
+    const ptx::Label loop = kb.NewLabel("token_loop");
+    const ptx::Label loop_end = kb.NewLabel("token_loop_end");
+    kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, iters, 0), loop_end);
+    kb.Bind(loop);
+    {
+      const Reg valid = kb.Setp(Cmp::kLt, Type::kU32, t, end);
+      const Reg tc = kb.Selp(Type::kU32, t, start, valid);
+      const Reg bi = gen::DivConst(kb, tc, cfg.block_size);
+      const Reg off = gen::RemConst(kb, tc, cfg.block_size);
+      const Reg block =
+          kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, bt_row, bi, 4)),
+                 ptx::CacheOp::kNonCoherent);
+      // Row (block, kvh, off) starts at element (block * kv_heads + kvh) * bs + off, times hd.
+      const Reg row_in_block = gen::UAdd(kb, head_in_block, off);
+      const Reg elem = kb.Emit(Op::kMulWide, Type::kU32,
+                               {block, int64_t{cfg.num_kv_heads} * cfg.block_size * hd});
+      const Reg elem2 = kb.Emit(Op::kMadWide, Type::kU32, {row_in_block, hd, elem});
+      const Reg lane_elem = kb.Emit(Op::kMadWide, Type::kU32, {sgl, VE, elem2});
+      const Reg byte = kb.Emit(Op::kMulLo, Type::kU64, {lane_elem, es});
+      const Reg ka = kb.Emit(Op::kAdd, Type::kU64, {p.k_pool, byte});
+      const Reg va = kb.Emit(Op::kAdd, Type::kU64, {p.v_pool, byte});
+      std::vector<Reg> kf, vf;
+      for (int j = 0; j < NV; ++j) {
+        const int64_t o = int64_t{j} * L * VE * es;
+        for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, ka, o, VE, VE * es, kReadOnly)) {
+          kf.push_back(r);
+        }
+      }
+      for (int j = 0; j < NV; ++j) {
+        const int64_t o = int64_t{j} * L * VE * es;
+        for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, va, o, VE, VE * es, kReadOnly)) {
+          vf.push_back(r);
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        Reg s = gen::FMul(kb, q[g][0], kf[0]);
+        for (int e = 1; e < E; ++e) s = gen::FFma(kb, q[g][e], kf[e], s);
+        s = gen::WarpAllReduce(kb, s, gen::Reduce::kSum, L);
+        s = kb.Selp(Type::kF32, s, Operand::F32(-INFINITY), valid);
+        const Reg mn = gen::FMax(kb, m[g], s);
+        const Reg c = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
+        const Reg pr = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, s, mn)});
+        kb.EmitTo(l[g], Op::kFma, Type::kF32, {l[g], c, pr});
+        kb.MovTo(m[g], mn);
+        for (int e = 0; e < E; ++e) {
+          kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {acc[g][e], c, gen::FMul(kb, pr, vf[e])});
+        }
+      }
+    }
+    kb.EmitTo(t, Op::kAdd, Type::kU32, {t, tokens_per_iter});
+    kb.EmitTo(it, Op::kAdd, Type::kU32, {it, 1});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, it, iters), loop);
+    kb.Bind(loop_end);
+
+    // Merge the sub-groups of a warp (butterfly: every sub-group ends with the result).
+    for (int offset = L; offset < 32; offset *= 2) {
+      for (int g = 0; g < G; ++g) {
+        const Reg mo = kb.Shfl(ptx::ShflMode::kBfly, m[g], offset);
+        const Reg lo = kb.Shfl(ptx::ShflMode::kBfly, l[g], offset);
+        const Reg mn = gen::FMax(kb, m[g], mo);
+        const Reg a = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
+        const Reg b = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, mo, mn)});
+        kb.EmitTo(l[g], Op::kFma, Type::kF32, {l[g], a, gen::FMul(kb, lo, b)});
+        kb.MovTo(m[g], mn);
+        for (int e = 0; e < E; ++e) {
+          const Reg ao = kb.Shfl(ptx::ShflMode::kBfly, acc[g][e], offset);
+          kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {acc[g][e], a, gen::FMul(kb, ao, b)});
+        }
+      }
+    }
+
+    // Per-warp results to shared memory: acc [W][G][hd], then (max, sum) [W][G].
+    const Reg acc_base = kb.AddressOf(s_acc);
+    const Reg ml_base = kb.AddressOf(s_ml);
+    {
+      const Reg first_sg = kb.Setp(Cmp::kEq, Type::kU32, sg, 0);
+      const Reg wa = kb.Emit(Op::kMadLo, Type::kU32, {warp, G * hd * 4, acc_base});
+      const Reg la = kb.Emit(Op::kMadLo, Type::kU32, {sgl, VE * 4, wa});
+      auto guard = kb.If(first_sg);
+      for (int g = 0; g < G; ++g) {
+        for (int j = 0; j < NV; ++j) {
+          for (int e0 = 0; e0 < VE; e0 += 4) {
+            const int n = std::min(4, VE);
+            const int64_t off = (int64_t{g} * hd + int64_t{j} * L * VE + e0) * 4;
+            std::vector<Reg> vals(acc[g].begin() + j * VE + e0, acc[g].begin() + j * VE + e0 + n);
+            if (n == 4) {
+              kb.St(Space::kShared, Type::kF32, Operand::Addr(la, off), vals);
+            } else {
+              for (int i = 0; i < n; ++i) {
+                kb.St(Space::kShared, Type::kF32, Operand::Addr(la, off + 4 * i), {vals[i]});
+              }
             }
           }
         }
       }
     }
-  }
-  {
-    const Reg lane0 = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
-    const Reg wm = kb.Emit(Op::kMadLo, Type::kU32, {warp, G * 8, ml_base});
-    auto guard = kb.If(lane0);
-    for (int g = 0; g < G; ++g) {
-      kb.St(Space::kShared, Type::kF32, Operand::Addr(wm, g * 8), {m[g], l[g]});
+    {
+      const Reg lane0 = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
+      const Reg wm = kb.Emit(Op::kMadLo, Type::kU32, {warp, G * 8, ml_base});
+      auto guard = kb.If(lane0);
+      for (int g = 0; g < G; ++g) {
+        kb.St(Space::kShared, Type::kF32, Operand::Addr(wm, g * 8), {m[g], l[g]});
+      }
     }
-  }
-  kb.BarSync();
+    kb.BarSync();
 
-  // Final combine: each thread owns 4 consecutive outputs of one head.
-  const int chunks = G * hd / 4;
-  const int threads = W * 32;
-  const Reg out_head0 = kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.num_heads, head0});
-  for (int c0 = 0; c0 < chunks; c0 += threads) {
-    const Reg cidx = gen::UAdd(kb, tid, c0);
-    const Reg in_range = kb.Setp(Cmp::kLt, Type::kU32, cidx, chunks);
-    const Reg cc = kb.Selp(Type::kU32, cidx, 0, in_range);
-    const Reg g = gen::DivConst(kb, cc, hd / 4);
-    const Reg d4 = gen::RemConst(kb, cc, hd / 4);
-    const Reg gm = kb.Emit(Op::kMadLo, Type::kU32, {g, 8, ml_base});
-    std::vector<Reg> mw(W), lw(W);
-    Reg mx;
-    for (int w = 0; w < W; ++w) {
-      const std::vector<Reg> ml =
-          kb.Ld(Space::kShared, Type::kF32, Operand::Addr(gm, int64_t{w} * G * 8), 2);
-      mw[w] = ml[0];
-      lw[w] = ml[1];
-      mx = w == 0 ? mw[0] : gen::FMax(kb, mx, mw[w]);
+    // Final combine: each thread owns 4 consecutive outputs of one head.
+    const int chunks = G * hd / 4;
+    const int threads = W * 32;
+    const Reg out_head0 = kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.num_heads, head0});
+    for (int c0 = 0; c0 < chunks; c0 += threads) {
+      const Reg cidx = gen::UAdd(kb, tid, c0);
+      const Reg in_range = kb.Setp(Cmp::kLt, Type::kU32, cidx, chunks);
+      const Reg cc = kb.Selp(Type::kU32, cidx, 0, in_range);
+      const Reg g = gen::DivConst(kb, cc, hd / 4);
+      const Reg d4 = gen::RemConst(kb, cc, hd / 4);
+      const Reg gm = kb.Emit(Op::kMadLo, Type::kU32, {g, 8, ml_base});
+      std::vector<Reg> mw(W), lw(W);
+      Reg mx;
+      for (int w = 0; w < W; ++w) {
+        const std::vector<Reg> ml =
+            kb.Ld(Space::kShared, Type::kF32, Operand::Addr(gm, int64_t{w} * G * 8), 2);
+        mw[w] = ml[0];
+        lw[w] = ml[1];
+        mx = w == 0 ? mw[0] : gen::FMax(kb, mx, mw[w]);
+      }
+      const Reg ga = kb.Emit(Op::kMadLo, Type::kU32, {g, hd * 4, acc_base});
+      const Reg ea = kb.Emit(Op::kMadLo, Type::kU32, {d4, 16, ga});
+      Reg sum = kb.Mov(Type::kF32, Operand::F32(0.0f));
+      std::vector<Reg> o(4);
+      for (int i = 0; i < 4; ++i) o[i] = kb.Mov(Type::kF32, Operand::F32(0.0f));
+      for (int w = 0; w < W; ++w) {
+        const Reg a = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, mw[w], mx)});
+        kb.EmitTo(sum, Op::kFma, Type::kF32, {lw[w], a, sum});
+        const std::vector<Reg> v =
+            kb.Ld(Space::kShared, Type::kF32, Operand::Addr(ea, int64_t{w} * G * hd * 4), 4);
+        for (int i = 0; i < 4; ++i) kb.EmitTo(o[i], Op::kFma, Type::kF32, {v[i], a, o[i]});
+      }
+      const Reg nonempty = kb.Setp(Cmp::kGt, Type::kF32, sum, Operand::F32(0.0f));
+      const Reg inv =
+          kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
+      for (int i = 0; i < 4; ++i) kb.EmitTo(o[i], Op::kMul, Type::kF32, {o[i], inv});
+      const Reg head_row = gen::UAdd(kb, out_head0, g);  // row * num_heads + head
+      Reg dst;
+      if (cfg.split) {
+        const Reg hs = kb.Emit(Op::kMadLo, Type::kU32, {head_row, nsplit, split});
+        dst = gen::AddrAdd(kb, p.out, hs, int64_t{hd} * 4);
+        const Reg lse = kb.Selp(Type::kF32, gen::FAdd(kb, mx, kb.Emit(Op::kLg2, Type::kF32, {sum})),
+                                Operand::F32(-INFINITY), nonempty);
+        const Reg first =
+            kb.Emit(Op::kAnd, Type::kPred, {in_range, kb.Setp(Cmp::kEq, Type::kU32, d4, 0)});
+        const Reg la = gen::AddrAdd(kb, p.partial_lse, hs, 4);
+        auto guard = kb.If(first);
+        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(la), {lse});
+      } else {
+        dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4);
+      }
+      const Reg da = gen::AddrAdd(kb, dst, d4, 16);
+      auto guard = kb.If(in_range);
+      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(da), o);
     }
-    const Reg ga = kb.Emit(Op::kMadLo, Type::kU32, {g, hd * 4, acc_base});
-    const Reg ea = kb.Emit(Op::kMadLo, Type::kU32, {d4, 16, ga});
-    Reg sum = kb.Mov(Type::kF32, Operand::F32(0.0f));
-    std::vector<Reg> o(4);
-    for (int i = 0; i < 4; ++i) o[i] = kb.Mov(Type::kF32, Operand::F32(0.0f));
-    for (int w = 0; w < W; ++w) {
-      const Reg a = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, mw[w], mx)});
-      kb.EmitTo(sum, Op::kFma, Type::kF32, {lw[w], a, sum});
-      const std::vector<Reg> v =
-          kb.Ld(Space::kShared, Type::kF32, Operand::Addr(ea, int64_t{w} * G * hd * 4), 4);
-      for (int i = 0; i < 4; ++i) kb.EmitTo(o[i], Op::kFma, Type::kF32, {v[i], a, o[i]});
-    }
-    const Reg nonempty = kb.Setp(Cmp::kGt, Type::kF32, sum, Operand::F32(0.0f));
-    const Reg inv =
-        kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
-    for (int i = 0; i < 4; ++i) kb.EmitTo(o[i], Op::kMul, Type::kF32, {o[i], inv});
-    const Reg head_row = gen::UAdd(kb, out_head0, g);  // row * num_heads + head
-    Reg dst;
-    if (cfg.split) {
-      const Reg hs = kb.Emit(Op::kMadLo, Type::kU32, {head_row, nsplit, split});
-      dst = gen::AddrAdd(kb, p.out, hs, int64_t{hd} * 4);
-      const Reg lse = kb.Selp(Type::kF32, gen::FAdd(kb, mx, kb.Emit(Op::kLg2, Type::kF32, {sum})),
-                              Operand::F32(-INFINITY), nonempty);
-      const Reg first =
-          kb.Emit(Op::kAnd, Type::kPred, {in_range, kb.Setp(Cmp::kEq, Type::kU32, d4, 0)});
-      const Reg la = gen::AddrAdd(kb, p.partial_lse, hs, 4);
-      auto guard = kb.If(first);
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(la), {lse});
-    } else {
-      dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4);
-    }
-    const Reg da = gen::AddrAdd(kb, dst, d4, 16);
-    auto guard = kb.If(in_range);
-    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(da), o);
-  }
-  kb.Bind(exit);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kDecodeAttentionEntry, ", config ", cfg.Key()),
-                    absl::StrCat("lanes/token ", L, ", elems/lane ", E, ", vector ", VE,
-                                 ", heads/CTA ", G, ", warps ", W)});
+    kb.Bind(exit);
+    kb.Ret();
+    return absl::StrCat("lanes/token ", L, ", elems/lane ", E, ", vector ", VE, ", heads/CTA ", G,
+                        ", warps ", W);
+  });
 }
 
 }  // namespace ptxserve::kernels

@@ -17,15 +17,14 @@ namespace ptxserve::kernels {
 
 inline constexpr char kEmbeddingEntry[] = "embedding";
 
-struct EmbeddingConfig {
+struct EmbeddingConfig : KernelConfig<EmbeddingConfig, kEmbeddingEntry> {
   int dim = 4096;
   ElemType table_dtype = ElemType::kF32;
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("dim", &EmbeddingConfig::dim), Field("table_dtype", &EmbeddingConfig::table_dtype));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  int Threads() const;  // per CTA
+  static constexpr auto kFields =
+      std::make_tuple(Field("dim", &EmbeddingConfig::dim).Key("dim").Range(1, 1 << 20),
+                      Field("table_dtype", &EmbeddingConfig::table_dtype).Key(""));
 };
 
 struct EmbeddingArgs {
@@ -37,14 +36,11 @@ struct EmbeddingArgs {
   DevicePtr out;
   uint32_t num_tokens = 0;
   uint32_t vocab = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("table", &EmbeddingArgs::table), Param("ids", &EmbeddingArgs::ids),
-      Param("out", &EmbeddingArgs::out), Param("num_tokens", &EmbeddingArgs::num_tokens),
-      Param("vocab", &EmbeddingArgs::vocab));
+  PTXSERVE_PARAMS(EmbeddingArgs, table, ids, out, num_tokens, vocab);
 };
 
 absl::StatusOr<std::string> GenerateEmbedding(const EmbeddingConfig& cfg);
 // One CTA per token.
-LaunchDims EmbeddingLaunch(const EmbeddingConfig& cfg, int64_t num_tokens);
+inline constexpr auto EmbeddingLaunch = &RowLaunchFor<EmbeddingConfig>;
 
 }  // namespace ptxserve::kernels

@@ -20,31 +20,13 @@ int Vec(const GemmConfig& c) {
 
 }  // namespace
 
-absl::Status GemmConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckRange("n", n, 1, 1 << 24); !s.ok()) return s;
-  if (absl::Status s = CheckRange("k", k, 1, 1 << 20); !s.ok()) return s;
-  if (absl::Status s = CheckRange("m_tile", m_tile, 1, 8); !s.ok()) return s;
-  return CheckRange("warps", warps, 1, 16);
-}
-
-std::string GemmConfig::Key() const {
-  const std::string form = tiled ? std::string(":tiled") : absl::StrCat(":mt", m_tile, ":w", warps);
-  return absl::StrCat("gemm:n", n, ":k", k, ":", ElemTypeName(weight_dtype),
-                      has_bias ? ":bias" : "", accumulate ? ":acc" : "", form, ":", target.Key());
-}
-
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
+  const int cols = cfg.tiled ? 64 : cfg.warps;   // output columns per CTA
+  const int rows = cfg.tiled ? 64 : cfg.m_tile;  // rows per CTA
   LaunchDims d;
-  if (cfg.tiled) {
-    d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, 64)),
-              static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, 64), 1)), 1};
-    d.block = {256, 1, 1};
-    return d;
-  }
-  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.warps)),
-            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
-  d.block = {static_cast<uint32_t>(cfg.warps * 32), 1, 1};
+  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cols)),
+            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)), 1};
+  d.block = {static_cast<uint32_t>(cfg.Threads()), 1, 1};
   return d;
 }
 
@@ -54,102 +36,105 @@ GemmConfig GemmConfigFor(GemmConfig base, int64_t m) {
   return base;
 }
 
+namespace gen {
+
+ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg) {
+  // Without a bias the bias pointer is never read.
+  return cfg.has_bias ? DeclareParams<GemmArgs>(kb)
+                      : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+}
+
+}  // namespace gen
+
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm config: ", s.message()));
-  }
-  if (cfg.tiled) return GenerateGemmTiled(cfg);
-  const int ve = Vec(cfg);
-  const int es = ElemSize(cfg.weight_dtype);
-  const int mt = cfg.m_tile;
-  const int64_t chunk = int64_t{32} * ve;  // K elements per warp-wide load
-  const int64_t full = cfg.k / chunk;
-  const int64_t rem = cfg.k % chunk;  // a multiple of ve
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
+    if (cfg.tiled) return gen::GemmTiled(kb, cfg);
+    const int ve = Vec(cfg);
+    const int es = ElemSize(cfg.weight_dtype);
+    const int mt = cfg.m_tile;
+    const int64_t chunk = int64_t{32} * ve;  // K elements per warp-wide load
+    const int64_t full = cfg.k / chunk;
+    const int64_t rem = cfg.k % chunk;  // a multiple of ve
 
-  ptx::KernelBuilder kb(kGemmEntry, cfg.target);
-  kb.SetMaxThreads(cfg.warps * 32);
-  const ParamRegs<GemmArgs> param =
-      cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-  const Reg x = param[&GemmArgs::x];
-  const Reg w = param[&GemmArgs::w];
-  const Reg bias = param[&GemmArgs::bias];
-  const Reg y = param[&GemmArgs::y];
-  const Reg m_rows = param[&GemmArgs::m];
+    const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
 
-  // No barriers: a warp past the last column leaves as a whole.
-  const ptx::Label done = kb.NewLabel("done");
-  const Reg tid = kb.Special(SReg::kTidX);
-  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
-  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-  const Reg col = kb.Emit(Op::kMadLo, Type::kU32, {kb.Special(SReg::kCtaidX), cfg.warps, warp});
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, col, cfg.n), done);
-  const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), mt});
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, m0, m_rows), done);
-  const Reg last_row = kb.Emit(Op::kSub, Type::kU32, {m_rows, 1});
+    // No barriers: a warp past the last column leaves as a whole.
+    const ptx::Label done = kb.NewLabel("done");
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+    const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+    const Reg col = kb.Emit(Op::kMadLo, Type::kU32, {kb.Special(SReg::kCtaidX), cfg.warps, warp});
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, col, cfg.n), done);
+    const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), mt});
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, m0, m_rows), done);
+    const Reg last_row = kb.Emit(Op::kSub, Type::kU32, {m_rows, 1});
 
-  // Lane's first element: w[col][lane * ve], x[row][lane * ve]. Rows past M read the
-  // last row instead (valid memory) and are never stored.
-  const Reg w_lane =
-      gen::AddrAdd(kb, gen::AddrAdd(kb, w, col, int64_t{cfg.k} * es), lane, int64_t{ve} * es);
-  std::vector<Reg> x_lane(mt);
-  for (int m = 0; m < mt; ++m) {
-    const Reg row = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
-    x_lane[m] =
-        gen::AddrAdd(kb, gen::AddrAdd(kb, x, row, int64_t{cfg.k} * 4), lane, int64_t{ve} * 4);
-  }
-  std::vector<Reg> acc(mt);
-  for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
-
-  // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x).
-  auto step = [&](Reg wa, const std::vector<Reg>& xa, int64_t off) {
-    const std::vector<Reg> wv =
-        gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es, ptx::CacheOp::kNonCoherent);
+    // Lane's first element: w[col][lane * ve], x[row][lane * ve]. Rows past M read the
+    // last row instead (valid memory) and are never stored.
+    const Reg w_lane =
+        gen::AddrAdd(kb, gen::AddrAdd(kb, w, col, int64_t{cfg.k} * es), lane, int64_t{ve} * es);
+    std::vector<Reg> x_lane(mt);
     for (int m = 0; m < mt; ++m) {
-      const std::vector<Reg> xv = gen::LoadAsF32(kb, ElemType::kF32, xa[m], off * 4, ve, ve * 4);
-      for (int e = 0; e < ve; ++e) kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
+      const Reg row = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
+      x_lane[m] =
+          gen::AddrAdd(kb, gen::AddrAdd(kb, x, row, int64_t{cfg.k} * 4), lane, int64_t{ve} * 4);
     }
-  };
+    std::vector<Reg> acc(mt);
+    for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
 
-  const int64_t trips = full / kUnroll;
-  if (trips > 0) {
-    const Reg t = kb.Mov(Type::kU32, 0);
-    const ptx::Label loop = kb.NewLabel("k_loop");
-    kb.Bind(loop);
-    for (int u = 0; u < kUnroll; ++u) step(w_lane, x_lane, u * chunk);
-    kb.EmitTo(w_lane, Op::kAdd, Type::kU64, {w_lane, kUnroll * chunk * es});
-    for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * 4});
-    kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
-    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, trips), loop);
-  }
-  for (int64_t c = 0; c < full % kUnroll; ++c) step(w_lane, x_lane, c * chunk);
-  if (rem > 0) {
-    // Partial chunk: lanes past the end of K skip the loads (their sums stay as is).
-    const int64_t off = (full % kUnroll) * chunk;
-    const Reg active = kb.Setp(Cmp::kLt, Type::kU32, lane, rem / ve);
-    auto g = kb.If(active);
-    step(w_lane, x_lane, off);
-  }
+    // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x).
+    auto step = [&](Reg wa, const std::vector<Reg>& xa, int64_t off) {
+      const std::vector<Reg> wv = gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es,
+                                                 ptx::CacheOp::kNonCoherent);
+      for (int m = 0; m < mt; ++m) {
+        const std::vector<Reg> xv = gen::LoadAsF32(kb, ElemType::kF32, xa[m], off * 4, ve, ve * 4);
+        for (int e = 0; e < ve; ++e)
+          kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
+      }
+    };
 
-  for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
-  Reg b;
-  if (cfg.has_bias) {
-    b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));
-  }
-  const Reg lane0 = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
-  for (int m = 0; m < mt; ++m) {
-    const Reg row = gen::UAdd(kb, m0, m);
-    const Reg store =
-        kb.Emit(Op::kAnd, Type::kPred, {lane0, kb.Setp(Cmp::kLt, Type::kU32, row, m_rows)});
-    auto g = kb.If(store);
-    const Reg ya = gen::AddrAdd(kb, y, kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.n, col}), 4);
-    Reg v = acc[m];
-    if (cfg.has_bias) v = gen::FAdd(kb, v, b);
-    if (cfg.accumulate) v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
-    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
-  }
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kGemmEntry, ", config ", cfg.Key())});
+    const int64_t trips = full / kUnroll;
+    if (trips > 0) {
+      const Reg t = kb.Mov(Type::kU32, 0);
+      const ptx::Label loop = kb.NewLabel("k_loop");
+      kb.Bind(loop);
+      for (int u = 0; u < kUnroll; ++u) step(w_lane, x_lane, u * chunk);
+      kb.EmitTo(w_lane, Op::kAdd, Type::kU64, {w_lane, kUnroll * chunk * es});
+      for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * 4});
+      kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
+      kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, trips), loop);
+    }
+    for (int64_t c = 0; c < full % kUnroll; ++c) step(w_lane, x_lane, c * chunk);
+    if (rem > 0) {
+      // Partial chunk: lanes past the end of K skip the loads (their sums stay as is).
+      const int64_t off = (full % kUnroll) * chunk;
+      const Reg active = kb.Setp(Cmp::kLt, Type::kU32, lane, rem / ve);
+      auto g = kb.If(active);
+      step(w_lane, x_lane, off);
+    }
+
+    for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+    Reg b;
+    if (cfg.has_bias) {
+      b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));
+    }
+    const Reg lane0 = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
+    for (int m = 0; m < mt; ++m) {
+      const Reg row = gen::UAdd(kb, m0, m);
+      const Reg store =
+          kb.Emit(Op::kAnd, Type::kPred, {lane0, kb.Setp(Cmp::kLt, Type::kU32, row, m_rows)});
+      auto g = kb.If(store);
+      const Reg ya = gen::AddrAdd(kb, y, kb.Emit(Op::kMadLo, Type::kU32, {row, cfg.n, col}), 4);
+      Reg v = acc[m];
+      if (cfg.has_bias) v = gen::FAdd(kb, v, b);
+      if (cfg.accumulate)
+        v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
+      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
+    }
+    kb.Bind(done);
+    kb.Ret();
+    return "";
+  });
 }
 
 }  // namespace ptxserve::kernels

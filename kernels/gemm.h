@@ -24,7 +24,7 @@ namespace ptxserve::kernels {
 
 inline constexpr char kGemmEntry[] = "gemm";
 
-struct GemmConfig {
+struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int n = 4096;  // output features
   int k = 4096;  // input features
   ElemType weight_dtype = ElemType::kF16;
@@ -34,14 +34,15 @@ struct GemmConfig {
   int warps = 4;            // output columns per CTA (one per warp), 1..16
   bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
   ptx::Target target;
+  int Threads() const { return tiled ? 256 : warps * 32; }  // per CTA
+  using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
-      Field("n", &GemmConfig::n), Field("k", &GemmConfig::k),
-      Field("weight_dtype", &GemmConfig::weight_dtype), Field("has_bias", &GemmConfig::has_bias),
-      Field("accumulate", &GemmConfig::accumulate), Field("m_tile", &GemmConfig::m_tile),
-      Field("warps", &GemmConfig::warps), Field("tiled", &GemmConfig::tiled));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+      Field("n", &C::n).Key("n").Range(1, 1 << 24), Field("k", &C::k).Key("k").Range(1, 1 << 20),
+      Field("weight_dtype", &C::weight_dtype).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
+      Field("accumulate", &C::accumulate).Key("acc"),
+      Field("m_tile", &C::m_tile).Key("mt", &C::tiled).Range(1, 8),
+      Field("warps", &C::warps).Key("w", &C::tiled).Range(1, 16),
+      Field("tiled", &C::tiled).Key("tiled"));
 };
 
 struct GemmArgs {
@@ -55,9 +56,7 @@ struct GemmArgs {
   DevicePtr y;
   // M, the rows
   uint32_t m = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("x", &GemmArgs::x), Param("w", &GemmArgs::w), Param("bias", &GemmArgs::bias),
-      Param("y", &GemmArgs::y), Param("m", &GemmArgs::m));
+  PTXSERVE_PARAMS(GemmArgs, x, w, bias, y, m);
 };
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);
@@ -67,8 +66,6 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
 // The form for a batch of `m` rows: `base` with tiled and m_tile set (GEMV with
 // m_tile = m up to 8 rows, tiled beyond).
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
-// The tiled form's generator (called by GenerateGemm when cfg.tiled).
-absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg);
 // The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs; its four warps laid out
 // wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with wk > 1, a 32-wide k slice
 // of every step (k steps of 32 wk).
@@ -85,5 +82,12 @@ inline constexpr GemmMmaTile kMmaNarrowTile{16, 16, 1, 1, 4};
 absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMmaTile& tile);
 // Grid (ceil(N / bn), ceil(M / bm)), 128 threads.
 LaunchDims GemmMmaLaunch(const GemmMmaTile& tile, const GemmConfig& cfg, int64_t m);
+
+namespace gen {
+// The parameters of GemmArgs, the bias pointer a plain .u64 when cfg has no bias.
+ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg);
+// Writes the tiled form (gemm_tiled.cc) into GenerateGemm's builder; returns its header note.
+std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

@@ -72,13 +72,7 @@ absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMma
   const Type half2 = cfg.weight_dtype == ElemType::kF16 ? Type::kF16x2 : Type::kBF16x2;
   ptx::KernelBuilder kb(kGemmEntry, cfg.target);
   kb.SetMaxThreads(kThreads);
-  const ParamRegs<GemmArgs> param =
-      cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-  const Reg x = param[&GemmArgs::x];
-  const Reg w = param[&GemmArgs::w];
-  const Reg bias = param[&GemmArgs::bias];
-  const Reg y = param[&GemmArgs::y];
-  const Reg m_rows = param[&GemmArgs::m];
+  const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
   // Two stages of each tile: [stage][m][k] and [stage][n][k] halves. With wk > 1 the
   // activation tiles hold the warps' partial sums at the end ([wk][bm][bn] f32).
   const int a_bytes =

@@ -11,21 +11,15 @@ namespace ptxserve::kernels {
 
 namespace {
 
-constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256;
+constexpr int kBM = 64, kBN = 64, kBK = 16;
 
 }  // namespace
 
-absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg) {
+namespace gen {
+
+std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg) {
   const int es = ElemSize(cfg.weight_dtype);
-  ptx::KernelBuilder kb(kGemmEntry, cfg.target);
-  kb.SetMaxThreads(kThreads);
-  const ParamRegs<GemmArgs> param =
-      cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-  const Reg x = param[&GemmArgs::x];
-  const Reg w = param[&GemmArgs::w];
-  const Reg bias = param[&GemmArgs::bias];
-  const Reg y = param[&GemmArgs::y];
-  const Reg m_rows = param[&GemmArgs::m];
+  const auto [x, w, bias, y, m_rows] = DeclareGemmParams(kb, cfg);
   const ptx::Symbol as = kb.Shared("a", kBK * kBM * 4);  // [k][m]
   const ptx::Symbol bs = kb.Shared("b", kBK * kBN * 4);  // [k][n]
 
@@ -145,8 +139,9 @@ absl::StatusOr<std::string> GenerateGemmTiled(const GemmConfig& cfg) {
     }
   }
   kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kGemmEntry, ", config ", cfg.Key()),
-                    "tiled: 64x64 CTA tile, 4x4 per thread, k step 16"});
+  return "tiled: 64x64 CTA tile, 4x4 per thread, k step 16";
 }
+
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

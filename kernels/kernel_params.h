@@ -1,15 +1,15 @@
 // A kernel's launch arguments as one typed struct, so each parameter's name, order and type
 // are written once, beside the kernel's Config: the generator declares the PTX parameters
 // from the struct (DeclareParams) and every launch packs a filled-in struct (PackParams)
-// into cuLaunchKernel's kernelParams. A struct lists its fields in a `kParams` tuple of
-// Param(name, &Args::field) entries, in .param order:
+// into cuLaunchKernel's kernelParams. A struct lists its fields in .param order with
+// PTXSERVE_PARAMS, which makes its `kParams` tuple of Param(name, &Args::field) entries
+// (each parameter is named as its field):
 //
 //   struct RmsNormArgs {
 //     DevicePtr x, w, out;
 //     uint32_t num_rows = 0;
 //     float eps = 0;
-//     static constexpr auto kParams = std::make_tuple(
-//         Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), ...);
+//     PTXSERVE_PARAMS(RmsNormArgs, x, w, out, num_rows, eps);
 //   };
 //
 // A DevicePtr field becomes a .u64 parameter converted to a global address; a pointer the
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/config_fields.h"
@@ -40,6 +41,28 @@ constexpr NamedField<Args, T> Param(const char* name, T Args::*member) {
   return {name, member};
 }
 
+// `static constexpr auto kParams = std::make_tuple(Param("a", &Args::a), ...)` for the
+// fields named, in that order (up to 64).
+#define PTXSERVE_PARAMS(Args, ...) \
+  static constexpr auto kParams = std::make_tuple(PTXSERVE_FOR_EACH_PARAM_(Args, __VA_ARGS__))
+
+// PTXSERVE_FOR_EACH_PARAM_(A, a, b, c) -> Param("a", &A::a), Param("b", &A::b), ...: a
+// recursive __VA_OPT__ expansion, each name one more rescan (64 of them here).
+#define PTXSERVE_FOR_EACH_PARAM_(Args, ...) \
+  __VA_OPT__(PTXSERVE_EXPAND_(PTXSERVE_PARAM_STEP_(Args, __VA_ARGS__)))
+#define PTXSERVE_PARAM_STEP_(Args, field, ...)     \
+  ::ptxserve::kernels::Param(#field, &Args::field) \
+      __VA_OPT__(, PTXSERVE_PARAM_AGAIN_ PTXSERVE_PARENS_(Args, __VA_ARGS__))
+#define PTXSERVE_PARAM_AGAIN_() PTXSERVE_PARAM_STEP_
+#define PTXSERVE_PARENS_ ()
+#define PTXSERVE_EXPAND_(...) \
+  PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(PTXSERVE_EXPAND4_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND4_(...) \
+  PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(PTXSERVE_EXPAND2_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND2_(...) \
+  PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(PTXSERVE_EXPAND1_(__VA_ARGS__))))
+#define PTXSERVE_EXPAND1_(...) __VA_ARGS__
+
 // The PTX type of a scalar parameter.
 template <class T>
 constexpr ptx::Type ParamType() {
@@ -53,7 +76,8 @@ constexpr ptx::Type ParamType() {
   return ptx::Type::kU32;
 }
 
-// The registers DeclareParams gave the parameters of Args, looked up by field.
+// The registers DeclareParams gave the parameters of Args, looked up by field, or all at
+// once in kParams order: `const auto [x, w, out, num_rows, eps] = DeclareParams<A>(kb);`.
 template <class Args>
 class ParamRegs {
  public:
@@ -64,6 +88,17 @@ class ParamRegs {
   template <class T>
   ptx::Reg operator[](T Args::*member) const {
     return regs_.at(Index(member));
+  }
+  template <size_t I>
+  ptx::Reg get() const {
+    return std::get<I>(regs_);
+  }
+  // An aggregate of kCount registers (named in kParams order) initialised from them.
+  template <class S>
+  S As() const {
+    static_assert(sizeof(S) == sizeof(regs_), "one register per parameter");
+    return [&]<size_t... I>(std::index_sequence<I...>) { return S{std::get<I>(regs_)...}; }
+    (std::make_index_sequence<kCount>{});
   }
 
  private:
@@ -119,3 +154,11 @@ std::array<void*, std::tuple_size_v<decltype(Args::kParams)>> PackParams(Args& a
 }
 
 }  // namespace ptxserve::kernels
+
+template <class Args>
+struct std::tuple_size<ptxserve::kernels::ParamRegs<Args>>
+    : std::integral_constant<size_t, ptxserve::kernels::ParamRegs<Args>::kCount> {};
+template <size_t I, class Args>
+struct std::tuple_element<I, ptxserve::kernels::ParamRegs<Args>> {
+  using type = ptxserve::ptx::Reg;
+};

@@ -13,101 +13,73 @@ namespace {
 // 8 elements that make one 128-bit store.
 int VecElems(const KvScatterConfig& c) { return c.kv_dtype == ElemType::kF32 ? 4 : 8; }
 
-int Threads(const KvScatterConfig& c) {
-  const int64_t vecs = int64_t{c.num_kv_heads} * c.head_dim / VecElems(c);
+}  // namespace
+
+int KvScatterConfig::Threads() const {
+  const int64_t vecs = int64_t{num_kv_heads} * head_dim / VecElems(*this);
   return static_cast<int>(std::min<int64_t>(256, CeilDiv(vecs, 32) * 32));
 }
 
-}  // namespace
-
-absl::Status KvScatterConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckHeadDim(head_dim); !s.ok()) return s;
-  if (absl::Status s = CheckRange("num_kv_heads", num_kv_heads, 1, 256); !s.ok()) return s;
-  return CheckRange("block_size", block_size, 1, 1024);
-}
-
-std::string KvScatterConfig::Key() const {
-  return absl::StrCat("kv_scatter:kvh", num_kv_heads, ":d", head_dim, ":bs", block_size, ":",
-                      ElemTypeName(kv_dtype), ":", target.Key());
-}
-
-LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens) {
-  return RowLaunch(Threads(cfg), num_tokens);
-}
-
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("kv_scatter config: ", s.message()));
-  }
-  const int w = VecElems(cfg);
-  const int es = ElemSize(cfg.kv_dtype);
-  const int64_t vecs_per_head = cfg.head_dim / w;
-  const int64_t vecs = cfg.num_kv_heads * vecs_per_head;
-  const int64_t row = int64_t{cfg.num_kv_heads} * cfg.head_dim;  // f32 elements per token
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int w = VecElems(cfg);
+    const int es = ElemSize(cfg.kv_dtype);
+    const int64_t vecs_per_head = cfg.head_dim / w;
+    const int64_t vecs = cfg.num_kv_heads * vecs_per_head;
+    const int64_t row = int64_t{cfg.num_kv_heads} * cfg.head_dim;  // f32 elements per token
+    const auto [k, v, slots, k_pool, v_pool, num_tokens] = DeclareParams<KvScatterArgs>(kb);
 
-  ptx::KernelBuilder kb(kKvScatterEntry, cfg.target);
-  kb.SetMaxThreads(Threads(cfg));
-  const ParamRegs<KvScatterArgs> param = DeclareParams<KvScatterArgs>(kb);
-  const Reg k = param[&KvScatterArgs::k];
-  const Reg v = param[&KvScatterArgs::v];
-  const Reg slots = param[&KvScatterArgs::slot_mapping];
-  const Reg k_pool = param[&KvScatterArgs::k_pool];
-  const Reg v_pool = param[&KvScatterArgs::v_pool];
-  const Reg num_tokens = param[&KvScatterArgs::num_tokens];
+    // No barriers here, so threads with nothing to do may simply leave.
+    const auto [t, done] = gen::EnterRow(kb, num_tokens);
+    const Reg slot =
+        kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kS64, slot, 0), done);
 
-  // No barriers here, so threads with nothing to do may simply leave.
-  const ptx::Label done = kb.NewLabel("done");
-  const Reg t = kb.Special(SReg::kCtaidX);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);
-  const Reg slot = kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kS64, slot, 0), done);
-
-  Reg block;
-  Reg offset;
-  if (IsPow2(cfg.block_size)) {
-    block = kb.Emit(Op::kShr, Type::kU64, {slot, Log2(cfg.block_size)});
-    offset = kb.Emit(Op::kAnd, Type::kB64, {slot, cfg.block_size - 1});
-  } else {
-    block = kb.Emit(Op::kDiv, Type::kU64, {slot, cfg.block_size});
-    offset = kb.Emit(Op::kRem, Type::kU64, {slot, cfg.block_size});
-  }
-  // Element index of (block, head 0, offset, 0) in the pools.
-  const Reg dst_row = kb.Emit(Op::kMulLo, Type::kU64, {offset, cfg.head_dim});
-  const Reg dst_tok =
-      kb.Emit(Op::kMadLo, Type::kU64,
-              {block, int64_t{cfg.num_kv_heads} * cfg.block_size * cfg.head_dim, dst_row});
-  const Reg k_pool_tok = gen::AddrAdd(kb, k_pool, dst_tok, es);
-  const Reg v_pool_tok = gen::AddrAdd(kb, v_pool, dst_tok, es);
-  const Reg src_row = kb.Emit(Op::kMulWide, Type::kU32, {t, row * 4});
-  const Reg k_tok = kb.Emit(Op::kAdd, Type::kU64, {k, src_row});
-  const Reg v_tok = kb.Emit(Op::kAdd, Type::kU64, {v, src_row});
-
-  const Reg i = kb.Special(SReg::kTidX);
-  const Reg step = kb.Special(SReg::kNtidX);
-  const ptx::Label loop = kb.NewLabel("loop");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, vecs), done);
-  kb.Bind(loop);
-  {
-    const Reg h = gen::DivConst(kb, i, vecs_per_head);
-    const Reg dv = gen::RemConst(kb, i, vecs_per_head);
-    const Reg dst_in_head = kb.Emit(Op::kMulLo, Type::kU32, {dv, w});
-    const Reg dst_elem =
-        kb.Emit(Op::kMadLo, Type::kU32, {h, int64_t{cfg.block_size} * cfg.head_dim, dst_in_head});
-    const Reg src_off = kb.Emit(Op::kMulWide, Type::kU32, {i, w * 4});
-    const Reg dst_off = kb.Emit(Op::kMulWide, Type::kU32, {dst_elem, es});
-    for (int kv = 0; kv < 2; ++kv) {
-      const Reg src = kb.Emit(Op::kAdd, Type::kU64, {kv == 0 ? k_tok : v_tok, src_off});
-      const Reg dst = kb.Emit(Op::kAdd, Type::kU64, {kv == 0 ? k_pool_tok : v_pool_tok, dst_off});
-      const std::vector<Reg> vals = gen::LoadAsF32(kb, ElemType::kF32, src, 0, w, 16);
-      gen::StoreFromF32(kb, cfg.kv_dtype, dst, 0, vals, w * es);
+    Reg block;
+    Reg offset;
+    if (IsPow2(cfg.block_size)) {
+      block = kb.Emit(Op::kShr, Type::kU64, {slot, Log2(cfg.block_size)});
+      offset = kb.Emit(Op::kAnd, Type::kB64, {slot, cfg.block_size - 1});
+    } else {
+      block = kb.Emit(Op::kDiv, Type::kU64, {slot, cfg.block_size});
+      offset = kb.Emit(Op::kRem, Type::kU64, {slot, cfg.block_size});
     }
-  }
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, step});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, vecs), loop);
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kKvScatterEntry, ", config ", cfg.Key())});
+    // Element index of (block, head 0, offset, 0) in the pools.
+    const Reg dst_row = kb.Emit(Op::kMulLo, Type::kU64, {offset, cfg.head_dim});
+    const Reg dst_tok =
+        kb.Emit(Op::kMadLo, Type::kU64,
+                {block, int64_t{cfg.num_kv_heads} * cfg.block_size * cfg.head_dim, dst_row});
+    const Reg k_pool_tok = gen::AddrAdd(kb, k_pool, dst_tok, es);
+    const Reg v_pool_tok = gen::AddrAdd(kb, v_pool, dst_tok, es);
+    const Reg src_row = kb.Emit(Op::kMulWide, Type::kU32, {t, row * 4});
+    const Reg k_tok = kb.Emit(Op::kAdd, Type::kU64, {k, src_row});
+    const Reg v_tok = kb.Emit(Op::kAdd, Type::kU64, {v, src_row});
+
+    const Reg i = kb.Special(SReg::kTidX);
+    const Reg step = kb.Special(SReg::kNtidX);
+    const ptx::Label loop = kb.NewLabel("loop");
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, vecs), done);
+    kb.Bind(loop);
+    {
+      const Reg h = gen::DivConst(kb, i, vecs_per_head);
+      const Reg dv = gen::RemConst(kb, i, vecs_per_head);
+      const Reg dst_in_head = kb.Emit(Op::kMulLo, Type::kU32, {dv, w});
+      const Reg dst_elem =
+          kb.Emit(Op::kMadLo, Type::kU32, {h, int64_t{cfg.block_size} * cfg.head_dim, dst_in_head});
+      const Reg src_off = kb.Emit(Op::kMulWide, Type::kU32, {i, w * 4});
+      const Reg dst_off = kb.Emit(Op::kMulWide, Type::kU32, {dst_elem, es});
+      for (int kv = 0; kv < 2; ++kv) {
+        const Reg src = kb.Emit(Op::kAdd, Type::kU64, {kv == 0 ? k_tok : v_tok, src_off});
+        const Reg dst = kb.Emit(Op::kAdd, Type::kU64, {kv == 0 ? k_pool_tok : v_pool_tok, dst_off});
+        const std::vector<Reg> vals = gen::LoadAsF32(kb, ElemType::kF32, src, 0, w, 16);
+        gen::StoreFromF32(kb, cfg.kv_dtype, dst, 0, vals, w * es);
+      }
+    }
+    kb.EmitTo(i, Op::kAdd, Type::kU32, {i, step});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, vecs), loop);
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

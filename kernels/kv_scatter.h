@@ -18,21 +18,18 @@ namespace ptxserve::kernels {
 
 inline constexpr char kKvScatterEntry[] = "kv_scatter";
 
-struct KvScatterConfig {
+struct KvScatterConfig : KernelConfig<KvScatterConfig, kKvScatterEntry> {
   int num_kv_heads = 8;
   int head_dim = 128;  // a multiple of 32, at most 256
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("num_kv_heads", &KvScatterConfig::num_kv_heads),
-                      Field("head_dim", &KvScatterConfig::head_dim),
-                      Field("block_size", &KvScatterConfig::block_size),
-                      Field("kv_dtype", &KvScatterConfig::kv_dtype));
-
-  absl::Status Validate() const;
-  // Kernel-cache key: every field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".
-  std::string Key() const;
+  using C = KvScatterConfig;
+  int Threads() const;  // per CTA
+  static constexpr auto kFields = std::make_tuple(
+      Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
+      Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
+      Field("kv_dtype", &C::kv_dtype).Key(""));
 };
 
 struct KvScatterArgs {
@@ -47,14 +44,11 @@ struct KvScatterArgs {
   // kv_dtype [num_blocks][num_kv_heads][block_size][head_dim]
   DevicePtr v_pool;
   uint32_t num_tokens = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("k", &KvScatterArgs::k), Param("v", &KvScatterArgs::v),
-      Param("slot_mapping", &KvScatterArgs::slot_mapping), Param("k_pool", &KvScatterArgs::k_pool),
-      Param("v_pool", &KvScatterArgs::v_pool), Param("num_tokens", &KvScatterArgs::num_tokens));
+  PTXSERVE_PARAMS(KvScatterArgs, k, v, slot_mapping, k_pool, v_pool, num_tokens);
 };
 
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);
 // One CTA per token; threads stride over the token's kv_heads * head_dim elements.
-LaunchDims KvScatterLaunch(const KvScatterConfig& cfg, int64_t num_tokens);
+inline constexpr auto KvScatterLaunch = &RowLaunchFor<KvScatterConfig>;
 
 }  // namespace ptxserve::kernels

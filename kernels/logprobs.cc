@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
 #include "kernels/generator.h"
+#include "kernels/logits_row.h"
 
 namespace ptxserve::kernels {
 
@@ -31,30 +32,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr uint32_t kNoId = 0xffffffffu;
-constexpr int kMaxTopLimit = 32;
 
-struct Ctx {
-  KernelBuilder& kb;
-  Reg row_base;  // u64 address of the row's logits
-  Reg vocab;
-  Reg tid, lane, warp;
-  int threads;
-  int warps;
-};
-
-// for (i = tid; i < vocab; i += threads) body(i, logit[i])
-void ForStrided(Ctx& c, const std::function<void(Reg i, Reg l)>& body) {
-  KernelBuilder& kb = c.kb;
-  const Reg i = kb.Mov(Type::kU32, c.tid);
-  const Label loop = kb.NewLabel("strided");
-  const Label end = kb.NewLabel("strided_end");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, c.vocab), end);
-  kb.Bind(loop);
-  body(i, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, c.row_base, i, 4))));
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, c.threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, c.vocab), loop);
-  kb.Bind(end);
-}
+using Ctx = gen::LogitsRow;
+using gen::ForStrided;
 
 // shfl of an f64 as its two 32-bit halves.
 Reg ShflF64(KernelBuilder& kb, ptx::ShflMode mode, Reg v, int b) {
@@ -149,180 +129,155 @@ void InsertIfBetter(KernelBuilder& kb, TopList& t, Reg want, Reg i, Reg l) {
 
 }  // namespace
 
-absl::Status LogprobsConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return CheckRange("max_top", max_top, 0, kMaxTopLimit);
-}
-
-std::string LogprobsConfig::Key() const {
-  return absl::StrCat("logprobs:t", threads, ":top", max_top, ":", target.Key());
-}
-
-LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("logprobs config: ", s.message()));
-  }
-  const int threads = cfg.threads;
-  const int warps = threads / 32;
-  const int k = cfg.max_top;
-  const int64_t record_bytes = LogprobsRecordBytes(cfg);
-  KernelBuilder kb(kLogprobsEntry, cfg.target);
-  kb.SetMaxThreads(threads);
-  const ParamRegs<LogprobsArgs> param = DeclareParams<LogprobsArgs>(kb);
-  const Reg logits = param[&LogprobsArgs::logits];
-  const Reg chosen = param[&LogprobsArgs::chosen];
-  const Reg top_n = param[&LogprobsArgs::top_n];
-  const Reg out = param[&LogprobsArgs::out];
-  const Reg vocab = param[&LogprobsArgs::vocab];
-  const Reg num_rows = param[&LogprobsArgs::num_rows];
-  const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
-  const ptx::Symbol sum64 = kb.Shared("sum64", int64_t{warps} * 8);
-  const ptx::Symbol argmax = kb.Shared("argmax", int64_t{warps} * 8);
-  const ptx::Symbol winner = kb.Shared("winner", 4);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int threads = cfg.threads;
+    const int warps = threads / 32;
+    const int k = cfg.max_top;
+    const int64_t record_bytes = LogprobsRecordBytes(cfg);
+    const auto [logits, chosen, top_n, out, vocab, num_rows] = DeclareParams<LogprobsArgs>(kb);
+    const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
+    const ptx::Symbol sum64 = kb.Shared("sum64", int64_t{warps} * 8);
+    const ptx::Symbol argmax = kb.Shared("argmax", int64_t{warps} * 8);
+    const ptx::Symbol winner = kb.Shared("winner", 4);
 
-  const Label done = kb.NewLabel("done");
-  const Reg row = kb.Special(SReg::kCtaidX);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
-  const Reg tid = kb.Special(SReg::kTidX);
-  Ctx c{kb,
-        kb.Emit(Op::kAdd, Type::kU64,
-                {logits, kb.Emit(Op::kMulWide, Type::kU32,
-                                 {row, kb.Emit(Op::kShl, Type::kB32, {vocab, 2})})}),
-        vocab,
-        tid,
-        kb.Emit(Op::kAnd, Type::kB32, {tid, 31}),
-        kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
-        threads,
-        warps};
-  const Reg is_t0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
-  const Reg rec =
-      kb.Emit(Op::kAdd, Type::kU64, {out, kb.Emit(Op::kMulWide, Type::kU32, {row, record_bytes})});
-  Reg n = kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, top_n, row, 4)));
-  n = kb.Emit(Op::kMin, Type::kS32, {kb.Emit(Op::kMax, Type::kS32, {n, 0}), k});
-  const Reg want = kb.Setp(Cmp::kGt, Type::kS32, n, 0);
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
+    const Reg tid = kb.Special(SReg::kTidX);
+    Ctx c{kb,
+          kb.Emit(Op::kAdd, Type::kU64,
+                  {logits, kb.Emit(Op::kMulWide, Type::kU32,
+                                   {row, kb.Emit(Op::kShl, Type::kB32, {vocab, 2})})}),
+          vocab,
+          tid,
+          kb.Emit(Op::kAnd, Type::kB32, {tid, 31}),
+          kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
+          threads,
+          warps};
+    const Reg is_t0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
+    const Reg rec = kb.Emit(Op::kAdd, Type::kU64,
+                            {out, kb.Emit(Op::kMulWide, Type::kU32, {row, record_bytes})});
+    Reg n = kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, top_n, row, 4)));
+    n = kb.Emit(Op::kMin, Type::kS32, {kb.Emit(Op::kMax, Type::kS32, {n, 0}), k});
+    const Reg want = kb.Setp(Cmp::kGt, Type::kS32, n, 0);
 
-  // Phase 1: max and the per-thread lists.
-  TopList top;
-  for (int j = 0; j < k; ++j) {
-    top.v.push_back(kb.Mov(Type::kF32, Operand::F32(-INFINITY)));
-    top.id.push_back(kb.Mov(Type::kU32, kNoId));
-  }
-  Reg m = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
-  ForStrided(c, [&](Reg i, Reg l) {
-    kb.EmitTo(m, Op::kMax, Type::kF32, {m, l});
-    if (k > 0) InsertIfBetter(kb, top, want, i, l);
-  });
-  m = gen::BlockAllReduceF32(kb, m, gen::Reduce::kMax, warps, reduce, c.lane, c.warp);
-
-  // Phase 2: lse = m + ln(sum exp(l - m)), or m itself when m is +-inf.
-  const Reg ln_sum = kb.Mov(Type::kF64, Operand::F64(0.0));
-  const Label summed = kb.NewLabel("summed");
-  const Reg inf_max =
-      kb.Setp(Cmp::kEq, Type::kF32, kb.Emit(Op::kAbs, Type::kF32, {m}), Operand::F32(INFINITY));
-  kb.BraIf(inf_max, summed);  // uniform: m is the block's value
-  {
-    const Reg s = kb.Mov(Type::kF64, Operand::F64(0.0));
-    ForStrided(c, [&](Reg, Reg l) {
-      // -inf gives ex2(-inf) = 0; NaN would give NaN, so it is zeroed.
-      Reg w =
-          kb.Emit(Op::kEx2, Type::kF32, {gen::FMul(kb, gen::FSub(kb, l, m), Operand::F32(kLog2e))});
-      w = kb.Selp(Type::kF32, Operand::F32(0.0f), w, kb.Setp(Cmp::kNan, Type::kF32, l, l));
-      kb.EmitTo(s, Op::kAdd, Type::kF64, {s, kb.Cvt(Type::kF64, Type::kF32, w)});
+    // Phase 1: max and the per-thread lists.
+    TopList top;
+    for (int j = 0; j < k; ++j) {
+      top.v.push_back(kb.Mov(Type::kF32, Operand::F32(-INFINITY)));
+      top.id.push_back(kb.Mov(Type::kU32, kNoId));
+    }
+    Reg m = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
+    ForStrided(c, [&](Reg i, Reg l) {
+      kb.EmitTo(m, Op::kMax, Type::kF32, {m, l});
+      if (k > 0) InsertIfBetter(kb, top, want, i, l);
     });
-    kb.MovTo(ln_sum, LnF64(kb, BlockSumF64(c, s, sum64)));
-  }
-  kb.Bind(summed);
-  const Reg lse = kb.Emit(Op::kAdd, Type::kF64, {kb.Cvt(Type::kF64, Type::kF32, m), ln_sum});
+    m = gen::BlockAllReduceF32(kb, m, gen::Reduce::kMax, warps, reduce, c.lane, c.warp);
 
-  // The chosen token (entry 0): an id outside the row reads nothing and gets NaN.
-  {
-    const Reg id = kb.Mov(Type::kS32, -1);  // read by every thread, loaded by thread 0
+    // Phase 2: lse = m + ln(sum exp(l - m)), or m itself when m is +-inf.
+    const Reg ln_sum = kb.Mov(Type::kF64, Operand::F64(0.0));
+    const Label summed = kb.NewLabel("summed");
+    const Reg inf_max =
+        kb.Setp(Cmp::kEq, Type::kF32, kb.Emit(Op::kAbs, Type::kF32, {m}), Operand::F32(INFINITY));
+    kb.BraIf(inf_max, summed);  // uniform: m is the block's value
     {
-      auto g = kb.If(is_t0);
-      kb.LdTo(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, chosen, row, 4)), {id});
+      const Reg s = kb.Mov(Type::kF64, Operand::F64(0.0));
+      ForStrided(c, [&](Reg, Reg l) {
+        // -inf gives ex2(-inf) = 0; NaN would give NaN, so it is zeroed.
+        Reg w = kb.Emit(Op::kEx2, Type::kF32,
+                        {gen::FMul(kb, gen::FSub(kb, l, m), Operand::F32(kLog2e))});
+        w = kb.Selp(Type::kF32, Operand::F32(0.0f), w, kb.Setp(Cmp::kNan, Type::kF32, l, l));
+        kb.EmitTo(s, Op::kAdd, Type::kF64, {s, kb.Cvt(Type::kF64, Type::kF32, w)});
+      });
+      kb.MovTo(ln_sum, LnF64(kb, BlockSumF64(c, s, sum64)));
     }
-    const Reg inside =
-        kb.Emit(Op::kAnd, Type::kPred, {is_t0, kb.Setp(Cmp::kLo, Type::kU32, id, vocab)});
-    const Reg x = kb.Mov(Type::kF32, Operand::F32(NAN));
-    {
-      auto g = kb.If(inside);
-      kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, c.row_base, id, 4)), {x});
-    }
-    auto g = kb.If(is_t0);
-    const Reg xn =
-        kb.Selp(Type::kF32, Operand::F32(-INFINITY), x, kb.Setp(Cmp::kNan, Type::kF32, x, x));
-    const Reg lp = kb.Selp(Type::kF32, LogprobOf(kb, xn, lse), Operand::F32(NAN), inside);
-    kb.St(Space::kGlobal, Type::kB32, Operand::Addr(rec), {id, lp});
-  }
-  if (k == 0) {
-    kb.Bind(done);
-    kb.Ret();
-    return kb.Finish({absl::StrCat("kernel ", kLogprobsEntry, ", config ", cfg.Key())});
-  }
+    kb.Bind(summed);
+    const Reg lse = kb.Emit(Op::kAdd, Type::kF64, {kb.Cvt(Type::kF64, Type::kF32, m), ln_sum});
 
-  // Phase 3: round r finds the r-th best among the list heads.
-  const Reg r = kb.Mov(Type::kS32, 0);
-  const Label round = kb.NewLabel("round");
-  const Label fill = kb.NewLabel("fill");
-  const Reg winner_addr = kb.AddressOf(winner);
-  kb.Bind(round);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kS32, r, n), fill);
-  {
-    Reg bv = kb.Mov(Type::kF32, top.v[0]);
-    Reg bi = kb.Mov(Type::kU32, top.id[0]);
-    gen::BlockArgmax(kb, &bv, &bi, warps, argmax, c.lane, c.warp);  // valid in thread 0
-    Reg win;
-    if (warps == 1) {
-      win = gen::Broadcast(kb, bi);
-    } else {
-      // Next round's store comes after the next BlockArgmax barrier, which every thread
-      // reaches only after reading this one.
+    // The chosen token (entry 0): an id outside the row reads nothing and gets NaN.
+    {
+      const Reg id = kb.Mov(Type::kS32, -1);  // read by every thread, loaded by thread 0
       {
         auto g = kb.If(is_t0);
-        kb.St(Space::kShared, Type::kU32, Operand::Addr(winner_addr), {bi});
+        kb.LdTo(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, chosen, row, 4)), {id});
       }
-      kb.BarSync();
-      win = kb.Ld1(Space::kShared, Type::kU32, Operand::Addr(winner_addr));
-    }
-    kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, win, kNoId), fill);  // lists exhausted
-    {
-      auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, top.id[0], win));
-      for (int j = 0; j + 1 < k; ++j) {
-        kb.MovTo(top.v[j], top.v[j + 1]);
-        kb.MovTo(top.id[j], top.id[j + 1]);
+      const Reg inside =
+          kb.Emit(Op::kAnd, Type::kPred, {is_t0, kb.Setp(Cmp::kLo, Type::kU32, id, vocab)});
+      const Reg x = kb.Mov(Type::kF32, Operand::F32(NAN));
+      {
+        auto g = kb.If(inside);
+        kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, c.row_base, id, 4)),
+                {x});
       }
-      kb.MovTo(top.v[k - 1], Operand::F32(-INFINITY));
-      kb.MovTo(top.id[k - 1], kNoId);
-    }
-    const Reg slot = gen::AddrAdd(kb, rec, r, sizeof(LogprobsEntry));
-    const Reg lp = LogprobOf(kb, bv, lse);
-    {
       auto g = kb.If(is_t0);
-      kb.St(Space::kGlobal, Type::kB32, Operand::Addr(slot, sizeof(LogprobsEntry)), {bi, lp});
+      const Reg xn =
+          kb.Selp(Type::kF32, Operand::F32(-INFINITY), x, kb.Setp(Cmp::kNan, Type::kF32, x, x));
+      const Reg lp = kb.Selp(Type::kF32, LogprobOf(kb, xn, lse), Operand::F32(NAN), inside);
+      kb.St(Space::kGlobal, Type::kB32, Operand::Addr(rec), {id, lp});
     }
-    kb.EmitTo(r, Op::kAdd, Type::kS32, {r, 1});
-    kb.Bra(round);
-  }
-  // Entries r+1..max_top: {-1, -inf}; max_top <= 32 <= threads, one entry per thread.
-  kb.Bind(fill);
-  {
-    const Reg empty =
-        kb.Emit(Op::kAnd, Type::kPred,
-                {kb.Setp(Cmp::kGe, Type::kS32, tid, r), kb.Setp(Cmp::kLt, Type::kS32, tid, k)});
-    const Reg slot = gen::AddrAdd(kb, rec, tid, sizeof(LogprobsEntry));
-    const Reg none = kb.Mov(Type::kS32, -1);
-    const Reg ninf = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
-    auto g = kb.If(empty);
-    kb.St(Space::kGlobal, Type::kB32, Operand::Addr(slot, sizeof(LogprobsEntry)), {none, ninf});
-  }
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kLogprobsEntry, ", config ", cfg.Key())});
+    if (k == 0) {
+      kb.Bind(done);
+      kb.Ret();
+      return;
+    }
+
+    // Phase 3: round r finds the r-th best among the list heads.
+    const Reg r = kb.Mov(Type::kS32, 0);
+    const Label round = kb.NewLabel("round");
+    const Label fill = kb.NewLabel("fill");
+    const Reg winner_addr = kb.AddressOf(winner);
+    kb.Bind(round);
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kS32, r, n), fill);
+    {
+      Reg bv = kb.Mov(Type::kF32, top.v[0]);
+      Reg bi = kb.Mov(Type::kU32, top.id[0]);
+      gen::BlockArgmax(kb, &bv, &bi, warps, argmax, c.lane, c.warp);  // valid in thread 0
+      Reg win;
+      if (warps == 1) {
+        win = gen::Broadcast(kb, bi);
+      } else {
+        // Next round's store comes after the next BlockArgmax barrier, which every thread
+        // reaches only after reading this one.
+        {
+          auto g = kb.If(is_t0);
+          kb.St(Space::kShared, Type::kU32, Operand::Addr(winner_addr), {bi});
+        }
+        kb.BarSync();
+        win = kb.Ld1(Space::kShared, Type::kU32, Operand::Addr(winner_addr));
+      }
+      kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, win, kNoId), fill);  // lists exhausted
+      {
+        auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, top.id[0], win));
+        for (int j = 0; j + 1 < k; ++j) {
+          kb.MovTo(top.v[j], top.v[j + 1]);
+          kb.MovTo(top.id[j], top.id[j + 1]);
+        }
+        kb.MovTo(top.v[k - 1], Operand::F32(-INFINITY));
+        kb.MovTo(top.id[k - 1], kNoId);
+      }
+      const Reg slot = gen::AddrAdd(kb, rec, r, sizeof(LogprobsEntry));
+      const Reg lp = LogprobOf(kb, bv, lse);
+      {
+        auto g = kb.If(is_t0);
+        kb.St(Space::kGlobal, Type::kB32, Operand::Addr(slot, sizeof(LogprobsEntry)), {bi, lp});
+      }
+      kb.EmitTo(r, Op::kAdd, Type::kS32, {r, 1});
+      kb.Bra(round);
+    }
+    // Entries r+1..max_top: {-1, -inf}; max_top <= 32 <= threads, one entry per thread.
+    kb.Bind(fill);
+    {
+      const Reg empty =
+          kb.Emit(Op::kAnd, Type::kPred,
+                  {kb.Setp(Cmp::kGe, Type::kS32, tid, r), kb.Setp(Cmp::kLt, Type::kS32, tid, k)});
+      const Reg slot = gen::AddrAdd(kb, rec, tid, sizeof(LogprobsEntry));
+      const Reg none = kb.Mov(Type::kS32, -1);
+      const Reg ninf = kb.Mov(Type::kF32, Operand::F32(-INFINITY));
+      auto g = kb.If(empty);
+      kb.St(Space::kGlobal, Type::kB32, Operand::Addr(slot, sizeof(LogprobsEntry)), {none, ninf});
+    }
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

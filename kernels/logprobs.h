@@ -40,15 +40,13 @@ struct LogprobsEntry {
 };
 static_assert(sizeof(LogprobsEntry) == 8);
 
-struct LogprobsConfig {
+struct LogprobsConfig : KernelConfig<LogprobsConfig, kLogprobsEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   int max_top = 20;   // top entries per record: 0..32 (the host API allows 20)
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &LogprobsConfig::threads),
-                                                  Field("max_top", &LogprobsConfig::max_top));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields =
+      std::make_tuple(ThreadsField(&LogprobsConfig::threads),
+                      Field("max_top", &LogprobsConfig::max_top).Key("top").Range(0, 32));
 };
 
 // Bytes of one row's record: (1 + max_top) * sizeof(LogprobsEntry).
@@ -73,13 +71,10 @@ struct LogprobsArgs {
   // >= 1; vocab * 4 < 2^32
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &LogprobsArgs::logits), Param("chosen", &LogprobsArgs::chosen),
-      Param("top_n", &LogprobsArgs::top_n), Param("out", &LogprobsArgs::out),
-      Param("vocab", &LogprobsArgs::vocab), Param("num_rows", &LogprobsArgs::num_rows));
+  PTXSERVE_PARAMS(LogprobsArgs, logits, chosen, top_n, out, vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GenerateLogprobs(const LogprobsConfig& cfg);
-LaunchDims LogprobsLaunch(const LogprobsConfig& cfg, int64_t num_rows);
+inline constexpr auto LogprobsLaunch = &RowLaunchFor<LogprobsConfig>;
 
 }  // namespace ptxserve::kernels

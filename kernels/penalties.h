@@ -35,13 +35,10 @@ struct PenaltyEntryWords {
 };
 static_assert(sizeof(PenaltyEntryWords) == 12);
 
-struct PenaltiesConfig {
+struct PenaltiesConfig : KernelConfig<PenaltiesConfig, kPenaltiesEntry> {
   int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &PenaltiesConfig::threads));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&PenaltiesConfig::threads));
 };
 
 struct PenaltiesArgs {
@@ -64,15 +61,11 @@ struct PenaltiesArgs {
   // >= 1; vocab * 4 < 2^32
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &PenaltiesArgs::logits), Param("out", &PenaltiesArgs::out),
-      Param("offsets", &PenaltiesArgs::offsets), Param("entries", &PenaltiesArgs::entries),
-      Param("repetition", &PenaltiesArgs::repetition), Param("presence", &PenaltiesArgs::presence),
-      Param("frequency", &PenaltiesArgs::frequency), Param("vocab", &PenaltiesArgs::vocab),
-      Param("num_rows", &PenaltiesArgs::num_rows));
+  PTXSERVE_PARAMS(PenaltiesArgs, logits, out, offsets, entries, repetition, presence, frequency,
+                  vocab, num_rows);
 };
 
 absl::StatusOr<std::string> GeneratePenalties(const PenaltiesConfig& cfg);
-LaunchDims PenaltiesLaunch(const PenaltiesConfig& cfg, int64_t num_rows);
+inline constexpr auto PenaltiesLaunch = &RowLaunchFor<PenaltiesConfig>;
 
 }  // namespace ptxserve::kernels

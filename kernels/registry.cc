@@ -11,19 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
 #include "kernels/common.h"
-#include "kernels/decode_attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
-#include "kernels/logprobs.h"
-#include "kernels/penalties.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/sampling.h"
-#include "kernels/silu_mul.h"
+#include "kernels/kernel_list.h"
 
 namespace ptxserve::kernels {
 namespace {
@@ -89,44 +78,36 @@ struct Entry {
   std::function<absl::StatusOr<std::string>(Reader&)> generate;
 };
 
-// The entry of a kernel whose Config lists its fields in kFields (config_fields.h): its
-// defaults are a default-constructed Config's.
-template <typename Config>
-Entry MakeEntry(const char* name, absl::StatusOr<std::string> (*generate)(const Config&)) {
+// The entry of a listed kernel (kernel_list.h): its settings are its Config's kFields
+// (config_fields.h), their defaults a default-constructed Config's.
+template <class K>
+Entry MakeEntry(K) {
+  using Config = typename K::Config;
   Entry e;
-  e.name = name;
+  e.name = K::kName;
   const Config defaults;
   std::apply(
       [&](const auto&... field) {
         (e.defaults.emplace(field.name, Format(defaults.*(field.member))), ...);
       },
       Config::kFields);
-  e.generate = [generate](Reader& r) -> absl::StatusOr<std::string> {
+  e.generate = [](Reader& r) -> absl::StatusOr<std::string> {
     Config c;
     std::apply([&](const auto&... field) { (r.Read(field.name, &(c.*(field.member))), ...); },
                Config::kFields);
     c.target = r.Target();
     if (!r.status().ok()) return r.status();
-    return generate(c);
+    return K::Generate(c);
   };
   return e;
 }
 
 const std::vector<Entry>& Entries() {
-  static const std::vector<Entry>* entries = new std::vector<Entry>{
-      MakeEntry("argmax", &GenerateArgmax),
-      MakeEntry("attention_merge", &GenerateAttentionMerge),
-      MakeEntry("decode_attention", &GenerateDecodeAttention),
-      MakeEntry("embedding", &GenerateEmbedding),
-      MakeEntry("gemm", &GenerateGemm),
-      MakeEntry("kv_scatter", &GenerateKvScatter),
-      MakeEntry("logprobs", &GenerateLogprobs),
-      MakeEntry("penalties", &GeneratePenalties),
-      MakeEntry("rmsnorm", &GenerateRmsNorm),
-      MakeEntry("rope", &GenerateRope),
-      MakeEntry("sampling", &GenerateSampling),
-      MakeEntry("silu_mul", &GenerateSiluMul),
-  };
+  static const std::vector<Entry>* entries = [] {
+    auto* all = new std::vector<Entry>;
+    ForEachKernel([&](auto kernel) { all->push_back(MakeEntry(kernel)); });
+    return all;
+  }();
   return *entries;
 }
 

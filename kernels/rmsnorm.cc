@@ -17,98 +17,72 @@ int Vec(int dim) {
   return v;
 }
 
-int Threads(const RmsNormConfig& c) {
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(c.dim / Vec(c.dim), 32) * 32, 32, 256));
-}
-
 }  // namespace
 
-absl::Status RmsNormConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  return CheckRange("dim", dim, 1, 65536);
-}
-
-std::string RmsNormConfig::Key() const {
-  return absl::StrCat("rmsnorm:dim", dim, ":", ElemTypeName(weight_dtype), ":", target.Key());
-}
-
-LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows) {
-  return RowLaunch(Threads(cfg), num_rows);
+int RmsNormConfig::Threads() const {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(dim / Vec(dim), 32) * 32, 32, 256));
 }
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("rmsnorm config: ", s.message()));
-  }
-  const int vec = Vec(cfg.dim);
-  const int64_t nvec = cfg.dim / vec;
-  const int threads = Threads(cfg);
-  const int warps = threads / 32;
-  const int iters = static_cast<int>(CeilDiv(nvec, threads));
-  const int wes = ElemSize(cfg.weight_dtype);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int vec = Vec(cfg.dim);
+    const int64_t nvec = cfg.dim / vec;
+    const int threads = cfg.Threads();
+    const int warps = threads / 32;
+    const int iters = static_cast<int>(CeilDiv(nvec, threads));
+    const int wes = ElemSize(cfg.weight_dtype);
+    const auto [x, w, out, num_rows, eps] = DeclareParams<RmsNormArgs>(kb);
+    const ptx::Symbol scratch = kb.Shared("reduce", (warps + 1) * 4);
 
-  ptx::KernelBuilder kb(kRmsNormEntry, cfg.target);
-  kb.SetMaxThreads(threads);
-  const ParamRegs<RmsNormArgs> param = DeclareParams<RmsNormArgs>(kb);
-  const Reg x = param[&RmsNormArgs::x];
-  const Reg w = param[&RmsNormArgs::w];
-  const Reg out = param[&RmsNormArgs::out];
-  const Reg num_rows = param[&RmsNormArgs::num_rows];
-  const Reg eps = param[&RmsNormArgs::eps];
-  const ptx::Symbol scratch = kb.Shared("reduce", (warps + 1) * 4);
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
+    const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+    const Reg xrow = gen::AddrAdd(kb, x, row, int64_t{cfg.dim} * 4);
+    const Reg orow = gen::AddrAdd(kb, out, row, int64_t{cfg.dim} * 4);
 
-  const ptx::Label done = kb.NewLabel("done");
-  const Reg row = kb.Special(SReg::kCtaidX);
-  // Uniform per CTA, so leaving here cannot strand a barrier.
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);
-  const Reg tid = kb.Special(SReg::kTidX);
-  const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
-  const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-  const Reg xrow = gen::AddrAdd(kb, x, row, int64_t{cfg.dim} * 4);
-  const Reg orow = gen::AddrAdd(kb, out, row, int64_t{cfg.dim} * 4);
-
-  // Each thread's vectors: i = tid + it * threads; the last step may be partial.
-  std::vector<std::vector<Reg>> vals(iters);
-  std::vector<Reg> in_range(iters);
-  std::vector<Reg> xa(iters);
-  Reg sq = kb.Mov(Type::kF32, Operand::F32(0.0f));
-  for (int it = 0; it < iters; ++it) {
-    const Reg i = gen::UAdd(kb, tid, it * threads);
-    xa[it] = gen::AddrAdd(kb, xrow, i, int64_t{vec} * 4);
-    for (int e = 0; e < vec; ++e) vals[it].push_back(kb.Mov(Type::kF32, Operand::F32(0.0f)));
-    if ((it + 1) * threads > nvec) {
-      in_range[it] = kb.Setp(Cmp::kLt, Type::kU32, i, nvec);
-      auto g = kb.If(in_range[it]);
-      gen::LoadAsF32To(kb, ElemType::kF32, xa[it], 0, vals[it], vec * 4);
-    } else {
-      gen::LoadAsF32To(kb, ElemType::kF32, xa[it], 0, vals[it], vec * 4);
+    // Each thread's vectors: i = tid + it * threads; the last step may be partial.
+    std::vector<std::vector<Reg>> vals(iters);
+    std::vector<Reg> in_range(iters);
+    std::vector<Reg> xa(iters);
+    Reg sq = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    for (int it = 0; it < iters; ++it) {
+      const Reg i = gen::UAdd(kb, tid, it * threads);
+      xa[it] = gen::AddrAdd(kb, xrow, i, int64_t{vec} * 4);
+      for (int e = 0; e < vec; ++e) vals[it].push_back(kb.Mov(Type::kF32, Operand::F32(0.0f)));
+      if ((it + 1) * threads > nvec) {
+        in_range[it] = kb.Setp(Cmp::kLt, Type::kU32, i, nvec);
+        auto g = kb.If(in_range[it]);
+        gen::LoadAsF32To(kb, ElemType::kF32, xa[it], 0, vals[it], vec * 4);
+      } else {
+        gen::LoadAsF32To(kb, ElemType::kF32, xa[it], 0, vals[it], vec * 4);
+      }
+      for (const Reg& v : vals[it]) sq = gen::FFma(kb, v, v, sq);
     }
-    for (const Reg& v : vals[it]) sq = gen::FFma(kb, v, v, sq);
-  }
-  const Reg total = gen::BlockAllReduceF32(kb, sq, gen::Reduce::kSum, warps, scratch, lane, warp);
-  const Reg mean = gen::FFma(kb, total, Operand::F32(1.0f / static_cast<float>(cfg.dim)), eps);
-  const Reg inv = kb.Emit(Op::kRsqrt, Type::kF32, {mean});
-  for (int it = 0; it < iters; ++it) {
-    const Reg i = gen::UAdd(kb, tid, it * threads);
-    auto scale = [&] {
-      std::vector<Reg> wv = gen::LoadAsF32(
-          kb, cfg.weight_dtype, gen::AddrAdd(kb, w, i, int64_t{vec} * wes), 0, vec, vec * wes);
-      std::vector<Reg> o;
-      for (int e = 0; e < vec; ++e)
-        o.push_back(gen::FMul(kb, gen::FMul(kb, vals[it][e], inv), wv[e]));
-      gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, orow, i, int64_t{vec} * 4), 0, o,
-                        vec * 4);
-    };
-    if ((it + 1) * threads > nvec) {
-      auto g = kb.If(in_range[it]);
-      scale();
-    } else {
-      scale();
+    const Reg total = gen::BlockAllReduceF32(kb, sq, gen::Reduce::kSum, warps, scratch, lane, warp);
+    const Reg mean = gen::FFma(kb, total, Operand::F32(1.0f / static_cast<float>(cfg.dim)), eps);
+    const Reg inv = kb.Emit(Op::kRsqrt, Type::kF32, {mean});
+    for (int it = 0; it < iters; ++it) {
+      const Reg i = gen::UAdd(kb, tid, it * threads);
+      auto scale = [&] {
+        std::vector<Reg> wv = gen::LoadAsF32(
+            kb, cfg.weight_dtype, gen::AddrAdd(kb, w, i, int64_t{vec} * wes), 0, vec, vec * wes);
+        std::vector<Reg> o;
+        for (int e = 0; e < vec; ++e)
+          o.push_back(gen::FMul(kb, gen::FMul(kb, vals[it][e], inv), wv[e]));
+        gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, orow, i, int64_t{vec} * 4), 0, o,
+                          vec * 4);
+      };
+      if ((it + 1) * threads > nvec) {
+        auto g = kb.If(in_range[it]);
+        scale();
+      } else {
+        scale();
+      }
     }
-  }
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kRmsNormEntry, ", config ", cfg.Key())});
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

@@ -17,15 +17,14 @@ namespace ptxserve::kernels {
 
 inline constexpr char kRmsNormEntry[] = "rmsnorm";
 
-struct RmsNormConfig {
+struct RmsNormConfig : KernelConfig<RmsNormConfig, kRmsNormEntry> {
   int dim = 4096;
   ElemType weight_dtype = ElemType::kF32;
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("dim", &RmsNormConfig::dim), Field("weight_dtype", &RmsNormConfig::weight_dtype));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  int Threads() const;  // per CTA
+  static constexpr auto kFields =
+      std::make_tuple(Field("dim", &RmsNormConfig::dim).Key("dim").Range(1, 65536),
+                      Field("weight_dtype", &RmsNormConfig::weight_dtype).Key(""));
 };
 
 struct RmsNormArgs {
@@ -35,13 +34,11 @@ struct RmsNormArgs {
                   // before the reduction and writes them after)
   uint32_t num_rows = 0;
   float eps = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("x", &RmsNormArgs::x), Param("w", &RmsNormArgs::w), Param("out", &RmsNormArgs::out),
-      Param("num_rows", &RmsNormArgs::num_rows), Param("eps", &RmsNormArgs::eps));
+  PTXSERVE_PARAMS(RmsNormArgs, x, w, out, num_rows, eps);
 };
 
 absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg);
 // One CTA per row; a single warp when the row is short, up to 8 warps.
-LaunchDims RmsNormLaunch(const RmsNormConfig& cfg, int64_t num_rows);
+inline constexpr auto RmsNormLaunch = &RowLaunchFor<RmsNormConfig>;
 
 }  // namespace ptxserve::kernels

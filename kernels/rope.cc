@@ -12,11 +12,6 @@ namespace ptxserve::kernels {
 
 namespace {
 
-int Threads(const RopeConfig& c) {
-  const int64_t pairs = int64_t{c.num_heads + c.num_kv_heads} * c.head_dim / 2;
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 256));
-}
-
 // 2*pi as C1 + C2 + C3: C1 has few significant bits, so k * C1 loses nothing in the fma.
 constexpr double kTwoPi = 2.0 * std::numbers::pi;
 constexpr float kC1 = 6.28125f;
@@ -25,121 +20,95 @@ const float kC3 = static_cast<float>(kTwoPi - kC1 - static_cast<double>(kC2));
 
 }  // namespace
 
-absl::Status RopeConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckRange("head_dim", head_dim, 2, 1024); !s.ok()) return s;
-  if (head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head_dim = ", head_dim, " is odd"));
-  }
-  if (absl::Status s = CheckRange("num_heads", num_heads, 1, 1024); !s.ok()) return s;
-  return CheckRange("num_kv_heads", num_kv_heads, 0, 1024);
-}
-
-std::string RopeConfig::Key() const {
-  return absl::StrCat("rope:h", num_heads, ":kvh", num_kv_heads, ":d", head_dim,
-                      layout == RopeLayout::kRotateHalf ? ":half" : ":interleaved", ":",
-                      target.Key());
-}
-
-LaunchDims RopeLaunch(const RopeConfig& cfg, int64_t num_tokens) {
-  return RowLaunch(Threads(cfg), num_tokens);
+int RopeConfig::Threads() const {
+  const int64_t pairs = int64_t{num_heads + num_kv_heads} * head_dim / 2;
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 256));
 }
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("rope config: ", s.message()));
-  }
-  const int half = cfg.head_dim / 2;
-  const int threads = Threads(cfg);
-  const int64_t pairs = int64_t{cfg.num_heads + cfg.num_kv_heads} * half;
-  ptx::KernelBuilder kb(kRopeEntry, cfg.target);
-  kb.SetMaxThreads(threads);
-  const ParamRegs<RopeArgs> param = DeclareParams<RopeArgs>(kb);
-  const Reg q = param[&RopeArgs::q];
-  const Reg k = param[&RopeArgs::k];
-  const Reg positions = param[&RopeArgs::positions];
-  const Reg inv_freq = param[&RopeArgs::inv_freq];
-  const Reg num_tokens = param[&RopeArgs::num_tokens];
-  const ptx::Symbol cs = kb.Shared("cos_sin", int64_t{half} * 8);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int half = cfg.head_dim / 2;
+    const int threads = cfg.Threads();
+    const int64_t pairs = int64_t{cfg.num_heads + cfg.num_kv_heads} * half;
+    const auto [q, k, positions, inv_freq, num_tokens] = DeclareParams<RopeArgs>(kb);
+    const ptx::Symbol cs = kb.Shared("cos_sin", int64_t{half} * 8);
 
-  const ptx::Label done = kb.NewLabel("done");
-  const Reg t = kb.Special(SReg::kCtaidX);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, t, num_tokens), done);  // uniform per CTA
-  const Reg tid = kb.Special(SReg::kTidX);
-  const Reg pos_i =
-      kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, positions, t, 4)));
-  const Reg pos = kb.Cvt(Type::kF32, Type::kS32, pos_i, ptx::Round::kRn);
-  const Reg cs_base = kb.AddressOf(cs);
+    const auto [t, done] = gen::EnterRow(kb, num_tokens);
+    const Reg tid = kb.Special(SReg::kTidX);
+    const Reg pos_i =
+        kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, positions, t, 4)));
+    const Reg pos = kb.Cvt(Type::kF32, Type::kS32, pos_i, ptx::Round::kRn);
+    const Reg cs_base = kb.AddressOf(cs);
 
-  // Angles: threads stride over the half head_dim frequencies (guarded, no early exit:
-  // the barrier below must see every thread).
-  for (int i0 = 0; i0 < half; i0 += threads) {
-    const Reg i = gen::UAdd(kb, tid, i0);
-    const Reg active = kb.Setp(Cmp::kLt, Type::kU32, i, half);
-    auto g = kb.If(active);
-    const Reg f =
-        kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, inv_freq, i, 4)));
-    const Reg hi = gen::FMul(kb, pos, f);
-    const Reg lo = gen::FFma(kb, pos, f, kb.Emit(Op::kNeg, Type::kF32, {hi}));
-    const Reg turns = gen::FMul(kb, hi, Operand::F32(static_cast<float>(1.0 / kTwoPi)));
-    const Reg kk = kb.Cvt(Type::kF32, Type::kF32, turns, ptx::Round::kRni);
-    const Reg nk = kb.Emit(Op::kNeg, Type::kF32, {kk});
-    Reg r = gen::FFma(kb, nk, Operand::F32(kC1), hi);
-    r = gen::FFma(kb, nk, Operand::F32(kC2), r);
-    r = gen::FFma(kb, nk, Operand::F32(kC3), r);
-    r = gen::FAdd(kb, r, lo);
-    const Reg c = kb.Emit(Op::kCos, Type::kF32, {r});
-    const Reg s = kb.Emit(Op::kSin, Type::kF32, {r});
-    kb.St(Space::kShared, Type::kF32,
-          Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), {c, s});
-  }
-  kb.BarSync();
-
-  const Reg p = kb.Mov(Type::kU32, tid);
-  const ptx::Label loop = kb.NewLabel("pair_loop");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, p, pairs), done);
-  kb.Bind(loop);
-  {
-    const Reg h = gen::DivConst(kb, p, half);
-    const Reg i = gen::RemConst(kb, p, half);
-    const Reg is_q = kb.Setp(Cmp::kLt, Type::kU32, h, cfg.num_heads);
-    // Row of (t, h) in q, or of (t, h - num_heads) in k.
-    const Reg qrow = kb.Emit(Op::kMadLo, Type::kU32, {t, cfg.num_heads, h});
-    const Reg krow =
-        kb.Emit(Op::kSub, Type::kU32,
-                {kb.Emit(Op::kMadLo, Type::kU32, {t, cfg.num_kv_heads, h}), cfg.num_heads});
-    const Reg qa = gen::AddrAdd(kb, q, qrow, int64_t{cfg.head_dim} * 4);
-    const Reg ka = gen::AddrAdd(kb, k, krow, int64_t{cfg.head_dim} * 4);
-    const Reg base = kb.Selp(Type::kU64, qa, ka, is_q);
-    const std::vector<Reg> csv =
-        kb.Ld(Space::kShared, Type::kF32,
-              Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), 2);
-    Reg a, b, aa;
-    if (cfg.layout == RopeLayout::kRotateHalf) {
-      aa = gen::AddrAdd(kb, base, i, 4);
-      a = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(aa));
-      b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(aa, int64_t{half} * 4));
-    } else {
-      aa = gen::AddrAdd(kb, base, i, 8);
-      const std::vector<Reg> ab = kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(aa), 2);
-      a = ab[0];
-      b = ab[1];
+    // Angles: threads stride over the half head_dim frequencies (guarded, no early exit:
+    // the barrier below must see every thread).
+    for (int i0 = 0; i0 < half; i0 += threads) {
+      const Reg i = gen::UAdd(kb, tid, i0);
+      const Reg active = kb.Setp(Cmp::kLt, Type::kU32, i, half);
+      auto g = kb.If(active);
+      const Reg f =
+          kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, inv_freq, i, 4)));
+      const Reg hi = gen::FMul(kb, pos, f);
+      const Reg lo = gen::FFma(kb, pos, f, kb.Emit(Op::kNeg, Type::kF32, {hi}));
+      const Reg turns = gen::FMul(kb, hi, Operand::F32(static_cast<float>(1.0 / kTwoPi)));
+      const Reg kk = kb.Cvt(Type::kF32, Type::kF32, turns, ptx::Round::kRni);
+      const Reg nk = kb.Emit(Op::kNeg, Type::kF32, {kk});
+      Reg r = gen::FFma(kb, nk, Operand::F32(kC1), hi);
+      r = gen::FFma(kb, nk, Operand::F32(kC2), r);
+      r = gen::FFma(kb, nk, Operand::F32(kC3), r);
+      r = gen::FAdd(kb, r, lo);
+      const Reg c = kb.Emit(Op::kCos, Type::kF32, {r});
+      const Reg s = kb.Emit(Op::kSin, Type::kF32, {r});
+      kb.St(Space::kShared, Type::kF32,
+            Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), {c, s});
     }
-    // a' = a cos - b sin, b' = b cos + a sin (as the CPU reference rounds them).
-    const Reg na = gen::FSub(kb, gen::FMul(kb, a, csv[0]), gen::FMul(kb, b, csv[1]));
-    const Reg nb = gen::FAdd(kb, gen::FMul(kb, b, csv[0]), gen::FMul(kb, a, csv[1]));
-    if (cfg.layout == RopeLayout::kRotateHalf) {
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa), {na});
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa, int64_t{half} * 4), {nb});
-    } else {
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa), {na, nb});
+    kb.BarSync();
+
+    const Reg p = kb.Mov(Type::kU32, tid);
+    const ptx::Label loop = kb.NewLabel("pair_loop");
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, p, pairs), done);
+    kb.Bind(loop);
+    {
+      const Reg h = gen::DivConst(kb, p, half);
+      const Reg i = gen::RemConst(kb, p, half);
+      const Reg is_q = kb.Setp(Cmp::kLt, Type::kU32, h, cfg.num_heads);
+      // Row of (t, h) in q, or of (t, h - num_heads) in k.
+      const Reg qrow = kb.Emit(Op::kMadLo, Type::kU32, {t, cfg.num_heads, h});
+      const Reg krow =
+          kb.Emit(Op::kSub, Type::kU32,
+                  {kb.Emit(Op::kMadLo, Type::kU32, {t, cfg.num_kv_heads, h}), cfg.num_heads});
+      const Reg qa = gen::AddrAdd(kb, q, qrow, int64_t{cfg.head_dim} * 4);
+      const Reg ka = gen::AddrAdd(kb, k, krow, int64_t{cfg.head_dim} * 4);
+      const Reg base = kb.Selp(Type::kU64, qa, ka, is_q);
+      const std::vector<Reg> csv =
+          kb.Ld(Space::kShared, Type::kF32,
+                Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), 2);
+      Reg a, b, aa;
+      if (cfg.layout == RopeLayout::kRotateHalf) {
+        aa = gen::AddrAdd(kb, base, i, 4);
+        a = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(aa));
+        b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(aa, int64_t{half} * 4));
+      } else {
+        aa = gen::AddrAdd(kb, base, i, 8);
+        const std::vector<Reg> ab = kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(aa), 2);
+        a = ab[0];
+        b = ab[1];
+      }
+      // a' = a cos - b sin, b' = b cos + a sin (as the CPU reference rounds them).
+      const Reg na = gen::FSub(kb, gen::FMul(kb, a, csv[0]), gen::FMul(kb, b, csv[1]));
+      const Reg nb = gen::FAdd(kb, gen::FMul(kb, b, csv[0]), gen::FMul(kb, a, csv[1]));
+      if (cfg.layout == RopeLayout::kRotateHalf) {
+        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa), {na});
+        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa, int64_t{half} * 4), {nb});
+      } else {
+        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa), {na, nb});
+      }
     }
-  }
-  kb.EmitTo(p, Op::kAdd, Type::kU32, {p, threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, p, pairs), loop);
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kRopeEntry, ", config ", cfg.Key())});
+    kb.EmitTo(p, Op::kAdd, Type::kU32, {p, threads});
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, p, pairs), loop);
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

@@ -22,19 +22,23 @@ namespace ptxserve::kernels {
 inline constexpr char kRopeEntry[] = "rope";
 
 enum class RopeLayout : uint8_t { kRotateHalf, kInterleaved };
+// The layout as the config key names it: "half" or "interleaved".
+inline const char* KeyText(RopeLayout l) {
+  return l == RopeLayout::kRotateHalf ? "half" : "interleaved";
+}
 
-struct RopeConfig {
+struct RopeConfig : KernelConfig<RopeConfig, kRopeEntry> {
   int num_heads = 32;
   int num_kv_heads = 8;
   int head_dim = 128;  // even
   RopeLayout layout = RopeLayout::kRotateHalf;
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(
-      Field("num_heads", &RopeConfig::num_heads), Field("num_kv_heads", &RopeConfig::num_kv_heads),
-      Field("head_dim", &RopeConfig::head_dim), Field("layout", &RopeConfig::layout));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  int Threads() const;  // per CTA
+  static constexpr auto kFields =
+      std::make_tuple(Field("num_heads", &RopeConfig::num_heads).Key("h").Range(1, 1024),
+                      Field("num_kv_heads", &RopeConfig::num_kv_heads).Key("kvh").Range(0, 1024),
+                      Field("head_dim", &RopeConfig::head_dim).Key("d").Range(2, 1024, 2),
+                      Field("layout", &RopeConfig::layout).Key(""));
 };
 
 struct RopeArgs {
@@ -47,13 +51,11 @@ struct RopeArgs {
   // f32 [head_dim / 2] (RopeInvFreq, engine/model/rope.h: scaling already applied)
   DevicePtr inv_freq;
   uint32_t num_tokens = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("q", &RopeArgs::q), Param("k", &RopeArgs::k), Param("positions", &RopeArgs::positions),
-      Param("inv_freq", &RopeArgs::inv_freq), Param("num_tokens", &RopeArgs::num_tokens));
+  PTXSERVE_PARAMS(RopeArgs, q, k, positions, inv_freq, num_tokens);
 };
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg);
 // One CTA per token.
-LaunchDims RopeLaunch(const RopeConfig& cfg, int64_t num_tokens);
+inline constexpr auto RopeLaunch = &RowLaunchFor<RopeConfig>;
 
 }  // namespace ptxserve::kernels

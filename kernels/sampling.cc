@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
 #include "kernels/generator.h"
+#include "kernels/logits_row.h"
 
 namespace ptxserve::kernels {
 
@@ -73,15 +74,11 @@ Reg Exp(KernelBuilder& kb, Reg x) {
   return kb.Selp(Type::kF32, F(0.0f), w, under);
 }
 
-struct Ctx {
-  KernelBuilder& kb;
-  Reg row_base;  // u64 address of the row's logits
-  Reg vocab;
-  Reg tid, lane, warp;
-  int threads;
-  int warps;
+struct Ctx : gen::LogitsRow {
   Reg m, inv_t;  // the row's max logit and 1 / T, once known
 };
+using gen::ForStrided;
+using gen::LoadLogit;
 
 // w = Exp((l - m) * inv_t).
 Reg Weight(Ctx& c, Reg l) { return Exp(c.kb, RnMul(c.kb, RnSub(c.kb, l, c.m), c.inv_t)); }
@@ -101,24 +98,6 @@ Reg Key(KernelBuilder& kb, Reg i, Reg l) {
   ord = kb.Selp(Type::kB32, 0x007fffff, ord, kb.Setp(Cmp::kNan, Type::kF32, l, l));
   const Reg inv_id = kb.Emit(Op::kNot, Type::kB32, {i});
   return kb.Pack(Type::kU64, {inv_id, ord});
-}
-
-Reg LoadLogit(Ctx& c, Reg i) {
-  return c.kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(c.kb, c.row_base, i, 4)));
-}
-
-// for (i = tid; i < vocab; i += threads) body(i, logit[i])
-void ForStrided(Ctx& c, const std::function<void(Reg i, Reg l)>& body) {
-  KernelBuilder& kb = c.kb;
-  const Reg i = kb.Mov(Type::kU32, c.tid);
-  const Label loop = kb.NewLabel("strided");
-  const Label end = kb.NewLabel("strided_end");
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, c.vocab), end);
-  kb.Bind(loop);
-  body(i, LoadLogit(c, i));
-  kb.EmitTo(i, Op::kAdd, Type::kU32, {i, c.threads});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, c.vocab), loop);
-  kb.Bind(end);
 }
 
 Reg ToF64(KernelBuilder& kb, Reg u64) { return kb.Cvt(Type::kF64, Type::kU64, u64, Round::kRn); }
@@ -276,172 +255,139 @@ void BlockScanU64(Ctx& c, Reg v, const ptx::Symbol& wsum, Reg* prefix, Reg* tota
 
 }  // namespace
 
-absl::Status SamplingConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (absl::Status s = CheckBlockThreads(threads); !s.ok()) return s;
-  return absl::OkStatus();
-}
-
-std::string SamplingConfig::Key() const {
-  return absl::StrCat("sampling:t", threads, ":", target.Key());
-}
-
-LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows) {
-  return RowLaunch(cfg.threads, num_rows);
-}
-
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling config: ", s.message()));
-  }
-  const int threads = cfg.threads;
-  const int warps = threads / 32;
-  KernelBuilder kb(kSamplingEntry, cfg.target);
-  kb.SetMaxThreads(threads);
-  const ParamRegs<SamplingArgs> param = DeclareParams<SamplingArgs>(kb);
-  const Reg logits = param[&SamplingArgs::logits];
-  const Reg temperature = param[&SamplingArgs::temperature];
-  const Reg top_k = param[&SamplingArgs::top_k];
-  const Reg top_p = param[&SamplingArgs::top_p];
-  const Reg min_p = param[&SamplingArgs::min_p];
-  const Reg uniform = param[&SamplingArgs::uniform];
-  const Reg out = param[&SamplingArgs::out];
-  const Reg vocab = param[&SamplingArgs::vocab];
-  const Reg num_rows = param[&SamplingArgs::num_rows];
-  const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
-  const ptx::Symbol argmax = kb.Shared("argmax", int64_t{warps} * 8);
-  const RadixShared radix{kb.Shared("hist", kBins * 8), kb.Shared("groups", kBins / kGroup * 8)};
-  const ptx::Symbol wsum = kb.Shared("wsum", int64_t{warps} * 8);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int threads = cfg.threads;
+    const int warps = threads / 32;
+    const auto [logits, temperature, top_k, top_p, min_p, uniform, out, vocab, num_rows] =
+        DeclareParams<SamplingArgs>(kb);
+    const ptx::Symbol reduce = kb.Shared("reduce", int64_t{warps + 1} * 4);
+    const ptx::Symbol argmax = kb.Shared("argmax", int64_t{warps} * 8);
+    const RadixShared radix{kb.Shared("hist", kBins * 8), kb.Shared("groups", kBins / kGroup * 8)};
+    const ptx::Symbol wsum = kb.Shared("wsum", int64_t{warps} * 8);
 
-  const Label done = kb.NewLabel("done");
-  const Label greedy = kb.NewLabel("greedy");
-  const Reg row = kb.Special(SReg::kCtaidX);
-  kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row, num_rows), done);  // uniform per CTA
-  const Reg tid = kb.Special(SReg::kTidX);
-  Ctx c{kb,
-        gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4),
-        vocab,
-        tid,
-        kb.Emit(Op::kAnd, Type::kB32, {tid, 31}),
-        kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
-        threads,
-        warps,
-        {},
-        {}};
-  const Reg is_t0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
-  auto row_param = [&](Reg ptr, Type t, int bytes) {
-    return kb.Ld1(Space::kGlobal, t, Operand::Addr(gen::AddrAdd(kb, ptr, row, bytes)));
-  };
-  const Reg temp = row_param(temperature, Type::kF32, 4);
-  const Reg k = row_param(top_k, Type::kS32, 4);
-  const Reg p = row_param(top_p, Type::kF32, 4);
-  const Reg mp = row_param(min_p, Type::kF32, 4);
-  const Reg u = row_param(uniform, Type::kF64, 8);
+    const auto [row, done] = gen::EnterRow(kb, num_rows);
+    const Label greedy = kb.NewLabel("greedy");
+    const Reg tid = kb.Special(SReg::kTidX);
+    Ctx c{{kb, gen::AddrAdd(kb, logits, kb.Emit(Op::kMulLo, Type::kU32, {row, vocab}), 4), vocab,
+           tid, kb.Emit(Op::kAnd, Type::kB32, {tid, 31}), kb.Emit(Op::kShr, Type::kU32, {tid, 5}),
+           threads, warps},
+          {},
+          {}};
+    const Reg is_t0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
+    auto row_param = [&](Reg ptr, Type t, int bytes) {
+      return kb.Ld1(Space::kGlobal, t, Operand::Addr(gen::AddrAdd(kb, ptr, row, bytes)));
+    };
+    const Reg temp = row_param(temperature, Type::kF32, 4);
+    const Reg k = row_param(top_k, Type::kS32, 4);
+    const Reg p = row_param(top_p, Type::kF32, 4);
+    const Reg mp = row_param(min_p, Type::kF32, 4);
+    const Reg u = row_param(uniform, Type::kF64, 8);
 
-  // Step 1: greedy by request, or because the row has no finite maximum or T is tiny.
-  const Reg by_request =
-      kb.Emit(Op::kOr, Type::kPred,
-              {kb.Setp(Cmp::kLe, Type::kF32, temp, F(0.0f)), kb.Setp(Cmp::kEq, Type::kS32, k, 1)});
-  kb.BraIf(by_request, greedy);
-  Reg m = kb.Mov(Type::kF32, F(-INFINITY));
-  ForStrided(c, [&](Reg, Reg l) { kb.EmitTo(m, Op::kMax, Type::kF32, {m, l}); });
-  c.m = gen::BlockAllReduceF32(kb, m, gen::Reduce::kMax, warps, reduce, c.lane, c.warp);
-  c.inv_t = kb.Emit(Op::kDiv, Type::kF32, {F(1.0f), temp});
-  const Reg degenerate =
-      kb.Emit(Op::kOr, Type::kPred,
-              {kb.Setp(Cmp::kEq, Type::kF32, kb.Emit(Op::kAbs, Type::kF32, {c.m}), F(INFINITY)),
-               kb.Setp(Cmp::kEq, Type::kF32, c.inv_t, F(INFINITY))});
-  kb.BraIf(degenerate, greedy);
+    // Step 1: greedy by request, or because the row has no finite maximum or T is tiny.
+    const Reg by_request = kb.Emit(
+        Op::kOr, Type::kPred,
+        {kb.Setp(Cmp::kLe, Type::kF32, temp, F(0.0f)), kb.Setp(Cmp::kEq, Type::kS32, k, 1)});
+    kb.BraIf(by_request, greedy);
+    Reg m = kb.Mov(Type::kF32, F(-INFINITY));
+    ForStrided(c, [&](Reg, Reg l) { kb.EmitTo(m, Op::kMax, Type::kF32, {m, l}); });
+    c.m = gen::BlockAllReduceF32(kb, m, gen::Reduce::kMax, warps, reduce, c.lane, c.warp);
+    c.inv_t = kb.Emit(Op::kDiv, Type::kF32, {F(1.0f), temp});
+    const Reg degenerate =
+        kb.Emit(Op::kOr, Type::kPred,
+                {kb.Setp(Cmp::kEq, Type::kF32, kb.Emit(Op::kAbs, Type::kF32, {c.m}), F(INFINITY)),
+                 kb.Setp(Cmp::kEq, Type::kF32, c.inv_t, F(INFINITY))});
+    kb.BraIf(degenerate, greedy);
 
-  // Step 4: tau.
-  const Reg tau = kb.Mov(Type::kU64, 0);
-  const Label no_k = kb.NewLabel("no_top_k");
-  const Reg use_k =
-      kb.Emit(Op::kAnd, Type::kPred,
-              {kb.Setp(Cmp::kGt, Type::kS32, k, 0), kb.Setp(Cmp::kLo, Type::kU32, k, vocab)});
-  kb.BraIf(use_k, no_k, /*if_false=*/true);
-  RadixSelect(c, radix, tau, kb.Cvt(Type::kF64, Type::kS32, k, Round::kRn), {}, /*mass=*/false);
-  kb.Bind(no_k);
-  const Label no_p = kb.NewLabel("no_top_p");
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kF32, p, F(1.0f)), no_p, /*if_false=*/true);
-  RadixSelect(c, radix, tau, {}, p, /*mass=*/true);
-  kb.Bind(no_p);
+    // Step 4: tau.
+    const Reg tau = kb.Mov(Type::kU64, 0);
+    const Label no_k = kb.NewLabel("no_top_k");
+    const Reg use_k =
+        kb.Emit(Op::kAnd, Type::kPred,
+                {kb.Setp(Cmp::kGt, Type::kS32, k, 0), kb.Setp(Cmp::kLo, Type::kU32, k, vocab)});
+    kb.BraIf(use_k, no_k, /*if_false=*/true);
+    RadixSelect(c, radix, tau, kb.Cvt(Type::kF64, Type::kS32, k, Round::kRn), {}, /*mass=*/false);
+    kb.Bind(no_k);
+    const Label no_p = kb.NewLabel("no_top_p");
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kF32, p, F(1.0f)), no_p, /*if_false=*/true);
+    RadixSelect(c, radix, tau, {}, p, /*mass=*/true);
+    kb.Bind(no_p);
 
-  // Steps 5-6: thread t owns ids [t * chunk, (t + 1) * chunk), so a prefix over the
-  // threads' sums is a prefix in id order.
-  const Reg chunk = gen::DivConst(kb, gen::UAdd(kb, vocab, threads - 1), threads);
-  const Reg start = kb.Emit(Op::kMulLo, Type::kU32, {tid, chunk});
-  const Reg end = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, start, chunk), vocab});
-  // Runs body(i, q) over the thread's ids, q = 0 for ids not kept.
-  auto for_chunk = [&](const std::function<void(Reg i, Reg q)>& body, Label exit) {
-    const Reg i = kb.Mov(Type::kU32, start);
-    const Label loop = kb.NewLabel("chunk");
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, end), exit);
-    kb.Bind(loop);
-    const Reg l = LoadLogit(c, i);
-    const Reg w = Weight(c, l);
-    const Reg kept = kb.Emit(
+    // Steps 5-6: thread t owns ids [t * chunk, (t + 1) * chunk), so a prefix over the
+    // threads' sums is a prefix in id order.
+    const Reg chunk = gen::DivConst(kb, gen::UAdd(kb, vocab, threads - 1), threads);
+    const Reg start = kb.Emit(Op::kMulLo, Type::kU32, {tid, chunk});
+    const Reg end = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, start, chunk), vocab});
+    // Runs body(i, q) over the thread's ids, q = 0 for ids not kept.
+    auto for_chunk = [&](const std::function<void(Reg i, Reg q)>& body, Label exit) {
+      const Reg i = kb.Mov(Type::kU32, start);
+      const Label loop = kb.NewLabel("chunk");
+      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, i, end), exit);
+      kb.Bind(loop);
+      const Reg l = LoadLogit(c, i);
+      const Reg w = Weight(c, l);
+      const Reg kept = kb.Emit(Op::kAnd, Type::kPred,
+                               {kb.Setp(Cmp::kHs, Type::kU64, Key(kb, i, l), tau),
+                                kb.Setp(Cmp::kGe, Type::kF32, w, mp)});
+      body(i, kb.Selp(Type::kU64, Quantize(kb, w), 0, kept));
+      kb.EmitTo(i, Op::kAdd, Type::kU32, {i, 1});
+      kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, end), loop);
+    };
+    const Reg mine = kb.Mov(Type::kU64, 0);
+    const Label summed = kb.NewLabel("summed");
+    for_chunk([&](Reg, Reg q) { kb.EmitTo(mine, Op::kAdd, Type::kU64, {mine, q}); }, summed);
+    kb.Bind(summed);
+    Reg prefix, total;
+    BlockScanU64(c, mine, wsum, &prefix, &total);
+    // target = min(trunc(u * (f64)K), K - 1).
+    const Reg last = kb.Emit(Op::kSub, Type::kU64, {total, 1});
+    const Reg target = kb.Emit(
+        Op::kMin, Type::kU64,
+        {kb.Cvt(Type::kU64, Type::kF64, MulF64(kb, u, ToF64(kb, total)), Round::kRzi), last});
+    // The one thread whose range holds the target walks it and writes the id.
+    const Reg mine_has = kb.Emit(
         Op::kAnd, Type::kPred,
-        {kb.Setp(Cmp::kHs, Type::kU64, Key(kb, i, l), tau), kb.Setp(Cmp::kGe, Type::kF32, w, mp)});
-    body(i, kb.Selp(Type::kU64, Quantize(kb, w), 0, kept));
-    kb.EmitTo(i, Op::kAdd, Type::kU32, {i, 1});
-    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, i, end), loop);
-  };
-  const Reg mine = kb.Mov(Type::kU64, 0);
-  const Label summed = kb.NewLabel("summed");
-  for_chunk([&](Reg, Reg q) { kb.EmitTo(mine, Op::kAdd, Type::kU64, {mine, q}); }, summed);
-  kb.Bind(summed);
-  Reg prefix, total;
-  BlockScanU64(c, mine, wsum, &prefix, &total);
-  // target = min(trunc(u * (f64)K), K - 1).
-  const Reg last = kb.Emit(Op::kSub, Type::kU64, {total, 1});
-  const Reg target =
-      kb.Emit(Op::kMin, Type::kU64,
-              {kb.Cvt(Type::kU64, Type::kF64, MulF64(kb, u, ToF64(kb, total)), Round::kRzi), last});
-  // The one thread whose range holds the target walks it and writes the id.
-  const Reg mine_has = kb.Emit(
-      Op::kAnd, Type::kPred,
-      {kb.Setp(Cmp::kLs, Type::kU64, prefix, target),
-       kb.Setp(Cmp::kHi, Type::kU64, kb.Emit(Op::kAdd, Type::kU64, {prefix, mine}), target)});
-  kb.BraIf(mine_has, done, /*if_false=*/true);
-  {
-    const Reg cum = kb.Mov(Type::kU64, prefix);
-    for_chunk(
-        [&](Reg i, Reg q) {
-          kb.EmitTo(cum, Op::kAdd, Type::kU64, {cum, q});
-          const Reg hit = kb.Setp(Cmp::kHi, Type::kU64, cum, target);
-          {
-            auto g = kb.If(hit);
-            kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {i});
-          }
-          kb.BraIf(hit, done);
-        },
-        done);
-  }
-  kb.Bra(done);
+        {kb.Setp(Cmp::kLs, Type::kU64, prefix, target),
+         kb.Setp(Cmp::kHi, Type::kU64, kb.Emit(Op::kAdd, Type::kU64, {prefix, mine}), target)});
+    kb.BraIf(mine_has, done, /*if_false=*/true);
+    {
+      const Reg cum = kb.Mov(Type::kU64, prefix);
+      for_chunk(
+          [&](Reg i, Reg q) {
+            kb.EmitTo(cum, Op::kAdd, Type::kU64, {cum, q});
+            const Reg hit = kb.Setp(Cmp::kHi, Type::kU64, cum, target);
+            {
+              auto g = kb.If(hit);
+              kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {i});
+            }
+            kb.BraIf(hit, done);
+          },
+          done);
+    }
+    kb.Bra(done);
 
-  // Greedy: argmax with the sampler's tie rules.
-  kb.Bind(greedy);
-  {
-    Reg v = kb.Mov(Type::kF32, F(-INFINITY));
-    Reg id = kb.Mov(Type::kU32, kNone);
-    ForStrided(c, [&](Reg i, Reg l) {
-      const Reg take = kb.Emit(Op::kOr, Type::kPred,
-                               {kb.Setp(Cmp::kGt, Type::kF32, l, v),
-                                kb.Emit(Op::kAnd, Type::kPred,
-                                        {kb.Setp(Cmp::kEq, Type::kF32, l, v),
-                                         kb.Setp(Cmp::kEq, Type::kU32, id, kNone)})});
-      kb.EmitTo(v, Op::kSelp, Type::kF32, {l, v, take});
-      kb.EmitTo(id, Op::kSelp, Type::kB32, {i, id, take});
-    });
-    gen::BlockArgmax(kb, &v, &id, warps, argmax, c.lane, c.warp);
-    const Reg result = kb.Selp(Type::kU32, 0, id, kb.Setp(Cmp::kEq, Type::kU32, id, kNone));
-    auto g = kb.If(is_t0);
-    kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {result});
-  }
-  kb.Bind(done);
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kSamplingEntry, ", config ", cfg.Key())});
+    // Greedy: argmax with the sampler's tie rules.
+    kb.Bind(greedy);
+    {
+      Reg v = kb.Mov(Type::kF32, F(-INFINITY));
+      Reg id = kb.Mov(Type::kU32, kNone);
+      ForStrided(c, [&](Reg i, Reg l) {
+        const Reg take = kb.Emit(Op::kOr, Type::kPred,
+                                 {kb.Setp(Cmp::kGt, Type::kF32, l, v),
+                                  kb.Emit(Op::kAnd, Type::kPred,
+                                          {kb.Setp(Cmp::kEq, Type::kF32, l, v),
+                                           kb.Setp(Cmp::kEq, Type::kU32, id, kNone)})});
+        kb.EmitTo(v, Op::kSelp, Type::kF32, {l, v, take});
+        kb.EmitTo(id, Op::kSelp, Type::kB32, {i, id, take});
+      });
+      gen::BlockArgmax(kb, &v, &id, warps, argmax, c.lane, c.warp);
+      const Reg result = kb.Selp(Type::kU32, 0, id, kb.Setp(Cmp::kEq, Type::kU32, id, kNone));
+      auto g = kb.If(is_t0);
+      kb.St(Space::kGlobal, Type::kU32, Operand::Addr(gen::AddrAdd(kb, out, row, 4)), {result});
+    }
+    kb.Bind(done);
+    kb.Ret();
+  });
 }
 
 }  // namespace ptxserve::kernels

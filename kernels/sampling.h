@@ -54,13 +54,10 @@ namespace ptxserve::kernels {
 
 inline constexpr char kSamplingEntry[] = "sampling";
 
-struct SamplingConfig {
+struct SamplingConfig : KernelConfig<SamplingConfig, kSamplingEntry> {
   int threads = 256;  // per CTA: 32..1024, a multiple of 32
   ptx::Target target;
-  static constexpr auto kFields = std::make_tuple(Field("threads", &SamplingConfig::threads));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields = std::make_tuple(ThreadsField(&SamplingConfig::threads));
 };
 
 struct SamplingArgs {
@@ -81,15 +78,11 @@ struct SamplingArgs {
   // < 2^24, so that the integer weights below fit in u64
   uint32_t vocab = 0;
   uint32_t num_rows = 0;
-  static constexpr auto kParams = std::make_tuple(
-      Param("logits", &SamplingArgs::logits), Param("temperature", &SamplingArgs::temperature),
-      Param("top_k", &SamplingArgs::top_k), Param("top_p", &SamplingArgs::top_p),
-      Param("min_p", &SamplingArgs::min_p), Param("uniform", &SamplingArgs::uniform),
-      Param("out", &SamplingArgs::out), Param("vocab", &SamplingArgs::vocab),
-      Param("num_rows", &SamplingArgs::num_rows));
+  PTXSERVE_PARAMS(SamplingArgs, logits, temperature, top_k, top_p, min_p, uniform, out, vocab,
+                  num_rows);
 };
 
 absl::StatusOr<std::string> GenerateSampling(const SamplingConfig& cfg);
-LaunchDims SamplingLaunch(const SamplingConfig& cfg, int64_t num_rows);
+inline constexpr auto SamplingLaunch = &RowLaunchFor<SamplingConfig>;
 
 }  // namespace ptxserve::kernels

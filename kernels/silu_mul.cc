@@ -10,65 +10,44 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 }  // namespace
 
-absl::Status SiluMulConfig::Validate() const {
-  if (absl::Status s = target.Validate(); !s.ok()) return s;
-  if (fused_inter != 0 && fused_inter % 4 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fused_inter = ", fused_inter, ": want 0 or a multiple of 4"));
-  }
-  return CheckRange("fused_inter", fused_inter, 0, 1 << 24);
-}
-
-std::string SiluMulConfig::Key() const {
-  return absl::StrCat("silu_mul:fused", fused_inter, ":", target.Key());
-}
-
 LaunchDims SiluMulLaunch(const SiluMulConfig&, int64_t n) { return gen::ElementwiseLaunch(n); }
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {
-  if (absl::Status s = cfg.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("silu_mul config: ", s.message()));
-  }
-  const int inter = cfg.fused_inter;
-  ptx::KernelBuilder kb(kSiluMulEntry, cfg.target);
-  kb.SetMaxThreads(gen::kElementwiseThreads);
-  // A fused gate/up input holds both halves: `up` is then never read.
-  const ParamRegs<SiluMulArgs> param = inter == 0
-                                           ? DeclareParams<SiluMulArgs>(kb)
-                                           : DeclareParams<SiluMulArgs>(kb, {&SiluMulArgs::up});
-  const Reg gate = param[&SiluMulArgs::gate];
-  const Reg up = param[&SiluMulArgs::up];
-  const Reg out = param[&SiluMulArgs::out];
-  const Reg n = param[&SiluMulArgs::n];
-  gen::ForChunk(kb, gen::ChunkIndex(kb), n, [&](Reg first, int count) {
-    Reg ga;
-    Reg ua;
-    if (inter == 0) {
-      ga = gen::AddrAdd(kb, gate, first, 4);
-      ua = gen::AddrAdd(kb, up, first, 4);
-    } else {
-      // Output i = r * I + j reads gate_up[r][0][j] and gate_up[r][1][j]; a chunk of 4
-      // never straddles rows because I is a multiple of 4.
-      const Reg r = gen::DivConst(kb, first, inter);
-      const Reg src =
-          kb.Emit(Op::kAdd, Type::kU32, {first, kb.Emit(Op::kMulLo, Type::kU32, {r, inter})});
-      ga = gen::AddrAdd(kb, gate, src, 4);
-      ua = kb.Emit(Op::kAdd, Type::kU64, {ga, int64_t{inter} * 4});
-    }
-    const std::vector<Reg> g = gen::LoadAsF32(kb, ElemType::kF32, ga, 0, count, count * 4);
-    const std::vector<Reg> u = gen::LoadAsF32(kb, ElemType::kF32, ua, 0, count, count * 4);
-    std::vector<Reg> o;
-    for (int e = 0; e < count; ++e) {
-      // silu(g) = g / (1 + 2^(-g log2 e)); a huge -g gives 1/inf = 0, not NaN.
-      const Reg ex = kb.Emit(Op::kEx2, Type::kF32, {gen::FMul(kb, g[e], Operand::F32(-kLog2e))});
-      const Reg den = gen::FAdd(kb, ex, Operand::F32(1.0f));
-      const Reg s = kb.Emit(Op::kDiv, Type::kF32, {g[e], den});
-      o.push_back(gen::FMul(kb, s, u[e]));
-    }
-    gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, out, first, 4), 0, o, count * 4);
+  return GenerateKernel(cfg, [&](KernelBuilder& kb) {
+    const int inter = cfg.fused_inter;
+    kb.SetMaxThreads(gen::kElementwiseThreads);
+    // A fused gate/up input holds both halves: `up` is then never read.
+    const auto [gate, up, out, n] = inter == 0 ? DeclareParams<SiluMulArgs>(kb)
+                                               : DeclareParams<SiluMulArgs>(kb, {&SiluMulArgs::up});
+    gen::ForChunk(kb, gen::ChunkIndex(kb), n, [&](Reg first, int count) {
+      Reg ga;
+      Reg ua;
+      if (inter == 0) {
+        ga = gen::AddrAdd(kb, gate, first, 4);
+        ua = gen::AddrAdd(kb, up, first, 4);
+      } else {
+        // Output i = r * I + j reads gate_up[r][0][j] and gate_up[r][1][j]; a chunk of 4
+        // never straddles rows because I is a multiple of 4.
+        const Reg r = gen::DivConst(kb, first, inter);
+        const Reg src =
+            kb.Emit(Op::kAdd, Type::kU32, {first, kb.Emit(Op::kMulLo, Type::kU32, {r, inter})});
+        ga = gen::AddrAdd(kb, gate, src, 4);
+        ua = kb.Emit(Op::kAdd, Type::kU64, {ga, int64_t{inter} * 4});
+      }
+      const std::vector<Reg> g = gen::LoadAsF32(kb, ElemType::kF32, ga, 0, count, count * 4);
+      const std::vector<Reg> u = gen::LoadAsF32(kb, ElemType::kF32, ua, 0, count, count * 4);
+      std::vector<Reg> o;
+      for (int e = 0; e < count; ++e) {
+        // silu(g) = g / (1 + 2^(-g log2 e)); a huge -g gives 1/inf = 0, not NaN.
+        const Reg ex = kb.Emit(Op::kEx2, Type::kF32, {gen::FMul(kb, g[e], Operand::F32(-kLog2e))});
+        const Reg den = gen::FAdd(kb, ex, Operand::F32(1.0f));
+        const Reg s = kb.Emit(Op::kDiv, Type::kF32, {g[e], den});
+        o.push_back(gen::FMul(kb, s, u[e]));
+      }
+      gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, out, first, 4), 0, o, count * 4);
+    });
+    kb.Ret();
   });
-  kb.Ret();
-  return kb.Finish({absl::StrCat("kernel ", kSiluMulEntry, ", config ", cfg.Key())});
 }
 
 }  // namespace ptxserve::kernels

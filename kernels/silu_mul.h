@@ -17,14 +17,11 @@ namespace ptxserve::kernels {
 
 inline constexpr char kSiluMulEntry[] = "silu_mul";
 
-struct SiluMulConfig {
-  int fused_inter = 0;  // 0: separate gate/up arrays; I > 0: gate_up rows of 2*I
+struct SiluMulConfig : KernelConfig<SiluMulConfig, kSiluMulEntry> {
+  int fused_inter = 0;  // 0: separate gate/up arrays; I > 0 (a multiple of 4): gate_up rows of 2*I
   ptx::Target target;
-  static constexpr auto kFields =
-      std::make_tuple(Field("fused_inter", &SiluMulConfig::fused_inter));
-
-  absl::Status Validate() const;
-  std::string Key() const;
+  static constexpr auto kFields = std::make_tuple(
+      Field("fused_inter", &SiluMulConfig::fused_inter).Key("fused").Range(0, 1 << 24, 4));
 };
 
 struct SiluMulArgs {
@@ -37,9 +34,7 @@ struct SiluMulArgs {
   DevicePtr out;
   // number of outputs
   uint32_t n = 0;
-  static constexpr auto kParams =
-      std::make_tuple(Param("gate", &SiluMulArgs::gate), Param("up", &SiluMulArgs::up),
-                      Param("out", &SiluMulArgs::out), Param("n", &SiluMulArgs::n));
+  PTXSERVE_PARAMS(SiluMulArgs, gate, up, out, n);
 };
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg);

@@ -15,19 +15,8 @@
 #include "engine/cuda/kernel_cache.h"
 #include "engine/model/config.h"
 #include "engine/model/dtype.h"
-#include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
-#include "kernels/decode_attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
-#include "kernels/logprobs.h"
-#include "kernels/penalties.h"
+#include "kernels/kernel_list.h"
 #include "kernels/ptx/types.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/sampling.h"
-#include "kernels/silu_mul.h"
 
 namespace ptxserve::cuda {
 

@@ -215,7 +215,10 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 void RunCase(OpRunner& r, const RmsNormCase& c) {
-  kernels::RmsNormConfig cfg{.dim = c.dim, .weight_dtype = c.weights, .target = r.target()};
+  kernels::RmsNormConfig cfg;
+  cfg.dim = c.dim;
+  cfg.weight_dtype = c.weights;
+  cfg.target = r.target();
   std::vector<float> w;
   const std::vector<float> x = Random(size_t{1} * c.rows * c.dim, 1);
   const CUdeviceptr dx = r.Upload(x),
@@ -236,12 +239,13 @@ void RunCase(OpRunner& r, const RmsNormCase& c) {
 }
 
 void RunCase(OpRunner& r, const GemmCase& c) {
-  kernels::GemmConfig base{.n = c.n,
-                           .k = c.k,
-                           .weight_dtype = c.weights,
-                           .has_bias = c.bias,
-                           .accumulate = c.accumulate,
-                           .target = r.target()};
+  kernels::GemmConfig base;
+  base.n = c.n;
+  base.k = c.k;
+  base.weight_dtype = c.weights;
+  base.has_bias = c.bias;
+  base.accumulate = c.accumulate;
+  base.target = r.target();
   const kernels::GemmConfig cfg = kernels::GemmConfigFor(base, c.m);
   std::vector<float> w;
   const std::vector<float> x = Random(size_t{1} * c.m * c.k, 3);
@@ -262,7 +266,9 @@ void RunCase(OpRunner& r, const GemmCase& c) {
 }
 
 void RunCase(OpRunner& r, const SiluMulCase& c) {
-  kernels::SiluMulConfig cfg{.fused_inter = 0, .target = r.target()};
+  kernels::SiluMulConfig cfg;
+  cfg.fused_inter = 0;
+  cfg.target = r.target();
   const std::vector<float> gate = Random(c.n, 7, -6, 6), up = Random(c.n, 8);
   const CUdeviceptr dg = r.Upload(gate), du = r.Upload(up),
                     dout = r.Upload(std::vector<float>(c.n));
@@ -278,7 +284,10 @@ void RunCase(OpRunner& r, const SiluMulCase& c) {
 }
 
 void RunCase(OpRunner& r, const EmbeddingCase& c) {
-  kernels::EmbeddingConfig cfg{.dim = c.dim, .table_dtype = c.table, .target = r.target()};
+  kernels::EmbeddingConfig cfg;
+  cfg.dim = c.dim;
+  cfg.table_dtype = c.table;
+  cfg.target = r.target();
   std::vector<float> table;
   const CUdeviceptr dt = r.Upload(Random(size_t{1} * c.vocab * c.dim, 9), ToDType(c.table), &table);
   std::vector<int32_t> ids(c.tokens);
@@ -299,11 +308,12 @@ void RunCase(OpRunner& r, const EmbeddingCase& c) {
 }
 
 void RunCase(OpRunner& r, const RopeCase& c) {
-  kernels::RopeConfig cfg{.num_heads = c.heads,
-                          .num_kv_heads = c.kv_heads,
-                          .head_dim = c.head_dim,
-                          .layout = c.layout,
-                          .target = r.target()};
+  kernels::RopeConfig cfg;
+  cfg.num_heads = c.heads;
+  cfg.num_kv_heads = c.kv_heads;
+  cfg.head_dim = c.head_dim;
+  cfg.layout = c.layout;
+  cfg.target = r.target();
   std::vector<float> q = Random(size_t{1} * c.tokens * c.heads * c.head_dim, 10);
   std::vector<float> k = Random(size_t{1} * c.tokens * c.kv_heads * c.head_dim, 11);
   std::vector<float> inv_freq(c.head_dim / 2);
@@ -331,7 +341,9 @@ void RunCase(OpRunner& r, const RopeCase& c) {
 }
 
 void RunCase(OpRunner& r, const ArgmaxCase& c) {
-  kernels::ArgmaxConfig cfg{.threads = 256, .target = r.target()};
+  kernels::ArgmaxConfig cfg;
+  cfg.threads = 256;
+  cfg.target = r.target();
   const std::vector<float> logits = Random(size_t{1} * c.rows * c.vocab, 12, -20, 20);
   const CUdeviceptr dl = r.Upload(logits), dout = r.Upload(std::vector<float>(c.rows));
   ASSERT_TRUE(r.Launch(cfg, kernels::kArgmaxEntry, &kernels::GenerateArgmax,
@@ -348,11 +360,12 @@ void RunCase(OpRunner& r, const ArgmaxCase& c) {
 }
 
 void RunCase(OpRunner& r, const KvScatterCase& c) {
-  kernels::KvScatterConfig cfg{.num_kv_heads = c.kv_heads,
-                               .head_dim = c.head_dim,
-                               .block_size = c.block_size,
-                               .kv_dtype = c.kv,
-                               .target = r.target()};
+  kernels::KvScatterConfig cfg;
+  cfg.num_kv_heads = c.kv_heads;
+  cfg.head_dim = c.head_dim;
+  cfg.block_size = c.block_size;
+  cfg.kv_dtype = c.kv;
+  cfg.target = r.target();
   const int num_blocks = 3;
   const size_t row = size_t{1} * c.kv_heads * c.head_dim;
   const size_t pool = num_blocks * row * c.block_size * kernels::ElemSize(c.kv);
@@ -389,13 +402,14 @@ void RunCase(OpRunner& r, const KvScatterCase& c) {
 
 void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
   const bool split = c.partition > 0;
-  kernels::DecodeAttentionConfig cfg{.num_heads = c.heads,
-                                     .num_kv_heads = c.kv_heads,
-                                     .head_dim = c.head_dim,
-                                     .block_size = c.block_size,
-                                     .kv_dtype = c.kv,
-                                     .split = split,
-                                     .target = r.target()};
+  kernels::DecodeAttentionConfig cfg;
+  cfg.num_heads = c.heads;
+  cfg.num_kv_heads = c.kv_heads;
+  cfg.head_dim = c.head_dim;
+  cfg.block_size = c.block_size;
+  cfg.kv_dtype = c.kv;
+  cfg.split = split;
+  cfg.target = r.target();
   absl::StatusOr<kernels::DecodeAttentionShape> shape = kernels::ShapeOf(cfg);
   ASSERT_TRUE(shape.ok()) << shape.status();
   // Sequence s holds 21 + 30 s tokens; the block tables run back to front.
@@ -449,8 +463,10 @@ void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
                                             .partition = static_cast<uint32_t>(c.partition)})
           .ok());
   if (split) {
-    kernels::AttentionMergeConfig mc{
-        .num_heads = c.heads, .head_dim = c.head_dim, .target = r.target()};
+    kernels::AttentionMergeConfig mc;
+    mc.num_heads = c.heads;
+    mc.head_dim = c.head_dim;
+    mc.target = r.target();
     ASSERT_TRUE(r.Launch(mc, kernels::kAttentionMergeEntry, &kernels::GenerateAttentionMerge,
                          kernels::AttentionMergeLaunch(mc, c.seqs),
                          kernels::AttentionMergeArgs{.partial_out = dpartial,

@@ -37,13 +37,15 @@ std::string CaseName(const MmaCase& c) {
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
 GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
-  return GemmConfig{.n = c.n,
-                    .k = c.k,
-                    .weight_dtype = c.dtype,
-                    .has_bias = c.bias,
-                    .accumulate = c.accumulate,
-                    .tiled = true,
-                    .target = target};
+  GemmConfig cfg;
+  cfg.n = c.n;
+  cfg.k = c.k;
+  cfg.weight_dtype = c.dtype;
+  cfg.has_bias = c.bias;
+  cfg.accumulate = c.accumulate;
+  cfg.tiled = true;
+  cfg.target = target;
+  return cfg;
 }
 
 class GemmMma : public ::testing::TestWithParam<MmaCase> {};
@@ -177,7 +179,7 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
       int shared_bytes;
     };
     Form forms[] = {
-        {"tiled f32 FMA", GenerateGemmTiled(cfg), GemmLaunch(cfg, m), 2 * 16 * 64 * 4},
+        {"tiled f32 FMA", GenerateGemm(cfg), GemmLaunch(cfg, m), 2 * 16 * 64 * 4},
         {"tensor cores, 64x64 tiles", GenerateGemmMma(cfg, kMmaWideTile),
          GemmMmaLaunch(kMmaWideTile, cfg, m), 2 * 2 * 64 * 80},
         {"tensor cores, 16x16 tiles, k over warps", GenerateGemmMma(cfg, kMmaNarrowTile),

@@ -13,10 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/attention_merge.h"
-#include "kernels/decode_attention.h"
-#include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
+#include "kernels/kernel_list.h"
 #include "kernels/registry.h"
 #include "tests/kernels/kernel_matrix.h"
 
@@ -77,6 +74,8 @@ const std::vector<Golden>& Goldens() {
       {"silu_mul", "silu_mul", {}},
       {"argmax_t256", "argmax", {}},
       {"sampling_t256", "sampling", {}},
+      {"logprobs_t256_top20", "logprobs", {}},
+      {"penalties_t256", "penalties", {}},
   };
   return g;
 }
@@ -99,6 +98,28 @@ TEST(GenerateTest, GoldenPtx) {
     want << in.rdbuf();
     EXPECT_TRUE(want.str() == *ptx) << g.file << " differs from " << path
                                     << "; if intended, rerun with PTXSERVE_UPDATE_GOLDEN=1";
+  }
+}
+
+// The kernel list (kernel_list.h) is what the matrix and the goldens cover, and what the
+// registry serves.
+TEST(GenerateTest, EveryListedKernelIsInTheMatrixTheGoldensAndTheRegistry) {
+  const std::vector<testing::PtxModule> mods = testing::MatrixModules(ptx::Target{});
+  std::set<std::string> listed;
+  ForEachKernel([&](auto kernel) { listed.insert(kernel.kName); });
+  const std::vector<std::string> served = KernelNames();
+  EXPECT_EQ(listed, std::set<std::string>(served.begin(), served.end()));
+  for (const std::string& name : listed) {
+    bool in_matrix = false;
+    for (const auto& m : mods) in_matrix = in_matrix || m.label.rfind(name + ":", 0) == 0;
+    EXPECT_TRUE(in_matrix) << name << " is not in the ptxas matrix (kernel_matrix.cc)";
+    bool golden = false;
+    for (const Golden& g : Goldens()) golden = golden || g.kernel == name;
+    EXPECT_TRUE(golden) << name << " has no golden PTX file";
+  }
+  for (const auto& m : mods) {
+    const std::string kernel = m.label.substr(0, m.label.find(':'));
+    EXPECT_TRUE(listed.contains(kernel) || kernel == "residual_add") << m.label;
   }
 }
 

@@ -2,24 +2,16 @@
 
 #include <string>
 
-#include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
-#include "kernels/decode_attention.h"
-#include "kernels/embedding.h"
-#include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/sampling.h"
-#include "kernels/silu_mul.h"
+#include "kernels/kernel_list.h"
 #include "tests/kernels/residual_add.h"
 
 namespace ptxserve::kernels::testing {
 namespace {
 
-template <typename Config, typename Fn>
-void Add(std::vector<PtxModule>* out, const Config& c, Fn fn) {
-  absl::StatusOr<std::string> ptx = fn(c);
+template <typename Config>
+void Add(std::vector<PtxModule>* out, const Config& c,
+         absl::StatusOr<std::string> (*generate)(const Config&) = &GeneratePtx<Config>) {
+  absl::StatusOr<std::string> ptx = generate(c);
   if (ptx.ok()) {
     out->push_back({c.Key(), *ptx});
   } else {
@@ -49,7 +41,7 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
         c.block_size = bs;
         c.kv_dtype = dt;
         c.target = target;
-        Add(&out, c, GenerateKvScatter);
+        Add(&out, c);
       }
     }
     for (int group : groups) {
@@ -62,15 +54,15 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
           c.block_size = bs;
           c.kv_dtype = dt;
           c.target = target;
-          Add(&out, c, GenerateDecodeAttention);
+          Add(&out, c);
           // The split and ragged variants once per shape, not per block size.
           if (bs == block_sizes[0]) {
             c.split = true;
-            Add(&out, c, GenerateDecodeAttention);
+            Add(&out, c);
             if (dt == attn_types.back()) {
               c.ragged = true;
               c.kv_dtype = ElemType::kBF16;
-              Add(&out, c, GenerateDecodeAttention);
+              Add(&out, c);
             }
           }
         }
@@ -79,7 +71,7 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     AttentionMergeConfig m;
     m.head_dim = hd;
     m.target = target;
-    Add(&out, m, GenerateAttentionMerge);
+    Add(&out, m);
   }
   // The rest of a decode step.
   for (ElemType dt : kv_types) {
@@ -88,12 +80,12 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       e.dim = dim;
       e.table_dtype = dt;
       e.target = target;
-      Add(&out, e, GenerateEmbedding);
+      Add(&out, e);
       RmsNormConfig r;
       r.dim = dim;
       r.weight_dtype = dt;
       r.target = target;
-      Add(&out, r, GenerateRmsNorm);
+      Add(&out, r);
     }
     for (int m_tile : full ? std::vector<int>{1, 4, 8} : std::vector<int>{4}) {
       GemmConfig g;
@@ -104,10 +96,10 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       g.has_bias = m_tile == 4;
       g.accumulate = m_tile == 8;
       g.target = target;
-      Add(&out, g, GenerateGemm);
+      Add(&out, g);
       if (m_tile == 4) {
         g.tiled = true;
-        Add(&out, g, GenerateGemm);
+        Add(&out, g);
       }
     }
   }
@@ -117,36 +109,44 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       r.head_dim = hd;
       r.layout = layout;
       r.target = target;
-      Add(&out, r, GenerateRope);
+      Add(&out, r);
     }
   }
   for (int inter : {0, 11008}) {
     SiluMulConfig s;
     s.fused_inter = inter;
     s.target = target;
-    Add(&out, s, GenerateSiluMul);
+    Add(&out, s);
   }
   ResidualAddConfig ra;
   ra.target = target;
   Add(&out, ra, GenerateResidualAdd);
   ArgmaxConfig am;
   am.target = target;
-  Add(&out, am, GenerateArgmax);
+  Add(&out, am);
   SamplingConfig sc;
   sc.target = target;
-  Add(&out, sc, GenerateSampling);
+  Add(&out, sc);
+  LogprobsConfig lp;
+  lp.target = target;
+  Add(&out, lp);
+  PenaltiesConfig pen;
+  pen.target = target;
+  Add(&out, pen);
   if (!full) return out;
   sc.threads = 1024;
-  Add(&out, sc, GenerateSampling);
+  Add(&out, sc);
   GemmConfig odd_gemm;  // K off the 128-bit grid, N not a multiple of the warps
   odd_gemm.n = 33;
   odd_gemm.k = 1001;
   odd_gemm.target = target;
-  Add(&out, odd_gemm, GenerateGemm);
+  Add(&out, odd_gemm);
   odd_gemm.tiled = true;
-  Add(&out, odd_gemm, GenerateGemm);
+  Add(&out, odd_gemm);
   am.threads = 1024;
-  Add(&out, am, GenerateArgmax);
+  Add(&out, am);
+  lp.max_top = 0;
+  Add(&out, lp);
   // Odd shapes: head_dim 32/96/160/256, non-power-of-two block size, wide groups.
   for (int hd : {32, 96, 160, 256}) {
     DecodeAttentionConfig c;
@@ -156,13 +156,13 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     c.block_size = 24;
     c.kv_dtype = ElemType::kF16;
     c.target = target;
-    Add(&out, c, GenerateDecodeAttention);
+    Add(&out, c);
     KvScatterConfig k;
     k.num_kv_heads = 3;
     k.head_dim = hd;
     k.block_size = 24;
     k.target = target;
-    Add(&out, k, GenerateKvScatter);
+    Add(&out, k);
   }
   DecodeAttentionConfig wide;
   wide.num_kv_heads = 1;
@@ -170,7 +170,7 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   wide.head_dim = 128;
   wide.kv_dtype = ElemType::kF32;
   wide.target = target;
-  Add(&out, wide, GenerateDecodeAttention);
+  Add(&out, wide);
   return out;
 }
 

@@ -21,12 +21,9 @@ namespace ptxserve::kernels::testing {
 
 inline constexpr char kResidualAddEntry[] = "residual_add";
 
-struct ResidualAddConfig {
+struct ResidualAddConfig : KernelConfig<ResidualAddConfig, kResidualAddEntry> {
   ptx::Target target;
   static constexpr auto kFields = std::make_tuple();
-
-  absl::Status Validate() const { return target.Validate(); }
-  std::string Key() const;
 };
 
 absl::StatusOr<std::string> GenerateResidualAdd(const ResidualAddConfig& cfg);
