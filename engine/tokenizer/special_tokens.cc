@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/util/log.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve::tok {
 namespace {
@@ -20,26 +21,17 @@ struct Template {
 absl::Status ParseProcessor(const Json& pp, std::string_view origin, const std::string& path,
                             const std::function<int32_t(std::string_view)>& token_to_id,
                             Template* t) {
-  auto type = ComponentType(pp, origin, path);
-  if (!type.ok()) return type.status();
-  if (*type == "ByteLevel") return absl::OkStatus();  // offsets only
-  if (*type == "Sequence") {
-    const Json* list = Member(pp, "processors");
-    if (list == nullptr || !list->is_array()) {
-      return FieldError(origin, path + ".processors", "missing or not an array");
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      if (auto s = ParseProcessor((*list)[i], origin, absl::StrCat(path, ".processors[", i, "]"),
-                                  token_to_id, t);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+  PTX_ASSIGN_OR_RETURN(auto type, ComponentType(pp, origin, path));
+  if (type == "ByteLevel") return absl::OkStatus();  // offsets only
+  if (type == "Sequence") {
+    return ParseSequence(pp, "processors", origin, path,
+                         [&](const Json& item, const std::string& item_path) {
+                           return ParseProcessor(item, origin, item_path, token_to_id, t);
+                         });
   }
-  if (*type != "TemplateProcessing") {
+  if (type != "TemplateProcessing") {
     return FieldUnimplemented(origin, path + ".type",
-                              absl::StrCat("post-processor \"", *type, "\" is not supported"));
+                              absl::StrCat("post-processor \"", type, "\" is not supported"));
   }
   const std::string single_path = path + ".single";
   const Json* single = Member(pp, "single");
@@ -62,9 +54,8 @@ absl::Status ParseProcessor(const Json& pp, std::string_view origin, const std::
       if (Member(item, "Sequence") != nullptr) {
         items.emplace_back(true, "");
       } else if (const Json* st = Member(item, "SpecialToken"); st != nullptr) {
-        auto id = ReqString(*st, "id", origin, item_path + ".SpecialToken");
-        if (!id.ok()) return id.status();
-        items.emplace_back(false, *id);
+        PTX_ASSIGN_OR_RETURN(auto id, ReqString(*st, "id", origin, item_path + ".SpecialToken"));
+        items.emplace_back(false, id);
       } else {
         return FieldError(origin, item_path, "expected SpecialToken or Sequence");
       }
@@ -132,12 +123,11 @@ absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
   const Json& cfg = config != nullptr ? *config : empty;
   SpecialTokens out;
   auto resolve = [&](std::string_view key, int32_t* id) -> absl::Status {
-    auto name = TokenName(cfg, key, config_origin);
-    if (!name.ok()) return name.status();
-    if (!name->has_value()) return absl::OkStatus();
-    *id = token_to_id(**name);
+    PTX_ASSIGN_OR_RETURN(auto name, TokenName(cfg, key, config_origin));
+    if (!name.has_value()) return absl::OkStatus();
+    *id = token_to_id(*name);
     if (*id < 0) {
-      PTX_LOG(WARNING) << config_origin << ": " << key << " \"" << **name
+      PTX_LOG(WARNING) << config_origin << ": " << key << " \"" << *name
                        << "\" is not in the vocabulary; ignored";
     }
     return absl::OkStatus();
@@ -146,13 +136,11 @@ absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
   if (auto s = resolve("eos_token", &out.eos_id); !s.ok()) return s;
   if (out.bos_id < 0 && !t.prefix.empty()) out.bos_id = t.prefix.front();
 
-  auto add_bos = OptBool(cfg, "add_bos_token", config_origin, "");
-  if (!add_bos.ok()) return add_bos.status();
-  auto add_eos = OptBool(cfg, "add_eos_token", config_origin, "");
-  if (!add_eos.ok()) return add_eos.status();
+  PTX_ASSIGN_OR_RETURN(auto add_bos, OptBool(cfg, "add_bos_token", config_origin, ""));
+  PTX_ASSIGN_OR_RETURN(auto add_eos, OptBool(cfg, "add_eos_token", config_origin, ""));
 
-  if (add_bos->has_value()) {
-    if (**add_bos) {
+  if (add_bos.has_value()) {
+    if (*add_bos) {
       if (out.bos_id < 0) {
         return FieldError(config_origin, "bos_token",
                           "add_bos_token is true but there is no BOS token in the vocabulary");
@@ -164,8 +152,8 @@ absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
   } else if (sentencepiece_kind && out.bos_id >= 0) {
     out.prefix = {out.bos_id};
   }
-  if (add_eos->has_value()) {
-    if (**add_eos) {
+  if (add_eos.has_value()) {
+    if (*add_eos) {
       if (out.eos_id < 0) {
         return FieldError(config_origin, "eos_token",
                           "add_eos_token is true but there is no EOS token in the vocabulary");
