@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/util/log.h"
@@ -132,37 +133,36 @@ absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
     }
     return absl::OkStatus();
   };
-  if (auto s = resolve("bos_token", &out.bos_id); !s.ok()) return s;
-  if (auto s = resolve("eos_token", &out.eos_id); !s.ok()) return s;
+  PTX_RETURN_IF_ERROR(resolve("bos_token", &out.bos_id));
+  PTX_RETURN_IF_ERROR(resolve("eos_token", &out.eos_id));
   if (out.bos_id < 0 && !t.prefix.empty()) out.bos_id = t.prefix.front();
 
   PTX_ASSIGN_OR_RETURN(auto add_bos, OptBool(cfg, "add_bos_token", config_origin, ""));
   PTX_ASSIGN_OR_RETURN(auto add_eos, OptBool(cfg, "add_eos_token", config_origin, ""));
-
-  if (add_bos.has_value()) {
-    if (*add_bos) {
-      if (out.bos_id < 0) {
-        return FieldError(config_origin, "bos_token",
-                          "add_bos_token is true but there is no BOS token in the vocabulary");
+  // add_<x>_token decides when set (true needs the token); unset, the post-processor's
+  // template does, and without one `fallback` adds the token when it exists.
+  auto affix = [&](std::optional<bool> add, std::string_view x, int32_t id,
+                   const std::vector<int32_t>& from_template, bool fallback,
+                   std::vector<int32_t>* ids) -> absl::Status {
+    if (!add.has_value()) {
+      if (t.present) {
+        *ids = from_template;
+      } else if (fallback && id >= 0) {
+        *ids = {id};
       }
-      out.prefix = {out.bos_id};
+      return absl::OkStatus();
     }
-  } else if (t.present) {
-    out.prefix = t.prefix;
-  } else if (sentencepiece_kind && out.bos_id >= 0) {
-    out.prefix = {out.bos_id};
-  }
-  if (add_eos.has_value()) {
-    if (*add_eos) {
-      if (out.eos_id < 0) {
-        return FieldError(config_origin, "eos_token",
-                          "add_eos_token is true but there is no EOS token in the vocabulary");
-      }
-      out.suffix = {out.eos_id};
+    if (!*add) return absl::OkStatus();
+    if (id < 0) {
+      return FieldError(config_origin, absl::StrCat(Sv(x), "_token"),
+                        absl::StrCat("add_", Sv(x), "_token is true but there is no ",
+                                     absl::AsciiStrToUpper(Sv(x)), " token in the vocabulary"));
     }
-  } else if (t.present) {
-    out.suffix = t.suffix;
-  }
+    *ids = {id};
+    return absl::OkStatus();
+  };
+  PTX_RETURN_IF_ERROR(affix(add_bos, "bos", out.bos_id, t.prefix, sentencepiece_kind, &out.prefix));
+  PTX_RETURN_IF_ERROR(affix(add_eos, "eos", out.eos_id, t.suffix, false, &out.suffix));
   return out;
 }
 
