@@ -31,28 +31,19 @@ struct KernelStats {
   int64_t device_kv_bytes = 0;
 };
 
-// Number of FinishReason values that end a request (kLength .. kError).
-inline constexpr int kNumOutcomes = 5;
-// Index of a finishing reason in EngineStats::finished (kNone maps to kError's slot).
-inline int OutcomeIndex(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return 0;
-    case FinishReason::kStop:
-      return 1;
-    case FinishReason::kEos:
-      return 2;
-    case FinishReason::kCancelled:
-      return 3;
-    case FinishReason::kNone:
-    case FinishReason::kError:
-      break;
-  }
-  return 4;
-}
-inline constexpr std::array<FinishReason, kNumOutcomes> kOutcomes = {
+// The FinishReason values that end a request, in the order of EngineStats::finished.
+inline constexpr std::array<FinishReason, 5> kOutcomes = {
     FinishReason::kLength, FinishReason::kStop, FinishReason::kEos, FinishReason::kCancelled,
     FinishReason::kError};
+inline constexpr int kNumOutcomes = static_cast<int>(kOutcomes.size());
+// Index of a finishing reason in EngineStats::finished (kNone maps to kError's slot).
+constexpr int OutcomeIndex(FinishReason r) {
+  for (int i = 0; i < kNumOutcomes; ++i) {
+    if (kOutcomes[i] == r) return i;
+  }
+  return kNumOutcomes - 1;
+}
+static_assert(kOutcomes.back() == FinishReason::kError);
 
 struct EngineStats {
   // Gauges.

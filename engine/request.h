@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,21 +39,11 @@ enum class FinishReason { kNone, kLength, kStop, kEos, kCancelled, kError };
 
 // The wire name of a finish reason ("none" for kNone).
 inline std::string_view FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "unknown";
+  static constexpr std::string_view kNames[] = {"none", "length",    "stop",
+                                                "eos",  "cancelled", "error"};
+  static_assert(std::size(kNames) == static_cast<size_t>(FinishReason::kError) + 1);
+  const auto i = static_cast<size_t>(r);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 }  // namespace ptxserve

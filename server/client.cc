@@ -37,12 +37,17 @@ void DecodeClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout) con
 
 namespace {
 
+// One server-streaming call: in `ctx` when given (the caller may cancel through it), else
+// in a context of its own.
 template <typename Req, typename Resp, typename Stub>
-grpc::Status Stream(Stub* stub,
+grpc::Status Stream(const DecodeClient& client, Stub* stub,
                     std::unique_ptr<grpc::ClientReader<Resp>> (Stub::*method)(grpc::ClientContext*,
                                                                               const Req&),
-                    grpc::ClientContext* ctx, const Req& req,
-                    const std::function<bool(const Resp&)>& on_message) {
+                    const Req& req, const std::function<bool(const Resp&)>& on_message,
+                    absl::Duration timeout, grpc::ClientContext* ctx) {
+  grpc::ClientContext own;
+  if (!ctx) ctx = &own;
+  client.Prepare(ctx, timeout);
   std::unique_ptr<grpc::ClientReader<Resp>> reader = (stub->*method)(ctx, req);
   Resp resp;
   while (reader->Read(&resp)) {
@@ -62,20 +67,16 @@ grpc::Status DecodeClient::Generate(
     const v1::GenerateRequest& req,
     const std::function<bool(const v1::GenerateResponse&)>& on_message, absl::Duration timeout,
     grpc::ClientContext* ctx) {
-  grpc::ClientContext own;
-  if (!ctx) ctx = &own;
-  Prepare(ctx, timeout);
-  return Stream(stub_.get(), &v1::DecodeService::Stub::Generate, ctx, req, on_message);
+  return Stream(*this, stub_.get(), &v1::DecodeService::Stub::Generate, req, on_message, timeout,
+                ctx);
 }
 
 grpc::Status DecodeClient::GenerateBatch(
     const v1::GenerateBatchRequest& req,
     const std::function<bool(const v1::GenerateBatchResponse&)>& on_message, absl::Duration timeout,
     grpc::ClientContext* ctx) {
-  grpc::ClientContext own;
-  if (!ctx) ctx = &own;
-  Prepare(ctx, timeout);
-  return Stream(stub_.get(), &v1::DecodeService::Stub::GenerateBatch, ctx, req, on_message);
+  return Stream(*this, stub_.get(), &v1::DecodeService::Stub::GenerateBatch, req, on_message,
+                timeout, ctx);
 }
 
 grpc::Status DecodeClient::GetModelInfo(v1::ModelInfo* info, absl::Duration timeout) {

@@ -235,38 +235,30 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const v1::GenerateBa
   return out;
 }
 
+namespace {
+
+// Each engine finish reason and its wire value, for both directions.
+constexpr std::pair<FinishReason, v1::FinishReason> kFinishReasons[] = {
+    {FinishReason::kNone, v1::FINISH_REASON_UNSPECIFIED},
+    {FinishReason::kLength, v1::FINISH_REASON_LENGTH},
+    {FinishReason::kStop, v1::FINISH_REASON_STOP},
+    {FinishReason::kEos, v1::FINISH_REASON_EOS},
+    {FinishReason::kCancelled, v1::FINISH_REASON_CANCELLED},
+    {FinishReason::kError, v1::FINISH_REASON_ERROR},
+};
+
+}  // namespace
+
 v1::FinishReason ToProto(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return v1::FINISH_REASON_UNSPECIFIED;
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kEos:
-      return v1::FINISH_REASON_EOS;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kError:
-      return v1::FINISH_REASON_ERROR;
+  for (const auto& [engine, wire] : kFinishReasons) {
+    if (engine == reason) return wire;
   }
   return v1::FINISH_REASON_ERROR;
 }
 
 FinishReason FromProto(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH:
-      return FinishReason::kLength;
-    case v1::FINISH_REASON_STOP:
-      return FinishReason::kStop;
-    case v1::FINISH_REASON_EOS:
-      return FinishReason::kEos;
-    case v1::FINISH_REASON_CANCELLED:
-      return FinishReason::kCancelled;
-    case v1::FINISH_REASON_ERROR:
-      return FinishReason::kError;
-    default:
-      break;
+  for (const auto& [engine, wire] : kFinishReasons) {
+    if (wire == reason) return engine;
   }
   return FinishReason::kNone;
 }

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,10 +11,11 @@
 namespace ptxserve::server {
 namespace {
 
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
 using prometheus::Histogram;
+using prometheus::Registry;
 
 // Latencies a user feels: from a millisecond (a cached first token) to ten minutes (a
 // long generation behind a deep queue).
@@ -60,6 +62,24 @@ const Histogram::BucketBoundaries& TokenBuckets() {
   return b;
 }
 
+// A metric family, and the one series without labels of a family that has no others.
+Family<Counter>& CounterFamily(Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+Family<Gauge>& GaugeFamily(Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+Counter& NewCounter(Registry& r, const std::string& name, const std::string& help) {
+  return CounterFamily(r, name, help).Add({});
+}
+Gauge& NewGauge(Registry& r, const std::string& name, const std::string& help) {
+  return GaugeFamily(r, name, help).Add({});
+}
+Histogram& NewHistogram(Registry& r, const std::string& name, const std::string& help,
+                        const Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+}
+
 template <typename T>
 void AddDelta(T& counter, int64_t now, int64_t before) {
   if (now > before) counter.Increment(static_cast<double>(now - before));
@@ -69,197 +89,99 @@ void AddDelta(T& counter, int64_t now, int64_t before) {
 
 ServerMetrics::ServerMetrics(const std::string& version, const std::string& backend)
     : registry_(std::make_shared<prometheus::Registry>()),
-      requests_total_(BuildCounter()
-                          .Name("ptxserve_requests_total")
-                          .Help("Requests by outcome: length, stop, eos, cancelled, error "
-                                "(engine); invalid, rejected, unauthenticated, malformed (refused "
-                                "by the server, once "
-                                "per call)")
-                          .Register(*registry_)),
-      requests_running_(BuildGauge()
-                            .Name("ptxserve_requests_running")
-                            .Help("Sequences in the batch (prefilling or decoding)")
-                            .Register(*registry_)
-                            .Add({})),
-      requests_waiting_(BuildGauge()
-                            .Name("ptxserve_requests_waiting")
-                            .Help("Requests queued or preempted, not in the batch")
-                            .Register(*registry_)
-                            .Add({})),
-      prompt_tokens_total_(BuildCounter()
-                               .Name("ptxserve_prompt_tokens_total")
-                               .Help("Prompt tokens of admitted requests (once per prompt however "
-                                     "many samples it has)")
-                               .Register(*registry_)
-                               .Add({})),
-      generated_tokens_total_(BuildCounter()
-                                  .Name("ptxserve_generated_tokens_total")
-                                  .Help("Tokens generated and streamed")
-                                  .Register(*registry_)
-                                  .Add({})),
-      ttft_(BuildHistogram()
-                .Name("ptxserve_time_to_first_token_seconds")
-                .Help("From a request's arrival to its first generated token")
-                .Register(*registry_)
-                .Add({}, LatencyBuckets())),
-      inter_token_(BuildHistogram()
-                       .Name("ptxserve_inter_token_latency_seconds")
-                       .Help("Between consecutive generated tokens of one request")
-                       .Register(*registry_)
-                       .Add({}, StepBuckets())),
-      request_duration_(BuildHistogram()
-                            .Name("ptxserve_request_duration_seconds")
-                            .Help("From a request's arrival to its end, any outcome")
-                            .Register(*registry_)
-                            .Add({}, LatencyBuckets())),
-      queue_time_(BuildHistogram()
-                      .Name("ptxserve_queue_time_seconds")
-                      .Help("From a request's arrival to its first step in the batch")
-                      .Register(*registry_)
-                      .Add({}, LatencyBuckets())),
-      step_duration_(BuildHistogram()
-                         .Name("ptxserve_step_duration_seconds")
-                         .Help("Backend time of one decode step")
-                         .Register(*registry_)
-                         .Add({}, StepBuckets())),
-      step_overhead_(BuildHistogram()
-                         .Name("ptxserve_step_overhead_seconds")
-                         .Help("Engine time of one step outside the backend: scheduling, "
-                               "sampling, stop checks, handing results over")
-                         .Register(*registry_)
-                         .Add({}, OverheadBuckets())),
-      batch_size_(BuildHistogram()
-                      .Name("ptxserve_batch_size")
-                      .Help("Sequences per step")
-                      .Register(*registry_)
-                      .Add({}, CountBuckets())),
-      batch_tokens_(BuildHistogram()
-                        .Name("ptxserve_batch_tokens")
-                        .Help("Token rows per step (decodes plus prefill chunks)")
-                        .Register(*registry_)
-                        .Add({}, TokenBuckets())),
-      kv_blocks_used_(BuildGauge()
-                          .Name("ptxserve_kv_cache_blocks_used")
-                          .Help("KV cache blocks held by live sequences")
-                          .Register(*registry_)
-                          .Add({})),
-      kv_capacity_blocks_(BuildGauge()
-                              .Name("ptxserve_kv_cache_capacity_blocks")
-                              .Help("KV cache blocks in the pool")
-                              .Register(*registry_)
-                              .Add({})),
-      kv_usage_(BuildGauge()
-                    .Name("ptxserve_kv_cache_usage_ratio")
-                    .Help("Share of the KV cache blocks held by live sequences, 0 to 1 "
-                          "(vLLM's kv_cache_usage_perc)")
-                    .Register(*registry_)
-                    .Add({})),
-      kv_blocks_cached_(BuildGauge()
-                            .Name("ptxserve_kv_cache_blocks_cached")
-                            .Help("Free KV blocks still holding K/V the prefix cache can reuse")
-                            .Register(*registry_)
-                            .Add({})),
-      prefix_query_tokens_(BuildCounter()
-                               .Name("ptxserve_prefix_cache_query_tokens_total")
-                               .Help("Prompt tokens looked up in the prefix cache")
-                               .Register(*registry_)
-                               .Add({})),
-      prefix_hit_tokens_(BuildCounter()
-                             .Name("ptxserve_prefix_cache_hit_tokens_total")
-                             .Help("Prompt tokens whose K/V the prefix cache held")
-                             .Register(*registry_)
-                             .Add({})),
-      prefix_evictions_(BuildCounter()
-                            .Name("ptxserve_prefix_cache_evictions_total")
-                            .Help("Cached KV blocks reused for other contents")
-                            .Register(*registry_)
-                            .Add({})),
-      request_prompt_tokens_(BuildHistogram()
-                                 .Name("ptxserve_request_prompt_tokens")
-                                 .Help("Prompt tokens of each finished request (once per prompt "
-                                       "however many samples it has)")
-                                 .Register(*registry_)
-                                 .Add({}, LengthBuckets())),
-      request_generation_tokens_(BuildHistogram()
-                                     .Name("ptxserve_request_generation_tokens")
-                                     .Help("Tokens generated by each finished request")
-                                     .Register(*registry_)
-                                     .Add({}, LengthBuckets())),
-      preemptions_total_(BuildCounter()
-                             .Name("ptxserve_preemptions_total")
-                             .Help("Running sequences whose KV blocks were taken back")
-                             .Register(*registry_)
-                             .Add({})),
-      step_failures_total_(BuildCounter()
-                               .Name("ptxserve_step_failures_total")
-                               .Help("Backend steps that failed")
-                               .Register(*registry_)
-                               .Add({})),
-      engine_failed_(BuildGauge()
-                         .Name("ptxserve_engine_failed")
-                         .Help("1 when the engine gave up and serves nothing")
-                         .Register(*registry_)
-                         .Add({})),
-      health_serving_(BuildGauge()
-                          .Name("ptxserve_health_serving")
-                          .Help("1 while grpc.health.v1 reports SERVING for the server, else 0 "
-                                "(loading, failed, stalled or draining)")
-                          .Register(*registry_)
-                          .Add({})),
-      kernel_launches_(BuildCounter()
-                           .Name("ptxserve_kernel_launches_total")
-                           .Help("GPU kernel launches by kernel")
-                           .Register(*registry_)),
-      kernel_cache_hits_(BuildCounter()
-                             .Name("ptxserve_kernel_cache_hits_total")
-                             .Help("Kernel lookups served from the kernel cache")
-                             .Register(*registry_)
-                             .Add({})),
-      kernel_cache_misses_(BuildCounter()
-                               .Name("ptxserve_kernel_cache_misses_total")
-                               .Help("Kernel lookups that generated and loaded PTX")
-                               .Register(*registry_)
-                               .Add({})),
-      kernel_compile_seconds_(BuildHistogram()
-                                  .Name("ptxserve_kernel_compile_seconds")
-                                  .Help("PTX generation plus JIT load of one kernel")
-                                  .Register(*registry_)
-                                  .Add({}, LatencyBuckets())),
-      transfer_bytes_(BuildCounter()
-                          .Name("ptxserve_transfer_bytes_total")
-                          .Help("Bytes copied between host and device")
-                          .Register(*registry_)),
-      transfers_(BuildCounter()
-                     .Name("ptxserve_transfers_total")
-                     .Help("Copies between host and device")
-                     .Register(*registry_)),
+      requests_total_(CounterFamily(*registry_, "ptxserve_requests_total",
+                                    "Requests by outcome: length, stop, eos, cancelled, error "
+                                    "(engine); invalid, rejected, unauthenticated, malformed "
+                                    "(refused by the server, once per call)")),
+      requests_running_(NewGauge(*registry_, "ptxserve_requests_running",
+                                 "Sequences in the batch (prefilling or decoding)")),
+      requests_waiting_(NewGauge(*registry_, "ptxserve_requests_waiting",
+                                 "Requests queued or preempted, not in the batch")),
+      prompt_tokens_total_(NewCounter(*registry_, "ptxserve_prompt_tokens_total",
+                                      "Prompt tokens of admitted requests (once per prompt however "
+                                      "many samples it has)")),
+      generated_tokens_total_(NewCounter(*registry_, "ptxserve_generated_tokens_total",
+                                         "Tokens generated and streamed")),
+      ttft_(NewHistogram(*registry_, "ptxserve_time_to_first_token_seconds",
+                         "From a request's arrival to its first generated token",
+                         LatencyBuckets())),
+      inter_token_(NewHistogram(*registry_, "ptxserve_inter_token_latency_seconds",
+                                "Between consecutive generated tokens of one request",
+                                StepBuckets())),
+      request_duration_(NewHistogram(*registry_, "ptxserve_request_duration_seconds",
+                                     "From a request's arrival to its end, any outcome",
+                                     LatencyBuckets())),
+      queue_time_(NewHistogram(*registry_, "ptxserve_queue_time_seconds",
+                               "From a request's arrival to its first step in the batch",
+                               LatencyBuckets())),
+      step_duration_(NewHistogram(*registry_, "ptxserve_step_duration_seconds",
+                                  "Backend time of one decode step", StepBuckets())),
+      step_overhead_(NewHistogram(*registry_, "ptxserve_step_overhead_seconds",
+                                  "Engine time of one step outside the backend: scheduling, "
+                                  "sampling, stop checks, handing results over",
+                                  OverheadBuckets())),
+      batch_size_(
+          NewHistogram(*registry_, "ptxserve_batch_size", "Sequences per step", CountBuckets())),
+      batch_tokens_(NewHistogram(*registry_, "ptxserve_batch_tokens",
+                                 "Token rows per step (decodes plus prefill chunks)",
+                                 TokenBuckets())),
+      kv_blocks_used_(NewGauge(*registry_, "ptxserve_kv_cache_blocks_used",
+                               "KV cache blocks held by live sequences")),
+      kv_capacity_blocks_(
+          NewGauge(*registry_, "ptxserve_kv_cache_capacity_blocks", "KV cache blocks in the pool")),
+      kv_usage_(NewGauge(*registry_, "ptxserve_kv_cache_usage_ratio",
+                         "Share of the KV cache blocks held by live sequences, 0 to 1 "
+                         "(vLLM's kv_cache_usage_perc)")),
+      kv_blocks_cached_(NewGauge(*registry_, "ptxserve_kv_cache_blocks_cached",
+                                 "Free KV blocks still holding K/V the prefix cache can reuse")),
+      prefix_query_tokens_(NewCounter(*registry_, "ptxserve_prefix_cache_query_tokens_total",
+                                      "Prompt tokens looked up in the prefix cache")),
+      prefix_hit_tokens_(NewCounter(*registry_, "ptxserve_prefix_cache_hit_tokens_total",
+                                    "Prompt tokens whose K/V the prefix cache held")),
+      prefix_evictions_(NewCounter(*registry_, "ptxserve_prefix_cache_evictions_total",
+                                   "Cached KV blocks reused for other contents")),
+      request_prompt_tokens_(NewHistogram(*registry_, "ptxserve_request_prompt_tokens",
+                                          "Prompt tokens of each finished request (once per prompt "
+                                          "however many samples it has)",
+                                          LengthBuckets())),
+      request_generation_tokens_(NewHistogram(*registry_, "ptxserve_request_generation_tokens",
+                                              "Tokens generated by each finished request",
+                                              LengthBuckets())),
+      preemptions_total_(NewCounter(*registry_, "ptxserve_preemptions_total",
+                                    "Running sequences whose KV blocks were taken back")),
+      step_failures_total_(
+          NewCounter(*registry_, "ptxserve_step_failures_total", "Backend steps that failed")),
+      engine_failed_(NewGauge(*registry_, "ptxserve_engine_failed",
+                              "1 when the engine gave up and serves nothing")),
+      health_serving_(NewGauge(*registry_, "ptxserve_health_serving",
+                               "1 while grpc.health.v1 reports SERVING for the server, else 0 "
+                               "(loading, failed, stalled or draining)")),
+      kernel_launches_(CounterFamily(*registry_, "ptxserve_kernel_launches_total",
+                                     "GPU kernel launches by kernel")),
+      kernel_cache_hits_(NewCounter(*registry_, "ptxserve_kernel_cache_hits_total",
+                                    "Kernel lookups served from the kernel cache")),
+      kernel_cache_misses_(NewCounter(*registry_, "ptxserve_kernel_cache_misses_total",
+                                      "Kernel lookups that generated and loaded PTX")),
+      kernel_compile_seconds_(NewHistogram(*registry_, "ptxserve_kernel_compile_seconds",
+                                           "PTX generation plus JIT load of one kernel",
+                                           LatencyBuckets())),
+      transfer_bytes_(CounterFamily(*registry_, "ptxserve_transfer_bytes_total",
+                                    "Bytes copied between host and device")),
+      transfers_(
+          CounterFamily(*registry_, "ptxserve_transfers_total", "Copies between host and device")),
       h2d_bytes_(transfer_bytes_.Add({{"direction", "h2d"}})),
       d2h_bytes_(transfer_bytes_.Add({{"direction", "d2h"}})),
       h2d_transfers_(transfers_.Add({{"direction", "h2d"}})),
       d2h_transfers_(transfers_.Add({{"direction", "d2h"}})),
-      graph_captures_(BuildCounter()
-                          .Name("ptxserve_cuda_graph_captures_total")
-                          .Help("CUDA graphs captured for decode-only step shapes")
-                          .Register(*registry_)
-                          .Add({})),
-      graph_replays_(BuildCounter()
-                         .Name("ptxserve_cuda_graph_replays_total")
-                         .Help("Decode steps run as one CUDA graph launch")
-                         .Register(*registry_)
-                         .Add({})),
-      graphs_live_(BuildGauge()
-                       .Name("ptxserve_cuda_graphs")
-                       .Help("CUDA graphs held by the backend")
-                       .Register(*registry_)
-                       .Add({})),
-      device_memory_(BuildGauge()
-                         .Name("ptxserve_device_memory_bytes")
-                         .Help("GPU memory held by the backend, by kind (weights, kv_cache)")
-                         .Register(*registry_)),
-      build_info_(BuildGauge()
-                      .Name("ptxserve_build_info")
-                      .Help("Build information: version, backend and the served model")
-                      .Register(*registry_)),
+      graph_captures_(NewCounter(*registry_, "ptxserve_cuda_graph_captures_total",
+                                 "CUDA graphs captured for decode-only step shapes")),
+      graph_replays_(NewCounter(*registry_, "ptxserve_cuda_graph_replays_total",
+                                "Decode steps run as one CUDA graph launch")),
+      graphs_live_(NewGauge(*registry_, "ptxserve_cuda_graphs", "CUDA graphs held by the backend")),
+      device_memory_(GaugeFamily(*registry_, "ptxserve_device_memory_bytes",
+                                 "GPU memory held by the backend, by kind (weights, kv_cache)")),
+      build_info_(GaugeFamily(*registry_, "ptxserve_build_info",
+                              "Build information: version, backend and the served model")),
       version_(version) {
   SetServedModel(backend, "");
   // Every outcome exists from the start, so rate() and absent() behave.

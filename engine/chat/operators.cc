@@ -1,6 +1,7 @@
 #include "engine/chat/operators.h"
 
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "engine/chat/pystr.h"
@@ -9,23 +10,10 @@ namespace ptxserve::chat {
 namespace {
 
 const char* Symbol(BinOp op) {
-  switch (op) {
-    case BinOp::kAdd:
-      return "+";
-    case BinOp::kSub:
-      return "-";
-    case BinOp::kMul:
-      return "*";
-    case BinOp::kDiv:
-      return "/";
-    case BinOp::kFloorDiv:
-      return "//";
-    case BinOp::kMod:
-      return "%";
-    case BinOp::kPow:
-      return "** or pow()";
-  }
-  return "?";
+  // In BinOp's order.
+  static constexpr const char* kSymbols[] = {"+", "-", "*", "/", "//", "%", "** or pow()"};
+  static_assert(std::size(kSymbols) == static_cast<size_t>(BinOp::kPow) + 1);
+  return kSymbols[static_cast<size_t>(op)];
 }
 
 [[noreturn]] void Unsupported(BinOp op, const Value& a, const Value& b) {

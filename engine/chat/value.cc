@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "engine/chat/callable.h"
@@ -167,29 +169,13 @@ std::string Value::Repr() const {
 }
 
 std::string Value::TypeName() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "NoneType";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kString:
-      return "str";
-    case Kind::kList:
-      return list_->is_tuple ? "tuple" : "list";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kNamespace:
-      return "Namespace";
-    case Kind::kCallable:
-      return "builtin_function_or_method";
-  }
-  return "object";
+  // Python's type() name of each Kind, in enum order.
+  static constexpr std::string_view kNames[] = {
+      "Undefined", "NoneType", "bool", "int",       "float",
+      "str",       "list",     "dict", "Namespace", "builtin_function_or_method"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Kind::kCallable) + 1);
+  if (kind_ == Kind::kList && list_->is_tuple) return "tuple";
+  return std::string(kNames[static_cast<size_t>(kind_)]);
 }
 
 bool Equals(const Value& a, const Value& b) {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model/json_util.h"
-#include "engine/model/status_macros.h"
+#include "engine/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace ptxserve {
@@ -196,11 +196,11 @@ absl::Status ParseRopeScaling(const FieldReader& r, const json& rs, const std::s
   s.type = t == "linear" ? RopeScaling::Type::kLinear : RopeScaling::Type::kLlama3;
   const std::string factor_field = absl::StrCat(field, ".factor");
   if (GetField(rs, "factor") == nullptr) return r.Error(factor_field, "missing (required)");
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveNumber(rs, "factor", factor_field, &s.factor));
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveNumber(rs, "factor", factor_field, &s.factor));
   if (s.type == RopeScaling::Type::kLinear) return absl::OkStatus();
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveNumber(
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveNumber(
       rs, "low_freq_factor", absl::StrCat(field, ".low_freq_factor"), &s.low_freq_factor));
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveNumber(
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveNumber(
       rs, "high_freq_factor", absl::StrCat(field, ".high_freq_factor"), &s.high_freq_factor));
   if (s.high_freq_factor <= s.low_freq_factor) {
     // The llama3 formula divides by (high - low).
@@ -211,8 +211,7 @@ absl::Status ParseRopeScaling(const FieldReader& r, const json& rs, const std::s
   auto orig = r.Int(rs, "original_max_position_embeddings", orig_field);
   if (!orig.ok()) return orig.status();
   if (orig->has_value()) {
-    PTX_MODEL_RETURN_IF_ERROR(
-        r.CheckPositive(orig_field, **orig, &s.original_max_position_embeddings));
+    PTX_RETURN_IF_ERROR(r.CheckPositive(orig_field, **orig, &s.original_max_position_embeddings));
   }
   return absl::OkStatus();
 }
@@ -226,9 +225,9 @@ absl::Status ParseSlidingWindow(const FieldReader& r, ModelConfig* c) {
   const json* sw = r.Get("sliding_window");
   if (sw == nullptr || sw->is_null()) return absl::OkStatus();
   bool use = c->architecture != "Qwen2ForCausalLM";
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalBool("use_sliding_window", &use));
+  PTX_RETURN_IF_ERROR(r.OptionalBool("use_sliding_window", &use));
   int64_t window = 0;
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveInt("sliding_window", &window));
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveInt("sliding_window", &window));
   if (use && window < c->max_position_embeddings) {
     c->sliding_window = window;
     c->max_position_embeddings = window;
@@ -237,21 +236,21 @@ absl::Status ParseSlidingWindow(const FieldReader& r, ModelConfig* c) {
 }
 
 absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
-  PTX_MODEL_RETURN_IF_ERROR(ParseArchitecture(r, c));
-  PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("vocab_size", &c->vocab_size));
-  PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("hidden_size", &c->hidden_size));
-  PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("intermediate_size", &c->intermediate_size));
-  PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("num_hidden_layers", &c->num_layers));
-  PTX_MODEL_RETURN_IF_ERROR(r.PositiveInt("num_attention_heads", &c->num_heads));
+  PTX_RETURN_IF_ERROR(ParseArchitecture(r, c));
+  PTX_RETURN_IF_ERROR(r.PositiveInt("vocab_size", &c->vocab_size));
+  PTX_RETURN_IF_ERROR(r.PositiveInt("hidden_size", &c->hidden_size));
+  PTX_RETURN_IF_ERROR(r.PositiveInt("intermediate_size", &c->intermediate_size));
+  PTX_RETURN_IF_ERROR(r.PositiveInt("num_hidden_layers", &c->num_layers));
+  PTX_RETURN_IF_ERROR(r.PositiveInt("num_attention_heads", &c->num_heads));
   c->num_kv_heads = c->num_heads;
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveInt("num_key_value_heads", &c->num_kv_heads));
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveInt("num_key_value_heads", &c->num_kv_heads));
   if (c->num_heads % c->num_kv_heads != 0) {
     return r.Error("num_key_value_heads",
                    absl::StrCat("num_attention_heads ", c->num_heads,
                                 " is not divisible by num_key_value_heads ", c->num_kv_heads));
   }
   c->head_dim = 0;
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalPositiveInt("head_dim", &c->head_dim));
+  PTX_RETURN_IF_ERROR(r.OptionalPositiveInt("head_dim", &c->head_dim));
   if (c->head_dim == 0) {
     if (c->hidden_size % c->num_heads != 0) {
       return r.Error(
@@ -264,22 +263,22 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   if (c->head_dim % 2 != 0) {  // RoPE rotates pairs of dimensions
     return r.Error("head_dim", absl::StrCat("must be even, got ", c->head_dim));
   }
-  PTX_MODEL_RETURN_IF_ERROR(
+  PTX_RETURN_IF_ERROR(
       r.OptionalPositiveInt("max_position_embeddings", &c->max_position_embeddings));
-  PTX_MODEL_RETURN_IF_ERROR(ParseSlidingWindow(r, c));
-  PTX_MODEL_RETURN_IF_ERROR(
+  PTX_RETURN_IF_ERROR(ParseSlidingWindow(r, c));
+  PTX_RETURN_IF_ERROR(
       r.OptionalPositiveNumber(r.root(), "rms_norm_eps", "rms_norm_eps", &c->rms_norm_eps));
-  PTX_MODEL_RETURN_IF_ERROR(
+  PTX_RETURN_IF_ERROR(
       r.OptionalPositiveNumber(r.root(), "rope_theta", "rope_theta", &c->rope_theta));
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalBool("tie_word_embeddings", &c->tie_word_embeddings));
+  PTX_RETURN_IF_ERROR(r.OptionalBool("tie_word_embeddings", &c->tie_word_embeddings));
   // Qwen2 always has q/k/v biases; Llama declares them; Mistral never has them.
   if (c->architecture == "Qwen2ForCausalLM") {
     c->attention_bias = true;
   } else if (c->architecture == "LlamaForCausalLM") {
-    PTX_MODEL_RETURN_IF_ERROR(r.OptionalBool("attention_bias", &c->attention_bias));
+    PTX_RETURN_IF_ERROR(r.OptionalBool("attention_bias", &c->attention_bias));
   }
   bool mlp_bias = false;
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalBool("mlp_bias", &mlp_bias));
+  PTX_RETURN_IF_ERROR(r.OptionalBool("mlp_bias", &mlp_bias));
   if (mlp_bias) return r.Error("mlp_bias", "MLP biases are not supported");
   if (const json* act = r.Get("hidden_act"); act != nullptr) {
     if (!act->is_string() || act->get<std::string>() != "silu") {
@@ -287,8 +286,8 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
                                                 " (only \"silu\" is supported)"));
     }
   }
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalTokenId("bos_token_id", &c->bos_token_id));
-  PTX_MODEL_RETURN_IF_ERROR(r.OptionalTokenId("eos_token_id", &c->eos_token_id));
+  PTX_RETURN_IF_ERROR(r.OptionalTokenId("bos_token_id", &c->bos_token_id));
+  PTX_RETURN_IF_ERROR(r.OptionalTokenId("eos_token_id", &c->eos_token_id));
   // A special id without an embedding would fail every request that reaches it.
   for (auto [key, id] :
        {std::pair{"bos_token_id", c->bos_token_id}, {"eos_token_id", c->eos_token_id}}) {
@@ -303,12 +302,12 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   if (dt == nullptr) dt = r.Get("dtype");
   if (dt != nullptr && dt->is_string()) ParseDType(dt->get<std::string>(), &c->torch_dtype);
   if (const json* rs = r.Get("rope_scaling"); rs != nullptr) {
-    PTX_MODEL_RETURN_IF_ERROR(ParseRopeScaling(r, *rs, "rope_scaling", c));
+    PTX_RETURN_IF_ERROR(ParseRopeScaling(r, *rs, "rope_scaling", c));
   }
   // transformers >= 5 folds rope_theta and the scaling into "rope_parameters".
   if (const json* rp = r.Get("rope_parameters"); rp != nullptr) {
-    PTX_MODEL_RETURN_IF_ERROR(ParseRopeScaling(r, *rp, "rope_parameters", c));
-    PTX_MODEL_RETURN_IF_ERROR(
+    PTX_RETURN_IF_ERROR(ParseRopeScaling(r, *rp, "rope_parameters", c));
+    PTX_RETURN_IF_ERROR(
         r.OptionalPositiveNumber(*rp, "rope_theta", "rope_parameters.rope_theta", &c->rope_theta));
   }
   return absl::OkStatus();
@@ -318,23 +317,10 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& file) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": invalid JSON at byte ", e.byte, ": ", e.what()));
-  } catch (const json::exception& e) {
-    // A number beyond double's range (1e309) is out_of_range, which has no byte offset.
-    return absl::InvalidArgumentError(absl::StrCat(file, ": invalid JSON: ", e.what()));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": expected a JSON object at the top level, got ", root.type_name()));
-  }
+  PTX_ASSIGN_OR_RETURN(const json root, ParseJsonObject(json_text, file));
   ModelConfig c;
   FieldReader r(root, file);
-  PTX_MODEL_RETURN_IF_ERROR(ParseFields(r, &c));
+  PTX_RETURN_IF_ERROR(ParseFields(r, &c));
   return c;
 }
 

@@ -4,29 +4,14 @@
 
 namespace ptxserve {
 
-std::string_view DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kF16:
-      return "f16";
-    case DType::kBF16:
-      return "bf16";
-  }
-  return "?";
-}
-
 bool ParseDType(std::string_view s, DType* out) {
-  if (s == "f32" || s == "float32" || s == "F32") {
-    *out = DType::kF32;
-  } else if (s == "f16" || s == "float16" || s == "F16") {
-    *out = DType::kF16;
-  } else if (s == "bf16" || s == "bfloat16" || s == "BF16") {
-    *out = DType::kBF16;
-  } else {
-    return false;
+  for (const DTypeSpelling& d : kDTypeSpellings) {
+    if (s == d.name || s == d.torch || s == d.safetensors) {
+      *out = d.dtype;
+      return true;
+    }
   }
-  return true;
+  return false;
 }
 
 float HalfToFloat(uint16_t h) {

@@ -1,8 +1,10 @@
-// Small helpers for quoting JSON values in error messages.
+// Small helpers for reading JSON files and quoting JSON values in error messages.
 #pragma once
 
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace ptxserve {
@@ -16,5 +18,9 @@ inline std::string DescribeJson(const nlohmann::json& v) {
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;
 }
+
+// Parses `text`, the contents of `file`, which must be a JSON object. Errors name the file
+// and, for a syntax error, the byte offset.
+absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view text, const std::string& file);
 
 }  // namespace ptxserve

@@ -11,9 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
-#include "engine/model/status_macros.h"
 #include "engine/model/weight_files.h"
 #include "engine/util/log.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve {
 namespace {
@@ -38,7 +38,7 @@ class TensorMapper {
 
   // Tensor `name`, checked against `dims`. Errors name the file, the tensor and both shapes.
   absl::Status Get(const std::string& name, const std::vector<Dim>& dims, Tensor* out) {
-    PTX_MODEL_ASSIGN_OR_RETURN(Tensor t, files_.Get(name));
+    PTX_ASSIGN_OR_RETURN(Tensor t, files_.Get(name));
     std::vector<int64_t> want;
     std::vector<std::string> fields;
     for (const Dim& d : dims) {
@@ -96,23 +96,23 @@ absl::Status MapLayer(const ModelConfig& c, const WeightFiles& files, int64_t i,
   const Dim q{c.q_dim(), "num_attention_heads*head_dim"};
   const Dim kv{c.kv_dim(), "num_key_value_heads*head_dim"};
   const Dim inter{c.intermediate_size, "intermediate_size"};
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "input_layernorm.weight", {hidden}, &l->attn_norm));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.weight", {q, hidden}, &l->wq));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.weight", {kv, hidden}, &l->wk));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.weight", {kv, hidden}, &l->wv));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.o_proj.weight", {hidden, q}, &l->wo));
+  PTX_RETURN_IF_ERROR(m.Get(p + "input_layernorm.weight", {hidden}, &l->attn_norm));
+  PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.weight", {q, hidden}, &l->wq));
+  PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.weight", {kv, hidden}, &l->wk));
+  PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.weight", {kv, hidden}, &l->wv));
+  PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.o_proj.weight", {hidden, q}, &l->wo));
   if (c.attention_bias) {
-    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.bias", {q}, &l->bq));
-    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.bias", {kv}, &l->bk));
-    PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.bias", {kv}, &l->bv));
+    PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.q_proj.bias", {q}, &l->bq));
+    PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.k_proj.bias", {kv}, &l->bk));
+    PTX_RETURN_IF_ERROR(m.Get(p + "self_attn.v_proj.bias", {kv}, &l->bv));
   } else if (i == 0 && files.Contains(p + "self_attn.q_proj.bias")) {
     PTX_LOG(WARNING) << files.source() << " holds q/k/v biases but config.json does not set "
                      << "attention_bias; they are ignored";
   }
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "post_attention_layernorm.weight", {hidden}, &l->mlp_norm));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.gate_proj.weight", {inter, hidden}, &l->w_gate));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.up_proj.weight", {inter, hidden}, &l->w_up));
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(p + "mlp.down_proj.weight", {hidden, inter}, &l->w_down));
+  PTX_RETURN_IF_ERROR(m.Get(p + "post_attention_layernorm.weight", {hidden}, &l->mlp_norm));
+  PTX_RETURN_IF_ERROR(m.Get(p + "mlp.gate_proj.weight", {inter, hidden}, &l->w_gate));
+  PTX_RETURN_IF_ERROR(m.Get(p + "mlp.up_proj.weight", {inter, hidden}, &l->w_up));
+  PTX_RETURN_IF_ERROR(m.Get(p + "mlp.down_proj.weight", {hidden, inter}, &l->w_down));
   return absl::OkStatus();
 }
 
@@ -125,7 +125,7 @@ absl::Status MapEmbeddings(const ModelConfig& c, const WeightFiles& files, Tenso
   const std::vector<Dim> dims = {{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"}};
   const bool has_embed = files.Contains(kEmbed);
   if (!c.tie_word_embeddings) {
-    PTX_MODEL_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
+    PTX_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
     if (!files.Contains(kHead)) {
       return absl::NotFoundError(absl::StrCat("tensor '", kHead, "' not found in ", files.source(),
                                               " (config.json sets tie_word_embeddings false)"));
@@ -137,12 +137,12 @@ absl::Status MapEmbeddings(const ModelConfig& c, const WeightFiles& files, Tenso
                                             " (nor '", kHead, "', which tied embeddings may use)"));
   }
   if (has_embed) {
-    PTX_MODEL_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
+    PTX_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
     t->lm_head = t->embed;  // tied: lm_head.weight in the file (if any) is ignored, as in HF
     t->lm_head.name = kHead;
     return absl::OkStatus();
   }
-  PTX_MODEL_RETURN_IF_ERROR(m.Get(kHead, dims, &t->lm_head));
+  PTX_RETURN_IF_ERROR(m.Get(kHead, dims, &t->lm_head));
   t->embed = t->lm_head;
   t->embed.name = kEmbed;
   return absl::OkStatus();
@@ -172,21 +172,21 @@ absl::StatusOr<Model> LoadModel(const std::string& dir) {
   Model model;
   model.dir = dir;
   const std::string config_path = absl::StrCat(dir, "/config.json");
-  PTX_MODEL_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
-  PTX_MODEL_ASSIGN_OR_RETURN(model.config, ParseModelConfig(text, config_path));
+  PTX_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
+  PTX_ASSIGN_OR_RETURN(model.config, ParseModelConfig(text, config_path));
   const ModelConfig& c = model.config;
-  PTX_MODEL_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
+  PTX_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
 
   auto storage = std::make_shared<ModelStorage>();
   TensorMapper mapper(config_path, files, storage.get());
   ModelTensors& t = model.tensors;
-  PTX_MODEL_RETURN_IF_ERROR(MapEmbeddings(c, files, mapper, &t));
-  PTX_MODEL_RETURN_IF_ERROR(
+  PTX_RETURN_IF_ERROR(MapEmbeddings(c, files, mapper, &t));
+  PTX_RETURN_IF_ERROR(
       mapper.Get("model.norm.weight", {{c.hidden_size, "hidden_size"}}, &t.final_norm));
   // Grown layer by layer: a corrupt num_hidden_layers fails on a missing tensor, not
   // on an allocation.
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    PTX_MODEL_RETURN_IF_ERROR(MapLayer(c, files, i, mapper, &t.layers.emplace_back()));
+    PTX_RETURN_IF_ERROR(MapLayer(c, files, i, mapper, &t.layers.emplace_back()));
     if ((i + 1) % 16 == 0 && i + 1 < c.num_layers) {
       PTX_LOG(INFO) << "checked layers " << i + 1 << "/" << c.num_layers;
     }

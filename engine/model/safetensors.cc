@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model/json_util.h"
-#include "engine/model/status_macros.h"
+#include "engine/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace ptxserve {
@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   if (p == MAP_FAILED) return ErrnoError(path, "cannot mmap", err);
   f->base_ = static_cast<const uint8_t*>(p);
   f->size_ = size;
-  PTX_MODEL_RETURN_IF_ERROR(f->ParseHeader());
+  PTX_RETURN_IF_ERROR(f->ParseHeader());
   return f;
 }
 
@@ -230,18 +230,15 @@ absl::StatusOr<Tensor> SafetensorsFile::GetTensor(std::string_view name) const {
         absl::StrCat("tensor '", std::string(name), "' not found in ", path_));
   }
   Tensor t;
-  // Only these three names: any other spelling has no validated byte size.
-  if (e->dtype == "F32") {
-    t.dtype = DType::kF32;
-  } else if (e->dtype == "F16") {
-    t.dtype = DType::kF16;
-  } else if (e->dtype == "BF16") {
-    t.dtype = DType::kBF16;
-  } else {
+  // Only the safetensors spellings: any other has no validated byte size.
+  const auto d = std::find_if(kDTypeSpellings.begin(), kDTypeSpellings.end(),
+                              [&](const DTypeSpelling& s) { return s.safetensors == e->dtype; });
+  if (d == kDTypeSpellings.end()) {
     return absl::UnimplementedError(absl::StrCat("unsupported dtype ", e->dtype, " for tensor '",
                                                  e->name, "' in ", path_,
                                                  " (supported: F32, F16, BF16)"));
   }
+  t.dtype = d->dtype;
   t.name = e->name;
   t.shape = e->shape;
   t.data = base_ + data_offset_ + e->begin;

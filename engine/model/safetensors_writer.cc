@@ -48,18 +48,6 @@ int64_t TensorToWrite::numel() const {
   return n;
 }
 
-const char* SafetensorsDTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-  }
-  return "?";
-}
-
 absl::StatusOr<std::string> SafetensorsHeader(const std::vector<TensorToWrite>& tensors,
                                               const std::map<std::string, std::string>& metadata) {
   // nlohmann::json objects are std::maps, so dump() emits keys sorted bytewise.
@@ -87,7 +75,7 @@ absl::StatusOr<std::string> SafetensorsHeader(const std::vector<TensorToWrite>& 
                                                      t.nbytes()));
     }
     const uint64_t end = offset + t.nbytes();
-    header[t.name] = {{"dtype", SafetensorsDTypeName(t.dtype)},
+    header[t.name] = {{"dtype", SpellingOf(t.dtype).safetensors},
                       {"shape", t.shape},
                       {"data_offsets", {offset, end}}};
     offset = end;

@@ -30,9 +30,6 @@ struct TensorToWrite {
   size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
 };
 
-// The safetensors dtype string: "F32", "F16", "BF16".
-const char* SafetensorsDTypeName(DType t);
-
 // Builds the JSON header text (without the length prefix and padding) for `tensors`
 // laid out in name order; `metadata` becomes "__metadata__" when non-empty.
 // InvalidArgument on duplicate or empty names, negative dims, or bytes of the wrong size.

@@ -164,18 +164,6 @@ std::vector<TensorToWrite> SyntheticTensors(const ModelConfig& c, uint64_t seed,
   return ts;
 }
 
-const char* TorchDTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-  }
-  return "float32";
-}
-
 // Keys sorted (nlohmann::json is a std::map), as transformers' save_pretrained writes them.
 std::string ConfigJson(const ModelConfig& c, DType dtype) {
   nlohmann::json j;
@@ -216,7 +204,7 @@ std::string ConfigJson(const ModelConfig& c, DType dtype) {
   }
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["torch_dtype"] = TorchDTypeName(dtype);
+  j["torch_dtype"] = SpellingOf(dtype).torch;
   j["transformers_version"] = "4.45.0";
   j["use_cache"] = true;
   j["vocab_size"] = c.vocab_size;

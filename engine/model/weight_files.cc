@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/model/json_util.h"
-#include "engine/model/status_macros.h"
 #include "engine/util/log.h"
+#include "engine/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace ptxserve {
@@ -65,7 +65,7 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& dir) {
           absl::StrCat(dir, ": neither ", kSingleFile, " nor ", kIndexFile, " exists"));
     }
     w.source_ = single;
-    PTX_MODEL_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single));
+    PTX_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single));
     PTX_LOG(INFO) << "mapped " << single << " (" << (file->file_size() >> 20) << " MiB, "
                   << file->entries().size() << " tensors)";
     w.files_.push_back(std::move(file));
@@ -73,20 +73,8 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& dir) {
   }
 
   w.source_ = index_path;
-  PTX_MODEL_ASSIGN_OR_RETURN(std::string text, ReadTextFile(index_path));
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path, ": invalid JSON at byte ", e.byte, ": ", e.what()));
-  } catch (const json::exception& e) {
-    // A number beyond double's range (1e309) is out_of_range, which has no byte offset.
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": invalid JSON: ", e.what()));
-  }
-  if (!index.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": not a JSON object"));
-  }
+  PTX_ASSIGN_OR_RETURN(std::string text, ReadTextFile(index_path));
+  PTX_ASSIGN_OR_RETURN(const json index, ParseJsonObject(text, index_path));
   auto wm = index.find("weight_map");
   if (wm == index.end() || !wm->is_object()) {
     return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_replace.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/utf8.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve::tok {
 namespace {
@@ -36,88 +37,71 @@ absl::StatusOr<TokenDecoder> TokenDecoder::FromJson(const Json* j, std::string_v
 }
 
 absl::Status TokenDecoder::Parse(const Json& j, std::string_view origin, const std::string& path) {
-  auto type = ComponentType(j, origin, path);
-  if (!type.ok()) return type.status();
+  PTX_ASSIGN_OR_RETURN(auto type, ComponentType(j, origin, path));
   if (strip_leading_space_) {
     return FieldUnimplemented(origin, path,
                               "decoders after a leading-space Strip are not supported");
   }
-  if (*type == "Sequence") {
-    const Json* list = Member(j, "decoders");
-    if (list == nullptr || !list->is_array()) {
-      return FieldError(origin, path + ".decoders", "missing or not an array");
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      if (auto s = Parse((*list)[i], origin, absl::StrCat(path, ".decoders[", i, "]")); !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+  if (type == "Sequence") {
+    return ParseSequence(j, "decoders", origin, path,
+                         [&](const Json& item, const std::string& item_path) {
+                           return Parse(item, origin, item_path);
+                         });
   }
-  if (*type == "Replace") {
-    const Json* pattern = Member(j, "pattern");
-    if (pattern == nullptr) return FieldError(origin, path + ".pattern", "missing");
-    auto p = ParsePattern(*pattern, origin, path + ".pattern");
-    if (!p.ok()) return p.status();
-    if (p->is_regex) {
+  if (type == "Replace") {
+    PTX_ASSIGN_OR_RETURN(auto p, ReqPattern(j, "pattern", origin, path));
+    if (p.is_regex) {
       return FieldUnimplemented(origin, path + ".pattern",
                                 "regex Replace decoder is not supported");
     }
-    if (p->text.empty()) return FieldError(origin, path + ".pattern.String", "is empty");
-    auto content = ReqString(j, "content", origin, path);
-    if (!content.ok()) return content.status();
-    steps_.push_back(Step{Kind::kReplace, p->text, *content});
+    if (p.text.empty()) return FieldError(origin, path + ".pattern.String", "is empty");
+    PTX_ASSIGN_OR_RETURN(auto content, ReqString(j, "content", origin, path));
+    steps_.push_back(Step{Kind::kReplace, p.text, content});
     return absl::OkStatus();
   }
-  if (*type == "ByteFallback") {
+  if (type == "ByteFallback") {
     steps_.push_back(Step{Kind::kByteFallback, "", ""});
     return absl::OkStatus();
   }
-  if (*type == "Fuse") {
+  if (type == "Fuse") {
     fused_ = true;
     return absl::OkStatus();
   }
-  if (*type == "ByteLevel") {
+  if (type == "ByteLevel") {
     steps_.push_back(Step{Kind::kByteLevel, "", ""});
     return absl::OkStatus();
   }
-  if (*type == "Strip") {
-    auto content = ReqString(j, "content", origin, path);
-    if (!content.ok()) return content.status();
-    auto start = OptInt(j, "start", origin, path);
-    if (!start.ok()) return start.status();
-    auto stop = OptInt(j, "stop", origin, path);
-    if (!stop.ok()) return stop.status();
-    const int64_t n_start = start->value_or(0);
-    const int64_t n_stop = stop->value_or(0);
+  if (type == "Strip") {
+    PTX_ASSIGN_OR_RETURN(auto content, ReqString(j, "content", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto start, OptInt(j, "start", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto stop, OptInt(j, "stop", origin, path));
+    const int64_t n_start = start.value_or(0);
+    const int64_t n_stop = stop.value_or(0);
     if (n_start == 0 && n_stop == 0) return absl::OkStatus();
     // Strip acts per token; only after Fuse is there one token, the whole text.
-    if (fused_ && *content == " " && n_start == 1 && n_stop == 0) {
+    if (fused_ && content == " " && n_start == 1 && n_stop == 0) {
       strip_leading_space_ = true;
       return absl::OkStatus();
     }
     return FieldUnimplemented(
         origin, path,
-        absl::StrCat("Strip(content=\"", *content, "\", start=", n_start, ", stop=", n_stop, ")",
+        absl::StrCat("Strip(content=\"", content, "\", start=", n_start, ", stop=", n_stop, ")",
                      fused_ ? "" : " before Fuse", " is not supported"));
   }
-  if (*type == "Metaspace") {
-    auto repl = OptString(j, "replacement", origin, path);
-    if (!repl.ok()) return repl.status();
-    auto scheme = OptString(j, "prepend_scheme", origin, path);
-    if (!scheme.ok()) return scheme.status();
-    auto aps = OptBool(j, "add_prefix_space", origin, path);
-    if (!aps.ok()) return aps.status();
-    const std::string replacement = repl->value_or(std::string(kMetaspace));
+  if (type == "Metaspace") {
+    PTX_ASSIGN_OR_RETURN(auto repl, OptString(j, "replacement", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto scheme, OptString(j, "prepend_scheme", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto aps, OptBool(j, "add_prefix_space", origin, path));
+    const std::string replacement = repl.value_or(std::string(kMetaspace));
     if (replacement.empty()) return FieldError(origin, path + ".replacement", "is empty");
     steps_.push_back(Step{Kind::kReplace, replacement, " "});
     // The reference strips the first token's leading space unless prepending is off.
-    const bool prepends = scheme->has_value() ? **scheme != "never" : aps->value_or(true);
+    const bool prepends = scheme.has_value() ? *scheme != "never" : aps.value_or(true);
     if (prepends) strip_leading_space_ = true;
     return absl::OkStatus();
   }
   return FieldUnimplemented(origin, path + ".type",
-                            absl::StrCat("decoder \"", *type, "\" is not supported"));
+                            absl::StrCat("decoder \"", type, "\" is not supported"));
 }
 
 std::string TokenDecoder::TokenBytes(std::string_view token) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,5 +60,14 @@ struct Pattern {
 };
 absl::StatusOr<Pattern> ParsePattern(const Json& obj, std::string_view origin,
                                      std::string_view path);
+// The required member `key` of `obj` as a pattern object.
+absl::StatusOr<Pattern> ReqPattern(const Json& obj, std::string_view key, std::string_view origin,
+                                   std::string_view path);
+
+// A "Sequence" component: hands each element of the array member `key` (e.g. "normalizers")
+// to `parse` with its path ("normalizer.normalizers[2]"); the first error is returned.
+absl::Status ParseSequence(
+    const Json& obj, std::string_view key, std::string_view origin, const std::string& path,
+    const std::function<absl::Status(const Json& item, const std::string& item_path)>& parse);
 
 }  // namespace ptxserve::tok

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "engine/tokenizer/utf8.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve::tok {
 
@@ -15,50 +16,37 @@ absl::StatusOr<Normalizer> Normalizer::FromJson(const Json* j, std::string_view 
 }
 
 absl::Status Normalizer::Parse(const Json& j, std::string_view origin, const std::string& path) {
-  auto type = ComponentType(j, origin, path);
-  if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    const Json* list = Member(j, "normalizers");
-    if (list == nullptr || !list->is_array()) {
-      return FieldError(origin, path + ".normalizers", "missing or not an array");
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      if (auto s = Parse((*list)[i], origin, absl::StrCat(path, ".normalizers[", i, "]"));
-          !s.ok()) {
-        return s;
-      }
-    }
+  PTX_ASSIGN_OR_RETURN(auto type, ComponentType(j, origin, path));
+  if (type == "Sequence") {
+    return ParseSequence(j, "normalizers", origin, path,
+                         [&](const Json& item, const std::string& item_path) {
+                           return Parse(item, origin, item_path);
+                         });
+  }
+  if (type == "Prepend") {
+    PTX_ASSIGN_OR_RETURN(auto text, ReqString(j, "prepend", origin, path));
+    steps_.push_back(Step{Kind::kPrepend, text, "", nullptr});
     return absl::OkStatus();
   }
-  if (*type == "Prepend") {
-    auto text = ReqString(j, "prepend", origin, path);
-    if (!text.ok()) return text.status();
-    steps_.push_back(Step{Kind::kPrepend, *text, "", nullptr});
-    return absl::OkStatus();
-  }
-  if (*type == "Replace") {
-    const Json* pattern = Member(j, "pattern");
-    if (pattern == nullptr) return FieldError(origin, path + ".pattern", "missing");
-    auto p = ParsePattern(*pattern, origin, path + ".pattern");
-    if (!p.ok()) return p.status();
-    auto content = ReqString(j, "content", origin, path);
-    if (!content.ok()) return content.status();
-    if (p->text.empty()) return FieldError(origin, path + ".pattern", "is empty");
-    if (!p->is_regex) {
-      steps_.push_back(Step{Kind::kReplace, p->text, *content, nullptr});
+  if (type == "Replace") {
+    PTX_ASSIGN_OR_RETURN(auto p, ReqPattern(j, "pattern", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto content, ReqString(j, "content", origin, path));
+    if (p.text.empty()) return FieldError(origin, path + ".pattern", "is empty");
+    if (!p.is_regex) {
+      steps_.push_back(Step{Kind::kReplace, p.text, content, nullptr});
       return absl::OkStatus();
     }
-    auto re = Regex::Compile(p->text, absl::StrCat(Sv(origin), ": ", path, ".pattern.Regex"));
-    if (!re.ok()) return re.status();
-    steps_.push_back(Step{Kind::kReplaceRegex, p->text, *content, *re});
+    PTX_ASSIGN_OR_RETURN(
+        auto re, Regex::Compile(p.text, absl::StrCat(Sv(origin), ": ", path, ".pattern.Regex")));
+    steps_.push_back(Step{Kind::kReplaceRegex, p.text, content, re});
     return absl::OkStatus();
   }
-  if (*type == "NFC") {
+  if (type == "NFC") {
     steps_.push_back(Step{Kind::kNfc, "", "", nullptr});
     return absl::OkStatus();
   }
   return FieldUnimplemented(origin, path + ".type",
-                            absl::StrCat("normalizer \"", *type, "\" is not supported"));
+                            absl::StrCat("normalizer \"", type, "\" is not supported"));
 }
 
 absl::Status Normalizer::Apply(std::string* s, size_t offset) const {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/tokenizer/byte_level.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve::tok {
 namespace {
@@ -53,38 +54,26 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromJson(const Json* j, std::string_v
 }
 
 absl::Status PreTokenizer::Parse(const Json& j, std::string_view origin, const std::string& path) {
-  auto type = ComponentType(j, origin, path);
-  if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    const Json* list = Member(j, "pretokenizers");
-    if (list == nullptr || !list->is_array()) {
-      return FieldError(origin, path + ".pretokenizers", "missing or not an array");
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      if (auto s = Parse((*list)[i], origin, absl::StrCat(path, ".pretokenizers[", i, "]"));
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+  PTX_ASSIGN_OR_RETURN(auto type, ComponentType(j, origin, path));
+  if (type == "Sequence") {
+    return ParseSequence(j, "pretokenizers", origin, path,
+                         [&](const Json& item, const std::string& item_path) {
+                           return Parse(item, origin, item_path);
+                         });
   }
   Step step{};
-  if (*type == "Split") {
+  if (type == "Split") {
     step.kind = Kind::kSplit;
-    const Json* pattern = Member(j, "pattern");
-    if (pattern == nullptr) return FieldError(origin, path + ".pattern", "missing");
-    auto p = ParsePattern(*pattern, origin, path + ".pattern");
-    if (!p.ok()) return p.status();
-    if (p->is_regex) {
-      auto re = Regex::Compile(p->text, absl::StrCat(Sv(origin), ": ", path, ".pattern.Regex"));
-      if (!re.ok()) return re.status();
-      step.re = *re;
+    PTX_ASSIGN_OR_RETURN(auto p, ReqPattern(j, "pattern", origin, path));
+    if (p.is_regex) {
+      PTX_ASSIGN_OR_RETURN(
+          auto re, Regex::Compile(p.text, absl::StrCat(Sv(origin), ": ", path, ".pattern.Regex")));
+      step.re = re;
     } else {
-      if (p->text.empty()) return FieldError(origin, path + ".pattern.String", "is empty");
-      step.literal = p->text;
+      if (p.text.empty()) return FieldError(origin, path + ".pattern.String", "is empty");
+      step.literal = p.text;
     }
-    auto behavior = ReqString(j, "behavior", origin, path);
-    if (!behavior.ok()) return behavior.status();
+    PTX_ASSIGN_OR_RETURN(auto behavior, ReqString(j, "behavior", origin, path));
     static constexpr std::pair<std::string_view, Behavior> kBehaviors[] = {
         {"Removed", Behavior::kRemoved},
         {"Isolated", Behavior::kIsolated},
@@ -93,43 +82,38 @@ absl::Status PreTokenizer::Parse(const Json& j, std::string_view origin, const s
         {"Contiguous", Behavior::kContiguous}};
     bool known = false;
     for (const auto& [name, b] : kBehaviors) {
-      if (*behavior == name) {
+      if (behavior == name) {
         step.behavior = b;
         known = true;
       }
     }
     if (!known) {
       return FieldError(origin, path + ".behavior",
-                        absl::StrCat("unknown split behavior \"", *behavior, "\""));
+                        absl::StrCat("unknown split behavior \"", behavior, "\""));
     }
-    auto invert = OptBool(j, "invert", origin, path);
-    if (!invert.ok()) return invert.status();
-    step.invert = invert->value_or(false);
-  } else if (*type == "ByteLevel") {
+    PTX_ASSIGN_OR_RETURN(auto invert, OptBool(j, "invert", origin, path));
+    step.invert = invert.value_or(false);
+  } else if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
-    auto aps = OptBool(j, "add_prefix_space", origin, path);
-    if (!aps.ok()) return aps.status();
-    step.add_prefix_space = aps->value_or(true);
-    auto use_regex = OptBool(j, "use_regex", origin, path);
-    if (!use_regex.ok()) return use_regex.status();
-    if (use_regex->value_or(true)) {
-      auto re =
-          Regex::Compile(kGpt2Pattern, absl::StrCat(Sv(origin), ": ", path, " (GPT-2 regex)"));
-      if (!re.ok()) return re.status();
-      step.re = *re;
+    PTX_ASSIGN_OR_RETURN(auto aps, OptBool(j, "add_prefix_space", origin, path));
+    step.add_prefix_space = aps.value_or(true);
+    PTX_ASSIGN_OR_RETURN(auto use_regex, OptBool(j, "use_regex", origin, path));
+    if (use_regex.value_or(true)) {
+      PTX_ASSIGN_OR_RETURN(
+          auto re,
+          Regex::Compile(kGpt2Pattern, absl::StrCat(Sv(origin), ": ", path, " (GPT-2 regex)")));
+      step.re = re;
     }
     byte_level_ = true;
-  } else if (*type == "Metaspace") {
+  } else if (type == "Metaspace") {
     step.kind = Kind::kMetaspace;
-    auto repl = OptString(j, "replacement", origin, path);
-    if (!repl.ok()) return repl.status();
-    step.replacement = repl->value_or(std::string(kMetaspace));
+    PTX_ASSIGN_OR_RETURN(auto repl, OptString(j, "replacement", origin, path));
+    step.replacement = repl.value_or(std::string(kMetaspace));
     if (step.replacement.empty()) return FieldError(origin, path + ".replacement", "is empty");
-    auto scheme = OptString(j, "prepend_scheme", origin, path);
-    if (!scheme.ok()) return scheme.status();
-    auto aps = OptBool(j, "add_prefix_space", origin, path);  // before prepend_scheme existed
-    if (!aps.ok()) return aps.status();
-    const std::string s = scheme->value_or(aps->value_or(true) ? "always" : "never");
+    PTX_ASSIGN_OR_RETURN(auto scheme, OptString(j, "prepend_scheme", origin, path));
+    // add_prefix_space: before prepend_scheme existed.
+    PTX_ASSIGN_OR_RETURN(auto aps, OptBool(j, "add_prefix_space", origin, path));
+    const std::string s = scheme.value_or(aps.value_or(true) ? "always" : "never");
     if (s == "always") {
       step.prepend = Prepend::kAlways;
     } else if (s == "first") {
@@ -140,23 +124,21 @@ absl::Status PreTokenizer::Parse(const Json& j, std::string_view origin, const s
       return FieldError(origin, path + ".prepend_scheme",
                         absl::StrCat("unknown value \"", s, "\""));
     }
-    auto split = OptBool(j, "split", origin, path);
-    if (!split.ok()) return split.status();
-    step.split = split->value_or(true);
+    PTX_ASSIGN_OR_RETURN(auto split, OptBool(j, "split", origin, path));
+    step.split = split.value_or(true);
     metaspace_ = true;
-  } else if (*type == "Digits") {
+  } else if (type == "Digits") {
     // Digits is a Split on numeric characters: one each, or runs of them.
     step.kind = Kind::kSplit;
-    auto individual = OptBool(j, "individual_digits", origin, path);
-    if (!individual.ok()) return individual.status();
-    auto re = Regex::Compile(individual->value_or(false) ? R"(\p{N})" : R"(\p{N}+)",
-                             absl::StrCat(Sv(origin), ": ", path));
-    if (!re.ok()) return re.status();
-    step.re = *re;
+    PTX_ASSIGN_OR_RETURN(auto individual, OptBool(j, "individual_digits", origin, path));
+    PTX_ASSIGN_OR_RETURN(auto re,
+                         Regex::Compile(individual.value_or(false) ? R"(\p{N})" : R"(\p{N}+)",
+                                        absl::StrCat(Sv(origin), ": ", path)));
+    step.re = re;
     step.behavior = Behavior::kIsolated;
   } else {
     return FieldUnimplemented(origin, path + ".type",
-                              absl::StrCat("pre-tokenizer \"", *type, "\" is not supported"));
+                              absl::StrCat("pre-tokenizer \"", type, "\" is not supported"));
   }
   steps_.push_back(std::move(step));
   return absl::OkStatus();

@@ -4,9 +4,11 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/util/log.h"
+#include "engine/util/status_macros.h"
 
 namespace ptxserve::tok {
 namespace {
@@ -20,26 +22,17 @@ struct Template {
 absl::Status ParseProcessor(const Json& pp, std::string_view origin, const std::string& path,
                             const std::function<int32_t(std::string_view)>& token_to_id,
                             Template* t) {
-  auto type = ComponentType(pp, origin, path);
-  if (!type.ok()) return type.status();
-  if (*type == "ByteLevel") return absl::OkStatus();  // offsets only
-  if (*type == "Sequence") {
-    const Json* list = Member(pp, "processors");
-    if (list == nullptr || !list->is_array()) {
-      return FieldError(origin, path + ".processors", "missing or not an array");
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      if (auto s = ParseProcessor((*list)[i], origin, absl::StrCat(path, ".processors[", i, "]"),
-                                  token_to_id, t);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+  PTX_ASSIGN_OR_RETURN(auto type, ComponentType(pp, origin, path));
+  if (type == "ByteLevel") return absl::OkStatus();  // offsets only
+  if (type == "Sequence") {
+    return ParseSequence(pp, "processors", origin, path,
+                         [&](const Json& item, const std::string& item_path) {
+                           return ParseProcessor(item, origin, item_path, token_to_id, t);
+                         });
   }
-  if (*type != "TemplateProcessing") {
+  if (type != "TemplateProcessing") {
     return FieldUnimplemented(origin, path + ".type",
-                              absl::StrCat("post-processor \"", *type, "\" is not supported"));
+                              absl::StrCat("post-processor \"", type, "\" is not supported"));
   }
   const std::string single_path = path + ".single";
   const Json* single = Member(pp, "single");
@@ -62,9 +55,8 @@ absl::Status ParseProcessor(const Json& pp, std::string_view origin, const std::
       if (Member(item, "Sequence") != nullptr) {
         items.emplace_back(true, "");
       } else if (const Json* st = Member(item, "SpecialToken"); st != nullptr) {
-        auto id = ReqString(*st, "id", origin, item_path + ".SpecialToken");
-        if (!id.ok()) return id.status();
-        items.emplace_back(false, *id);
+        PTX_ASSIGN_OR_RETURN(auto id, ReqString(*st, "id", origin, item_path + ".SpecialToken"));
+        items.emplace_back(false, id);
       } else {
         return FieldError(origin, item_path, "expected SpecialToken or Sequence");
       }
@@ -132,49 +124,45 @@ absl::StatusOr<SpecialTokens> ResolveSpecialTokens(
   const Json& cfg = config != nullptr ? *config : empty;
   SpecialTokens out;
   auto resolve = [&](std::string_view key, int32_t* id) -> absl::Status {
-    auto name = TokenName(cfg, key, config_origin);
-    if (!name.ok()) return name.status();
-    if (!name->has_value()) return absl::OkStatus();
-    *id = token_to_id(**name);
+    PTX_ASSIGN_OR_RETURN(auto name, TokenName(cfg, key, config_origin));
+    if (!name.has_value()) return absl::OkStatus();
+    *id = token_to_id(*name);
     if (*id < 0) {
-      PTX_LOG(WARNING) << config_origin << ": " << key << " \"" << **name
+      PTX_LOG(WARNING) << config_origin << ": " << key << " \"" << *name
                        << "\" is not in the vocabulary; ignored";
     }
     return absl::OkStatus();
   };
-  if (auto s = resolve("bos_token", &out.bos_id); !s.ok()) return s;
-  if (auto s = resolve("eos_token", &out.eos_id); !s.ok()) return s;
+  PTX_RETURN_IF_ERROR(resolve("bos_token", &out.bos_id));
+  PTX_RETURN_IF_ERROR(resolve("eos_token", &out.eos_id));
   if (out.bos_id < 0 && !t.prefix.empty()) out.bos_id = t.prefix.front();
 
-  auto add_bos = OptBool(cfg, "add_bos_token", config_origin, "");
-  if (!add_bos.ok()) return add_bos.status();
-  auto add_eos = OptBool(cfg, "add_eos_token", config_origin, "");
-  if (!add_eos.ok()) return add_eos.status();
-
-  if (add_bos->has_value()) {
-    if (**add_bos) {
-      if (out.bos_id < 0) {
-        return FieldError(config_origin, "bos_token",
-                          "add_bos_token is true but there is no BOS token in the vocabulary");
+  PTX_ASSIGN_OR_RETURN(auto add_bos, OptBool(cfg, "add_bos_token", config_origin, ""));
+  PTX_ASSIGN_OR_RETURN(auto add_eos, OptBool(cfg, "add_eos_token", config_origin, ""));
+  // add_<x>_token decides when set (true needs the token); unset, the post-processor's
+  // template does, and without one `fallback` adds the token when it exists.
+  auto affix = [&](std::optional<bool> add, std::string_view x, int32_t id,
+                   const std::vector<int32_t>& from_template, bool fallback,
+                   std::vector<int32_t>* ids) -> absl::Status {
+    if (!add.has_value()) {
+      if (t.present) {
+        *ids = from_template;
+      } else if (fallback && id >= 0) {
+        *ids = {id};
       }
-      out.prefix = {out.bos_id};
+      return absl::OkStatus();
     }
-  } else if (t.present) {
-    out.prefix = t.prefix;
-  } else if (sentencepiece_kind && out.bos_id >= 0) {
-    out.prefix = {out.bos_id};
-  }
-  if (add_eos->has_value()) {
-    if (**add_eos) {
-      if (out.eos_id < 0) {
-        return FieldError(config_origin, "eos_token",
-                          "add_eos_token is true but there is no EOS token in the vocabulary");
-      }
-      out.suffix = {out.eos_id};
+    if (!*add) return absl::OkStatus();
+    if (id < 0) {
+      return FieldError(config_origin, absl::StrCat(Sv(x), "_token"),
+                        absl::StrCat("add_", Sv(x), "_token is true but there is no ",
+                                     absl::AsciiStrToUpper(Sv(x)), " token in the vocabulary"));
     }
-  } else if (t.present) {
-    out.suffix = t.suffix;
-  }
+    *ids = {id};
+    return absl::OkStatus();
+  };
+  PTX_RETURN_IF_ERROR(affix(add_bos, "bos", out.bos_id, t.prefix, sentencepiece_kind, &out.prefix));
+  PTX_RETURN_IF_ERROR(affix(add_eos, "eos", out.eos_id, t.suffix, false, &out.suffix));
   return out;
 }
 

@@ -22,7 +22,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "engine/sampler.h"
@@ -30,13 +29,11 @@
 #include "server/cli/cli_util.h"
 #include "server/cli/client_flags.h"
 #include "server/cli/common_flags.h"
+#include "server/cli/sampling_flags.h"
 #include "server/cli/subcommands.h"
 #include "server/client.h"
 #include "server/http/http_client.h"
 #include "server/status_util.h"
-
-ABSL_DECLARE_FLAG(int32_t, max_tokens);
-ABSL_DECLARE_FLAG(double, temperature);
 
 ABSL_FLAG(int32_t, concurrency, 16, "bench: requests in flight at once");
 ABSL_FLAG(int32_t, requests, 64, "bench: requests in total");

@@ -5,24 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/client_flags.h"
 #include "server/cli/common_flags.h"
+#include "server/cli/sampling_flags.h"
 #include "server/cli/subcommands.h"
 #include "server/status_util.h"
-
-// Sampling flags shared with `generate` (defined in generate.cc).
-ABSL_DECLARE_FLAG(std::string, prompt);
-ABSL_DECLARE_FLAG(int32_t, max_tokens);
-ABSL_DECLARE_FLAG(double, temperature);
-ABSL_DECLARE_FLAG(int32_t, top_k);
-ABSL_DECLARE_FLAG(double, top_p);
-ABSL_DECLARE_FLAG(double, min_p);
-ABSL_DECLARE_FLAG(bool, ignore_eos);
 
 ABSL_FLAG(std::vector<std::string>, stop, {}, "client: stop strings (comma-separated)");
 ABSL_FLAG(double, repetition_penalty, 1.0, "client: repetition penalty (> 0; 1 = off)");

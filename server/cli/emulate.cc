@@ -6,6 +6,9 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -111,36 +114,32 @@ std::vector<uint8_t> Bytes(T v) {
   return b;
 }
 
+// Parses `value` as a T into its raw bytes; false when it is not one.
+template <class T>
+bool ParseAs(const std::string& value, std::vector<uint8_t>* out) {
+  T v;
+  bool ok;
+  if constexpr (std::is_same_v<T, float>) {
+    ok = absl::SimpleAtof(value, &v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    ok = absl::SimpleAtod(value, &v);
+  } else {
+    ok = absl::SimpleAtoi(value, &v);
+  }
+  if (ok) *out = Bytes(v);
+  return ok;
+}
+
 // Parses a scalar of `kind` from `value` into raw bytes; false when it is not one.
 bool Scalar(const std::string& kind, const std::string& value, std::vector<uint8_t>* out) {
-  if (kind == "u32") {
-    uint32_t v;
-    if (!absl::SimpleAtoi(value, &v)) return false;
-    *out = Bytes(v);
-  } else if (kind == "s32") {
-    int32_t v;
-    if (!absl::SimpleAtoi(value, &v)) return false;
-    *out = Bytes(v);
-  } else if (kind == "u64") {
-    uint64_t v;
-    if (!absl::SimpleAtoi(value, &v)) return false;
-    *out = Bytes(v);
-  } else if (kind == "s64") {
-    int64_t v;
-    if (!absl::SimpleAtoi(value, &v)) return false;
-    *out = Bytes(v);
-  } else if (kind == "f32") {
-    float v;
-    if (!absl::SimpleAtof(value, &v)) return false;
-    *out = Bytes(v);
-  } else if (kind == "f64") {
-    double v;
-    if (!absl::SimpleAtod(value, &v)) return false;
-    *out = Bytes(v);
-  } else {
-    return false;
+  using Parser = bool (*)(const std::string&, std::vector<uint8_t>*);
+  static constexpr std::pair<std::string_view, Parser> kKinds[] = {
+      {"u32", ParseAs<uint32_t>}, {"s32", ParseAs<int32_t>}, {"u64", ParseAs<uint64_t>},
+      {"s64", ParseAs<int64_t>},  {"f32", ParseAs<float>},   {"f64", ParseAs<double>}};
+  for (const auto& [name, parse] : kKinds) {
+    if (kind == name) return parse(value, out);
   }
-  return true;
+  return false;
 }
 
 absl::StatusOr<Arg> ParseArg(int index, const std::string& spec) {

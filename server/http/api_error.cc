@@ -5,19 +5,27 @@
 namespace ptxserve::server::http {
 namespace {
 
+// Status codes, the HTTP status each maps to, and the OpenAI error type of that status.
+struct HttpError {
+  absl::StatusCode code;
+  int status;
+  const char* type;
+};
+constexpr HttpError kHttpErrors[] = {
+    {absl::StatusCode::kInvalidArgument, 400, "invalid_request_error"},
+    {absl::StatusCode::kNotFound, 404, "invalid_request_error"},
+    {absl::StatusCode::kUnauthenticated, 401, "authentication_error"},
+    {absl::StatusCode::kResourceExhausted, 429, "rate_limit_error"},
+    {absl::StatusCode::kUnavailable, 503, "service_unavailable_error"},
+    {absl::StatusCode::kInternal, 500, "internal_error"},
+};
+
+// Any other HTTP status counts as a request error.
 const char* ErrorType(int status) {
-  switch (status) {
-    case 401:
-      return "authentication_error";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "service_unavailable_error";
-    case 500:
-      return "internal_error";
-    default:
-      return "invalid_request_error";
+  for (const HttpError& h : kHttpErrors) {
+    if (h.status == status) return h.type;
   }
+  return "invalid_request_error";
 }
 
 }  // namespace
@@ -25,25 +33,9 @@ const char* ErrorType(int status) {
 ApiError ToApiError(const absl::Status& status) {
   ApiError e;
   e.message = std::string(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      e.status = 400;
-      break;
-    case absl::StatusCode::kNotFound:
-      e.status = 404;
-      break;
-    case absl::StatusCode::kUnauthenticated:
-      e.status = 401;
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      e.status = 429;
-      break;
-    case absl::StatusCode::kUnavailable:
-      e.status = 503;
-      break;
-    default:
-      e.status = 500;
-      break;
+  e.status = 500;  // any code not listed
+  for (const HttpError& h : kHttpErrors) {
+    if (h.code == status.code()) e.status = h.status;
   }
   if (e.status == 400 || e.status == 404) {
     // Messages start with the parameter they are about ("top_p must be ...",

@@ -60,13 +60,10 @@ HttpResponse OpenAiService::Refuse(const absl::Status& status) {
   return ErrorResponse(e);
 }
 
-std::shared_ptr<ServedModel> OpenAiService::ModelOrNull(bool generating, HttpResponse* refusal) {
-  if (generating && draining_.load()) {
-    *refusal = Refuse(absl::UnavailableError("the server is shutting down"));
-    return nullptr;
-  }
+absl::StatusOr<std::shared_ptr<ServedModel>> OpenAiService::LoadedModel(bool generating) {
+  if (generating && draining_.load()) return absl::UnavailableError("the server is shutting down");
   std::shared_ptr<ServedModel> model = hooks_.model();
-  if (!model) *refusal = Refuse(absl::UnavailableError("the model is not loaded yet"));
+  if (!model) return absl::UnavailableError("the model is not loaded yet");
   return model;
 }
 
@@ -108,14 +105,18 @@ HttpResponse OpenAiService::Handle(HttpRequest&& req) {
   if (req.path == "/v1/completions") return Completions(req, /*chat=*/false);
   if (req.path == "/v1/chat/completions") return Completions(req, /*chat=*/true);
   if (req.path == "/v1/models") return Models();
-  if (req.path == "/tokenize") return Tokenize(req);
-  return Detokenize(req);
+  // /tokenize and /detokenize: a JSON object about the loaded model.
+  auto model = LoadedModel(/*generating=*/false);
+  if (!model.ok()) return Refuse(model.status());
+  auto body = ParseJsonObject(req.body);
+  if (!body.ok()) return Refuse(body.status());
+  return req.path == "/tokenize" ? Tokenize(**model, *body) : Detokenize(**model, *body);
 }
 
 HttpResponse OpenAiService::Completions(const HttpRequest& req, bool chat) {
-  HttpResponse refusal;
-  std::shared_ptr<ServedModel> model = ModelOrNull(/*generating=*/true, &refusal);
-  if (!model) return refusal;
+  auto loaded = LoadedModel(/*generating=*/true);
+  if (!loaded.ok()) return Refuse(loaded.status());
+  const std::shared_ptr<ServedModel> model = *std::move(loaded);
   JobContext ctx;
   ctx.tokenizer = model->tokenizer.get();
   ctx.limits = model->limits;
@@ -137,9 +138,9 @@ HttpResponse OpenAiService::Completions(const HttpRequest& req, bool chat) {
 }
 
 HttpResponse OpenAiService::Models() {
-  HttpResponse refusal;
-  std::shared_ptr<ServedModel> model = ModelOrNull(/*generating=*/false, &refusal);
-  if (!model) return refusal;
+  auto loaded = LoadedModel(/*generating=*/false);
+  if (!loaded.ok()) return Refuse(loaded.status());
+  const std::shared_ptr<ServedModel> model = *std::move(loaded);
   const std::string& name = model->info.name();
   return JsonResponse(200, {{"object", "list"},
                             {"data",
@@ -153,40 +154,35 @@ HttpResponse OpenAiService::Models() {
                                {"vocab_size", model->limits.vocab_size}}}}});
 }
 
-HttpResponse OpenAiService::Tokenize(const HttpRequest& req) {
-  HttpResponse refusal;
-  std::shared_ptr<ServedModel> model = ModelOrNull(/*generating=*/false, &refusal);
-  if (!model) return refusal;
-  auto body = ParseJsonObject(req.body);
-  if (!body.ok()) return Refuse(body.status());
-  const Tokenizer& tok = *model->tokenizer;
+HttpResponse OpenAiService::Tokenize(const ServedModel& model, const json& body) {
+  const Tokenizer& tok = *model.tokenizer;
   std::string text;
   // vLLM's defaults: special tokens for a prompt, none for messages (the template has them).
   bool add_special = true;
-  if (auto it = body->find("messages"); it != body->end()) {
+  if (auto it = body.find("messages"); it != body.end()) {
     add_special = false;
     auto messages = NormalizeChatMessages(*it);
     if (!messages.ok()) return Refuse(messages.status());
-    if (!model->render_chat) {
+    if (!model.render_chat) {
       return Refuse(absl::InvalidArgumentError("messages: the model has no chat template"));
     }
-    const json gen = body->value("add_generation_prompt", json(true));
+    const json gen = body.value("add_generation_prompt", json(true));
     if (!gen.is_boolean()) {
       return Refuse(absl::InvalidArgumentError("add_generation_prompt must be a boolean"));
     }
-    auto rendered = model->render_chat(*messages, gen.get<bool>(),
-                                       body->value("chat_template_kwargs", json::object()));
+    auto rendered = model.render_chat(*messages, gen.get<bool>(),
+                                      body.value("chat_template_kwargs", json::object()));
     if (!rendered.ok()) {
       return Refuse(absl::InvalidArgumentError(
           absl::StrCat("messages: rejected by the chat template: ", rendered.status().message())));
     }
     text = *std::move(rendered);
-  } else if (auto p = body->find("prompt"); p != body->end() && p->is_string()) {
+  } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
     text = p->get<std::string>();
   } else {
     return Refuse(absl::InvalidArgumentError("prompt must be a string (or give messages)"));
   }
-  if (auto it = body->find("add_special_tokens"); it != body->end()) {
+  if (auto it = body.find("add_special_tokens"); it != body.end()) {
     if (!it->is_boolean()) {
       return Refuse(absl::InvalidArgumentError("add_special_tokens must be a boolean"));
     }
@@ -197,37 +193,32 @@ HttpResponse OpenAiService::Tokenize(const HttpRequest& req) {
     return Refuse(absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message())));
   }
   json token_strs = nullptr;
-  if (body->value("return_token_strs", json(false)) == json(true)) {
+  if (body.value("return_token_strs", json(false)) == json(true)) {
     token_strs = json::array();
     for (int32_t id : *ids) token_strs.push_back(tok.IdToToken(id));
   }
   return JsonResponse(200, {{"count", ids->size()},
-                            {"max_model_len", model->limits.context_length},
+                            {"max_model_len", model.limits.context_length},
                             {"tokens", *ids},
                             {"token_strs", std::move(token_strs)}});
 }
 
-HttpResponse OpenAiService::Detokenize(const HttpRequest& req) {
-  HttpResponse refusal;
-  std::shared_ptr<ServedModel> model = ModelOrNull(/*generating=*/false, &refusal);
-  if (!model) return refusal;
-  auto body = ParseJsonObject(req.body);
-  if (!body.ok()) return Refuse(body.status());
-  auto it = body->find("tokens");
-  if (it == body->end() || !it->is_array()) {
+HttpResponse OpenAiService::Detokenize(const ServedModel& model, const json& body) {
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) {
     return Refuse(absl::InvalidArgumentError("tokens must be an array of token ids"));
   }
   std::vector<int32_t> ids;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& v = (*it)[i];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-        v.get<int64_t>() >= model->limits.vocab_size) {
-      return Refuse(absl::InvalidArgumentError(absl::StrCat(
-          "tokens[", i, "] is not a token id in [0, ", model->limits.vocab_size, ")")));
+        v.get<int64_t>() >= model.limits.vocab_size) {
+      return Refuse(absl::InvalidArgumentError(
+          absl::StrCat("tokens[", i, "] is not a token id in [0, ", model.limits.vocab_size, ")")));
     }
     ids.push_back(v.get<int32_t>());
   }
-  return JsonResponse(200, {{"prompt", model->tokenizer->Decode(ids)}});
+  return JsonResponse(200, {{"prompt", model.tokenizer->Decode(ids)}});
 }
 
 }  // namespace ptxserve::server::http

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "server/decode_service.h"
 #include "server/http/http_types.h"
 #include "server/metrics.h"
@@ -36,11 +38,11 @@ class OpenAiService {
  private:
   HttpResponse Completions(const HttpRequest& req, bool chat);
   HttpResponse Models();
-  HttpResponse Tokenize(const HttpRequest& req);
-  HttpResponse Detokenize(const HttpRequest& req);
+  HttpResponse Tokenize(const ServedModel& model, const nlohmann::ordered_json& body);
+  HttpResponse Detokenize(const ServedModel& model, const nlohmann::ordered_json& body);
   bool Authorized(const HttpRequest& req) const;
-  // The loaded model, or the 503 to answer with.
-  std::shared_ptr<ServedModel> ModelOrNull(bool generating, HttpResponse* refusal);
+  // The loaded model, or UNAVAILABLE (no model yet; draining, for a generating call).
+  absl::StatusOr<std::shared_ptr<ServedModel>> LoadedModel(bool generating);
   HttpResponse Refuse(const absl::Status& status);
 
   ServerMetrics* metrics_;

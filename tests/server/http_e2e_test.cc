@@ -22,14 +22,7 @@ using server::http::HttpCall;
 using server::http::HttpConnection;
 using server::http::HttpReply;
 using testing::TestServer;
-
-bool WaitIdle(Engine& e) {
-  for (int i = 0; i < 2000; ++i) {
-    if (e.num_live() == 0 && e.Stats().kv_blocks_used == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
+using testing::WaitIdle;
 
 // The JSON events of a server-sent-event body, [DONE] excluded; *done tells whether it came.
 std::vector<json> Events(const std::string& body, bool* done) {

@@ -30,6 +30,7 @@ using grpc::health::v1::HealthCheckResponse;
 using testing::HttpGet;
 using testing::MetricValue;
 using testing::TestServer;
+using testing::WaitIdle;
 
 // A greedy request of `prompt_len` tokens generating exactly `max_new`.
 v1::GenerateRequest Greedy(int prompt_len, int max_new, int seed) {
@@ -196,15 +197,6 @@ TEST_F(EmulatedServerTest, AnIllegalAddressFailsTheRequestsInFlightAndTheServerF
   EXPECT_EQ(cuda::GetEmulatedDeviceCounters().launches, launches);
   EXPECT_EQ(MetricValue(HttpGet(t_->server->metrics_port(), "/metrics"), "ptxserve_engine_failed"),
             1);
-}
-
-// Polls (bounded) until the engine holds no live request and no KV block.
-bool WaitIdle(Engine& e) {
-  for (int i = 0; i < 2000; ++i) {
-    if (e.num_live() == 0 && e.Stats().kv_blocks_used == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 std::vector<int32_t> Tokens(server::DecodeClient& c, const v1::GenerateRequest& req) {

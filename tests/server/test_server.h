@@ -161,6 +161,15 @@ struct TestServer {
   Engine& engine() { return *server->model()->engine; }
 };
 
+// Polls (bounded) until the engine holds no live request and no KV block.
+inline bool WaitIdle(Engine& e) {
+  for (int i = 0; i < 2000; ++i) {
+    if (e.num_live() == 0 && e.Stats().kv_blocks_used == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 // GET http://127.0.0.1:port/path; the body, or "" on failure.
 inline std::string HttpGet(int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
