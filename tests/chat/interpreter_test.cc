@@ -21,6 +21,8 @@ struct Case {
   std::optional<std::string> expected;  // nullopt: jinja2 raises, so must we
   std::string jinja_error;
 };
+// The case's name, not its bytes (pointers, padding), in test names and failure messages.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> LoadCases() {
   std::ifstream in(std::string(PTXSERVE_SOURCE_DIR) + "/tests/chat/interpreter_cases.json");

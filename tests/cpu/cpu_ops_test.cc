@@ -2,8 +2,10 @@
 #include <cmath>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/rope.h"
 #include "gtest/gtest.h"
@@ -26,6 +28,11 @@ struct GemmCase {
   int64_t M, N, K;
   bool bias;
 };
+std::string GemmCaseName(const GemmCase& c) {
+  return absl::StrCat("m", c.M, "_n", c.N, "_k", c.K, c.bias ? "_bias" : "");
+}
+// The case by its name, not its bytes (padding), in test names and failure messages.
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << GemmCaseName(c); }
 
 class GemmTest : public ::testing::TestWithParam<GemmCase> {};
 
@@ -61,7 +68,8 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GemmTest,
                                            GemmCase{17, 33, 100, true}, GemmCase{1, 1, 1, true},
                                            GemmCase{2, 7, 5, false}, GemmCase{1, 300, 64, true},
                                            GemmCase{100, 65, 72, true},  // several M blocks
-                                           GemmCase{5, 4, 0, true}));
+                                           GemmCase{5, 4, 0, true}),
+                         [](const auto& info) { return GemmCaseName(info.param); });
 
 TEST(RmsNormTest, MatchesFormulaAndMayAlias) {
   const int64_t rows = 3, dim = 37;

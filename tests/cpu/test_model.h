@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct RandomModelSpec {
 
   std::string Name() const;  // for parameterised test names
 };
+// A spec by its name, not its bytes (padding), in test names and failure messages.
+inline void PrintTo(const RandomModelSpec& s, std::ostream* os) { *os << s.Name(); }
 
 // A Model whose tensors point into buffers owned by model.storage. Linear weights are
 // uniform with variance ~1/fan_in, norms ~1, biases small, so activations stay O(1).

@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -134,6 +135,15 @@ std::string Name(const OpCase& c) {
     }
   };
   return std::visit(Namer{}, c);
+}
+// Each case by its name, not its bytes (padding), in test names and failure messages.
+template <class C, class V>
+struct IsCaseOf : std::false_type {};
+template <class C, class... T>
+struct IsCaseOf<C, std::variant<T...>> : std::bool_constant<(std::is_same_v<C, T> || ...)> {};
+template <class C>
+requires IsCaseOf<C, OpCase>::value void PrintTo(const C& c, std::ostream* os) {
+  *os << Name(OpCase(c));
 }
 
 DType ToDType(ElemType t) {
