@@ -196,9 +196,10 @@ absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMma
   const Reg step = kb.Mov(Type::kU32, 0);
   const Reg k0 = kb.Mov(Type::kU32, 0);
   const Reg stage = kb.Mov(Type::kU32, 0);  // this step's stage, 0 or 1
-  const Reg all = kb.Setp(Cmp::kEq, Type::kU32, step, 0);
-  copy_weights(k0, stage, all);
-  load_activations(k0, all);
+  // The first step always loads (k < K for any K > 0): a predicate that is true.
+  const Reg first = kb.Setp(Cmp::kEq, Type::kU32, step, 0);
+  copy_weights(k0, stage, first);
+  load_activations(k0, first);
   const ptx::Label loop = kb.NewLabel("k_loop");
   kb.Bind(loop);
   {

@@ -76,8 +76,8 @@ constexpr ptx::Type ParamType() {
   return ptx::Type::kU32;
 }
 
-// The registers DeclareParams gave the parameters of Args, looked up by field, or all at
-// once in kParams order: `const auto [x, w, out, num_rows, eps] = DeclareParams<A>(kb);`.
+// The registers DeclareParams gave the parameters of Args, in kParams order:
+// `const auto [x, w, out, num_rows, eps] = DeclareParams<A>(kb);`.
 template <class Args>
 class ParamRegs {
  public:
@@ -85,10 +85,6 @@ class ParamRegs {
 
   explicit ParamRegs(const std::array<ptx::Reg, kCount>& regs) : regs_(regs) {}
 
-  template <class T>
-  ptx::Reg operator[](T Args::*member) const {
-    return regs_.at(Index(member));
-  }
   template <size_t I>
   ptx::Reg get() const {
     return std::get<I>(regs_);
@@ -102,21 +98,6 @@ class ParamRegs {
   }
 
  private:
-  // The position of `member` in Args::kParams (kCount when it is not there, which the
-  // array access then rejects).
-  template <class T>
-  static size_t Index(T Args::*member) {
-    size_t index = kCount, i = 0;
-    const auto visit = [&](const auto& field) {
-      if constexpr (std::is_same_v<decltype(field.member), T Args::*>) {
-        if (field.member == member) index = i;
-      }
-      ++i;
-    };
-    std::apply([&](const auto&... field) { (visit(field), ...); }, Args::kParams);
-    return index;
-  }
-
   std::array<ptx::Reg, kCount> regs_;
 };
 

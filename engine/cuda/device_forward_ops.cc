@@ -106,31 +106,41 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
     CUdeviceptr weight = 0, bias = 0;
     switch (p.weight.role) {
       case Weight::kQ:
-        gemm = &k.q, weight = l->wq.ptr(), bias = l->bq.ptr();
+        gemm = &k.q;
+        weight = l->wq.ptr();
+        bias = l->bq.ptr();
         break;
       case Weight::kK:
-        gemm = &k.k, weight = l->wk.ptr(), bias = l->bk.ptr();
+        gemm = &k.k;
+        weight = l->wk.ptr();
+        bias = l->bk.ptr();
         break;
       case Weight::kV:
-        gemm = &k.v, weight = l->wv.ptr(), bias = l->bv.ptr();
+        gemm = &k.v;
+        weight = l->wv.ptr();
+        bias = l->bv.ptr();
         break;
       case Weight::kO:
-        gemm = &k.o, weight = l->wo.ptr();
+        gemm = &k.o;
+        weight = l->wo.ptr();
         break;
       case Weight::kGate:
-        gemm = &k.gate, weight = l->w_gate_up.ptr();
+        gemm = &k.gate;
+        weight = l->w_gate_up.ptr();
         break;
       case Weight::kUp:  // the second half of the stacked matrix
-        gemm = &k.up,
+        gemm = &k.up;
         weight = l->w_gate_up.ptr() +
                  static_cast<CUdeviceptr>(config_.intermediate_size * config_.hidden_size *
                                           kernels::ElemSize(k.gate.cfg[0].weight_dtype));
         break;
       case Weight::kDown:
-        gemm = &k.down, weight = l->w_down.ptr();
+        gemm = &k.down;
+        weight = l->w_down.ptr();
         break;
       case Weight::kLmHead:
-        gemm = &k.lm_head, weight = weights_.lm_head_ptr();
+        gemm = &k.lm_head;
+        weight = weights_.lm_head_ptr();
         break;
       default:
         return absl::InternalError("Linear: a norm weight is not a projection");
