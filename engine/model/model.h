@@ -11,13 +11,17 @@
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
 #include "engine/model/dtype.h"
+#include "engine/model/quant.h"
 
 namespace ptxserve {
 
 // A read-only view of one tensor; the bytes belong to the Model's storage (mmap).
 struct Tensor {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // the element type; meaningless when quant != kNone
+  // kNone: plain elements of `dtype`. Otherwise rows of blocks (engine/model/quant.h);
+  // shape stays the logical element shape.
+  QuantType quant = QuantType::kNone;
   std::vector<int64_t> shape;  // row-major, HF layout: linear weights are [out, in]
   const void* data = nullptr;  // nullptr: absent (e.g. no bias)
   size_t nbytes = 0;

@@ -1,0 +1,44 @@
+// Block-quantized weight formats: llama.cpp's GGML block types. A quantized tensor
+// keeps its logical shape ([N, K] for a linear weight, K a multiple of the block size)
+// and stores each row as K / block_elems consecutive blocks of block_bytes bytes.
+// Tensor::quant says which format; kNone means Tensor::dtype describes the elements.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace ptxserve {
+
+enum class QuantType : uint8_t { kNone, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+
+struct QuantLayout {
+  QuantType type;
+  std::string_view name;  // our spelling, also --type of `ptxserve quantize`
+  int block_elems;        // elements per block (0 for kNone)
+  int block_bytes;        // bytes per block
+  uint32_t ggml_type;     // the GGUF tensor type id
+};
+// One row per QuantType, in enum order. Layouts (GGML's ggml-common.h):
+//   q8_0: f16 d, int8 q[32]                         value = d * q
+//   q4_0: f16 d, uint8 qs[16] (low nibbles: elements 0..15, high: 16..31)
+//                                                   value = d * (nibble - 8)
+//   q4_k: super-block of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes
+//   q6_k: super-block of 256: 128 bytes ql, 64 bytes qh, int8 scales[16], f16 d
+inline constexpr std::array<QuantLayout, 5> kQuantLayouts = {{
+    {QuantType::kNone, "none", 0, 0, 0},
+    {QuantType::kQ8_0, "q8_0", 32, 34, 8},
+    {QuantType::kQ4_0, "q4_0", 32, 18, 2},
+    {QuantType::kQ4_K, "q4_k", 256, 144, 12},
+    {QuantType::kQ6_K, "q6_k", 256, 210, 14},
+}};
+static_assert([] {
+  for (size_t i = 0; i < kQuantLayouts.size(); ++i) {
+    if (static_cast<size_t>(kQuantLayouts[i].type) != i) return false;
+  }
+  return true;
+}());
+constexpr const QuantLayout& LayoutOf(QuantType t) { return kQuantLayouts[static_cast<size_t>(t)]; }
+constexpr std::string_view QuantName(QuantType t) { return LayoutOf(t).name; }
+
+}  // namespace ptxserve
