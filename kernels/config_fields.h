@@ -45,6 +45,7 @@ template <class Owner, class T>
 struct ConfigField : NamedField<Owner, T> {
   const char* key_tag = nullptr;      // nullptr: not part of the key
   bool Owner::*key_unless = nullptr;  // left out of the key while this flag is set
+  bool Owner::*key_when = nullptr;    // in the key only while this flag is set
   int64_t lo = 0, hi = 0, step = 0;   // step 0: any value
 
   // In the key as ":<tag><value>" (bool: ":<tag>" when true), except while `unless` is set.
@@ -52,6 +53,12 @@ struct ConfigField : NamedField<Owner, T> {
     ConfigField f = *this;
     f.key_tag = tag;
     f.key_unless = unless;
+    return f;
+  }
+  // In the key as Key(tag) does, but only while `when` is set: a setting of one form.
+  constexpr ConfigField KeyWhen(const char* tag, bool Owner::*when) const {
+    ConfigField f = Key(tag);
+    f.key_when = when;
     return f;
   }
   // Valid values: lo..hi, and a multiple of `multiple_of`.
@@ -76,7 +83,10 @@ struct ConfigField : NamedField<Owner, T> {
   }
 
   void AppendKey(const Owner& c, std::string* key) const {
-    if (key_tag == nullptr || (key_unless != nullptr && c.*key_unless)) return;
+    if (key_tag == nullptr || (key_unless != nullptr && c.*key_unless) ||
+        (key_when != nullptr && !(c.*key_when))) {
+      return;
+    }
     const T& v = c.*(this->member);
     if constexpr (std::is_same_v<T, bool>) {
       if (v) absl::StrAppend(key, ":", key_tag);

@@ -20,9 +20,35 @@ int Vec(const GemmConfig& c) {
 
 }  // namespace
 
+void GemmConfig::SetMmaTile(const GemmMmaTile& t) {
+  tile_m = t.bm;
+  tile_n = t.bn;
+  warps_m = t.wm;
+  warps_n = t.wn;
+  warps_k = t.wk;
+}
+
+absl::Status GemmConfig::CheckAcrossFields() const {
+  if (!tensor_cores) return absl::OkStatus();
+  if (!tiled || weight_dtype == ElemType::kF32 || k % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm config ", Key(),
+                     ": the tensor-core form is tiled and takes f16 or bf16 weights and k a "
+                     "multiple of 8"));
+  }
+  const bool whole_blocks = warps_m * warps_n * warps_k == 4 && tile_m % (16 * warps_m) == 0 &&
+                            tile_n % (16 * warps_n) == 0;
+  if (whole_blocks) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor-core tile ", tile_m, "x", tile_n, " as ", warps_m, "x", warps_n, "x",
+                   warps_k, " warps: want four warps with tiles of whole 16x16 blocks"));
+}
+
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
-  const int cols = cfg.tiled ? 64 : cfg.warps;   // output columns per CTA
-  const int rows = cfg.tiled ? 64 : cfg.m_tile;  // rows per CTA
+  const int tile_cols = cfg.tensor_cores ? cfg.tile_n : 64;
+  const int tile_rows = cfg.tensor_cores ? cfg.tile_m : 64;
+  const int cols = cfg.tiled ? tile_cols : cfg.warps;   // output columns per CTA
+  const int rows = cfg.tiled ? tile_rows : cfg.m_tile;  // rows per CTA
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cols)),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)), 1};
@@ -30,9 +56,24 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
   return d;
 }
 
-GemmConfig GemmConfigFor(GemmConfig base, int64_t m) {
-  base.tiled = m > 8;
-  if (!base.tiled) base.m_tile = static_cast<int>(std::clamp<int64_t>(m, 1, 8));
+GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count) {
+  base.tiled = false;
+  base.tensor_cores = false;
+  base.m_tile = static_cast<int>(std::clamp<int64_t>(m, 1, 8));
+  const int64_t sms = std::max(sm_count, 1);
+  if (m <= 8 || CeilDiv(base.n, base.warps) * CeilDiv(m, 8) <= 16 * sms) return base;
+  base.tiled = true;
+  if (base.weight_dtype == ElemType::kF32 || base.k % 8 != 0) return base;
+  base.tensor_cores = true;
+  auto ctas = [&](const GemmMmaTile& t) { return CeilDiv(base.n, t.bn) * CeilDiv(m, t.bm); };
+  constexpr GemmMmaTile kRowTile{16, 64, 1, 4, 1}, kWideRowTile{32, 64, 2, 2, 1};
+  if (ctas(kMmaNarrowTile) <= 8 * sms) {
+    base.SetMmaTile(kMmaNarrowTile);
+  } else if (ctas(kRowTile) <= 8 * sms) {
+    base.SetMmaTile(kRowTile);
+  } else {
+    base.SetMmaTile(kWideRowTile);
+  }
   return base;
 }
 
@@ -48,6 +89,7 @@ ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg) 
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
+    if (cfg.tensor_cores) return gen::GemmMma(kb, cfg);
     if (cfg.tiled) return gen::GemmTiled(kb, cfg);
     const int ve = Vec(cfg);
     const int es = ElemSize(cfg.weight_dtype);

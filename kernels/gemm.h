@@ -24,6 +24,18 @@ namespace ptxserve::kernels {
 
 inline constexpr char kGemmEntry[] = "gemm";
 
+// The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs; its four warps laid out
+// wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with wk > 1, a 32-wide k slice
+// of every step (k steps of 32 wk).
+struct GemmMmaTile {
+  int bm = 64, bn = 64;
+  int wm = 2, wn = 2, wk = 1;
+};
+// Wide: 64x64 tiles for many rows. Narrow: 16x16 tiles with k split over the warps, so a
+// few rows still spread over many CTAs (N / 16).
+inline constexpr GemmMmaTile kMmaWideTile{64, 64, 2, 2, 1};
+inline constexpr GemmMmaTile kMmaNarrowTile{16, 16, 1, 1, 4};
+
 struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int n = 4096;  // output features
   int k = 4096;  // input features
@@ -33,8 +45,16 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int m_tile = 4;           // token rows per CTA, 1..8
   int warps = 4;            // output columns per CTA (one per warp), 1..16
   bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
+  // The tiled form on tensor cores (gemm_mma.cc: f16/bf16 weights, k a multiple of 8), its
+  // CTA tile in the fields after it (GemmMmaTile's); without it, f32 FMA in 64x64 tiles.
+  bool tensor_cores = false;
+  int tile_m = 64, tile_n = 64, warps_m = 2, warps_n = 2, warps_k = 1;
   ptx::Target target;
-  int Threads() const { return tiled ? 256 : warps * 32; }  // per CTA
+  int Threads() const { return tiled ? (tensor_cores ? 128 : 256) : warps * 32; }  // per CTA
+  GemmMmaTile MmaTile() const { return {tile_m, tile_n, warps_m, warps_n, warps_k}; }
+  void SetMmaTile(const GemmMmaTile& t);
+  // tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, and four warps of whole 16x16 blocks.
+  absl::Status CheckAcrossFields() const;
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24), Field("k", &C::k).Key("k").Range(1, 1 << 20),
@@ -42,7 +62,12 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
       Field("accumulate", &C::accumulate).Key("acc"),
       Field("m_tile", &C::m_tile).Key("mt", &C::tiled).Range(1, 8),
       Field("warps", &C::warps).Key("w", &C::tiled).Range(1, 16),
-      Field("tiled", &C::tiled).Key("tiled"));
+      Field("tiled", &C::tiled).Key("tiled"), Field("tensor_cores", &C::tensor_cores).Key("tc"),
+      Field("tile_m", &C::tile_m).KeyWhen("bm", &C::tensor_cores).Range(16, 256, 16),
+      Field("tile_n", &C::tile_n).KeyWhen("bn", &C::tensor_cores).Range(16, 256, 16),
+      Field("warps_m", &C::warps_m).KeyWhen("wm", &C::tensor_cores).Range(1, 4),
+      Field("warps_n", &C::warps_n).KeyWhen("wn", &C::tensor_cores).Range(1, 4),
+      Field("warps_k", &C::warps_k).KeyWhen("wk", &C::tensor_cores).Range(1, 4));
 };
 
 struct GemmArgs {
@@ -61,33 +86,28 @@ struct GemmArgs {
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);
 // GEMV: grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
-// Tiled: grid (ceil(N / 64), ceil(M / 64)), 256 threads.
+// Tiled: grid (ceil(N / 64), ceil(M / 64)), 256 threads; tensor cores: grid
+// (ceil(N / tile_n), ceil(M / tile_m)), 128 threads.
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
-// The form for a batch of `m` rows: `base` with tiled and m_tile set (GEMV with
-// m_tile = m up to 8 rows, tiled beyond).
-GemmConfig GemmConfigFor(GemmConfig base, int64_t m);
-// The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs; its four warps laid out
-// wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with wk > 1, a 32-wide k slice
-// of every step (k steps of 32 wk).
-struct GemmMmaTile {
-  int bm = 64, bn = 64;
-  int wm = 2, wn = 2, wk = 1;
-};
-// Wide: 64x64 tiles for many rows. Narrow: 16x16 tiles with k split over the warps, so a
-// few rows still spread over many CTAs (N / 16).
-inline constexpr GemmMmaTile kMmaWideTile{64, 64, 2, 2, 1};
-inline constexpr GemmMmaTile kMmaNarrowTile{16, 16, 1, 1, 4};
-// The tensor-core form for f16/bf16 weights and k a multiple of 8. Activations are rounded
-// to the weights' type.
-absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMmaTile& tile);
-// Grid (ceil(N / bn), ceil(M / bm)), 128 threads.
-LaunchDims GemmMmaLaunch(const GemmMmaTile& tile, const GemmConfig& cfg, int64_t m);
-
+// The form for batches of up to `m` rows on a device of `sm_count` SMs: `base` with its
+// form fields set. Rules fitted to the cost model's estimates (gemm_mma_test prints them at
+// the Llama-3.2-1B shapes on h100 and holds each pick to within 1.35x of the cheapest form
+// there); every form in these shapes is latency-bound, so the rules count CTAs per SM:
+//  - up to 8 rows: GEMV with m_tile = m, which streams the weights once;
+//  - while GEMV 8-row tiles give at most 16 CTAs per SM: GEMV with m_tile 8, its row tiles
+//    re-reading the weights (from L2 when they fit);
+//  - tensor cores when the weights allow (f16/bf16, k % 8 == 0): 16x16 tiles with k over the
+//    warps while they give at most 8 CTAs per SM, else 16x64, else 32x64 (the chain of k
+//    steps, not the tile's arithmetic, is what costs in these shapes);
+//  - else the f32 FMA tiled form.
+GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count);
 namespace gen {
 // The parameters of GemmArgs, the bias pointer a plain .u64 when cfg has no bias.
 ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg);
-// Writes the tiled form (gemm_tiled.cc) into GenerateGemm's builder; returns its header note.
+// Write the tiled forms into GenerateGemm's builder and return their header notes: f32 FMA
+// (gemm_tiled.cc) and tensor cores (gemm_mma.cc; activations rounded to the weights' type).
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);
+std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg);
 }  // namespace gen
 
 }  // namespace ptxserve::kernels

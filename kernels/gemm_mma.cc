@@ -1,6 +1,6 @@
-// Tensor-core form of the gemm kernel for f16 and bf16 weights (GenerateGemmMma). A CTA of
+// Tensor-core form of the gemm kernel for f16 and bf16 weights (gen::GemmMma). A CTA of
 // four warps computes a bm x bn output tile with mma.sync m16n8k16 and f32 accumulators;
-// the warps are laid out wm x wn x wk (GemmMmaTile): each owns a (bm / wm) x (bn / wn)
+// the warps are laid out wm x wn x wk (GemmConfig's tile fields): each owns a (bm / wm) x (bn / wn)
 // part, and with wk > 1 a k slice of every step, the slices' sums added through shared
 // memory at the end in warp order (so the result does not depend on timing).
 //
@@ -39,39 +39,15 @@ struct Shape {
   int a_stage_bytes, b_stage_bytes;
 };
 
-absl::Status CheckTile(const GemmMmaTile& t) {
-  // With 16-multiple warp tiles the activation loads come in whole rounds (bm * 32 wk / 4
-  // float4 is a multiple of 128 threads).
-  const bool ok = t.wm > 0 && t.wn > 0 && t.wk > 0 && t.wm * t.wn * t.wk == 4 &&
-                  t.bm % (16 * t.wm) == 0 && t.bn % (16 * t.wn) == 0 && t.bm > 0 && t.bn > 0;
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor-core tile ", t.bm, "x", t.bn, " as ", t.wm, "x", t.wn, "x", t.wk,
-                   " warps: want four warps with tiles of whole 16x16 blocks"));
-}
-
 }  // namespace
 
-LaunchDims GemmMmaLaunch(const GemmMmaTile& tile, const GemmConfig& cfg, int64_t m) {
-  LaunchDims d;
-  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, tile.bn)),
-            static_cast<uint32_t>(CeilDiv(m, tile.bm)), 1};
-  d.block = {kThreads, 1, 1};
-  return d;
-}
+namespace gen {
 
-absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMmaTile& tile) {
-  if (cfg.weight_dtype == ElemType::kF32 || cfg.k % 8 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm config ", cfg.Key(),
-                     ": the tensor-core form takes f16 or bf16 weights and k a multiple of 8"));
-  }
-  if (absl::Status s = CheckTile(tile); !s.ok()) return s;
+std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
+  const GemmMmaTile tile = cfg.MmaTile();
   const Shape sh(tile);
   const Type half = cfg.weight_dtype == ElemType::kF16 ? Type::kF16 : Type::kBF16;
   const Type half2 = cfg.weight_dtype == ElemType::kF16 ? Type::kF16x2 : Type::kBF16x2;
-  ptx::KernelBuilder kb(kGemmEntry, cfg.target);
-  kb.SetMaxThreads(kThreads);
   const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
   // Two stages of each tile: [stage][m][k] and [stage][n][k] halves. With wk > 1 the
   // activation tiles hold the warps' partial sums at the end ([wk][bm][bn] f32).
@@ -305,10 +281,10 @@ absl::StatusOr<std::string> GenerateGemmMma(const GemmConfig& cfg, const GemmMma
     }
   }
   kb.Ret();
-  return kb.Finish(
-      {absl::StrCat("kernel ", kGemmEntry, ", config ", cfg.Key()),
-       absl::StrCat("tensor cores: ", tile.bm, "x", tile.bn, " CTA tile, warps ", tile.wm, "x",
-                    tile.wn, "x", tile.wk, " of mma.m16n8k16, k step ", sh.bk)});
+  return absl::StrCat("tensor cores: ", tile.bm, "x", tile.bn, " CTA tile, warps ", tile.wm, "x",
+                      tile.wn, "x", tile.wk, " of mma.m16n8k16, k step ", sh.bk);
 }
+
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

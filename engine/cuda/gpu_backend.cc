@@ -99,7 +99,8 @@ absl::Status GpuBackend::InitKernels() {
   absl::StatusOr<ptx::Target> target =
       KernelTarget(info.cc_major, info.cc_minor, options_.ptx_version);
   if (!target.ok()) return target.status();
-  absl::StatusOr<KernelSet> set = BuildKernelSet(config_, weights_.types, kv_, *target);
+  absl::StatusOr<KernelSet> set =
+      BuildKernelSet(config_, weights_.types, kv_, *target, info.num_sms);
   if (!set.ok()) return set.status();
   kernels_ = std::make_unique<KernelSet>(*std::move(set));
   if (!options_.warmup) return absl::OkStatus();

@@ -15,8 +15,8 @@ KernelSlot MakeSlot(const Config& cfg) {
   return s;
 }
 
-GemmSlots MakeGemm(const ptx::Target& target, int64_t n, int64_t k, kernels::ElemType wt, bool bias,
-                   bool accumulate) {
+GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k,
+                   kernels::ElemType wt, bool bias, bool accumulate) {
   kernels::GemmConfig base;
   base.n = static_cast<int>(n);
   base.k = static_cast<int>(k);
@@ -25,9 +25,8 @@ GemmSlots MakeGemm(const ptx::Target& target, int64_t n, int64_t k, kernels::Ele
   base.accumulate = accumulate;
   base.target = target;
   GemmSlots g;
-  constexpr int kRows[kGemmForms] = {1, 2, 4, 8, 64};
   for (int f = 0; f < kGemmForms; ++f) {
-    g.cfg[f] = kernels::GemmConfigFor(base, kRows[f]);
+    g.cfg[f] = kernels::GemmConfigFor(base, kGemmFormRows[f], sm_count);
     g.slot[f] = MakeSlot(g.cfg[f]);
   }
   return g;
@@ -75,7 +74,8 @@ std::vector<KernelSlot*> KernelSet::All() {
 }
 
 absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes& w,
-                                         const KvCacheConfig& kv, const ptx::Target& target) {
+                                         const KvCacheConfig& kv, const ptx::Target& target,
+                                         int sm_count) {
   KernelSet k;
   const int64_t dp = PaddedHeadDim(c.head_dim);
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -94,19 +94,19 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   k.norm = MakeSlot(k.norm_cfg);
 
   const bool bias = c.attention_bias;
-  k.q = MakeGemm(target, qd, H, w.q, bias, false);
-  k.k = MakeGemm(target, kd, H, w.k, bias, false);
-  k.v = MakeGemm(target, kd, H, w.v, bias, false);
-  k.o = MakeGemm(target, H, qd, w.o, false, /*accumulate=*/true);
+  k.q = MakeGemm(target, sm_count, qd, H, w.q, bias, false);
+  k.k = MakeGemm(target, sm_count, kd, H, w.k, bias, false);
+  k.v = MakeGemm(target, sm_count, kd, H, w.v, bias, false);
+  k.o = MakeGemm(target, sm_count, H, qd, w.o, false, /*accumulate=*/true);
   k.fused_gate_up = I % 4 == 0;  // silu_mul's fused form reads 4-element chunks of a row
   if (k.fused_gate_up) {
-    k.gate_up = MakeGemm(target, 2 * I, H, w.gate_up, false, false);
+    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, false, false);
   } else {
-    k.gate = MakeGemm(target, I, H, w.gate_up, false, false);
+    k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, false, false);
     k.up = k.gate;  // same shape and dtype: the same kernels
   }
-  k.down = MakeGemm(target, H, I, w.down, false, /*accumulate=*/true);
-  k.lm_head = MakeGemm(target, V, H, w.lm_head, false, false);
+  k.down = MakeGemm(target, sm_count, H, I, w.down, false, /*accumulate=*/true);
+  k.lm_head = MakeGemm(target, sm_count, V, H, w.lm_head, false, false);
 
   k.rope_cfg.num_heads = static_cast<int>(c.num_heads);
   k.rope_cfg.num_kv_heads = static_cast<int>(c.num_kv_heads);

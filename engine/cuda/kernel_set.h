@@ -56,15 +56,16 @@ struct KernelSlot {
   bool used() const { return !spec.key.empty(); }
 };
 
-// GEMM forms by batch rows: GEMV with m_tile 1, 2, 4, 8 and the tiled form.
-inline constexpr int kGemmForms = 5;
-// The form for m rows: the smallest GEMV tile holding them, tiled past 8 rows.
+// GEMM forms by batch rows: form f serves batches of up to kGemmFormRows[f] rows (the last
+// any number), its Config chosen for that many (kernels::GemmConfigFor).
+inline constexpr std::array<int64_t, 11> kGemmFormRows = {1,  2,   4,   8,   16,  32,
+                                                          64, 128, 256, 512, 1024};
+inline constexpr int kGemmForms = static_cast<int>(kGemmFormRows.size());
+// The form for m rows: the first whose rows hold them, else the last.
 inline int GemmForm(int64_t m) {
-  if (m <= 1) return 0;
-  if (m <= 2) return 1;
-  if (m <= 4) return 2;
-  if (m <= 8) return 3;
-  return 4;
+  int f = 0;
+  while (f + 1 < kGemmForms && kGemmFormRows[f] < m) ++f;
+  return f;
 }
 struct GemmSlots {
   std::array<kernels::GemmConfig, kGemmForms> cfg;
@@ -106,9 +107,11 @@ struct KernelSet {
 
 // The kernels for `config`'s shapes (head_dim padded: PaddedHeadDim) with weights of
 // `weights`' types, K/V pools of kv.block_size and kv.dtype (kv.num_blocks is not read),
-// generated for `target`. Nothing is generated here: each slot's spec generates its PTX
+// generated for `target` on a device of `sm_count` SMs (the GEMM forms depend on it).
+// Nothing is generated here: each slot's spec generates its PTX
 // when the cache compiles it. Error for a shape the attention kernel cannot take.
 absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& config, const WeightTypes& weights,
-                                         const KvCacheConfig& kv, const ptx::Target& target);
+                                         const KvCacheConfig& kv, const ptx::Target& target,
+                                         int sm_count);
 
 }  // namespace ptxserve::cuda

@@ -129,7 +129,7 @@ Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const
   const int warps_per_cta = std::max(1, (threads + 31) / 32);
   const double ctas = static_cast<double>(std::max<uint64_t>(c.ctas, 1));
   e.occupancy =
-      ComputeOccupancy(d, threads, r.static_shared_bytes + static_cast<int>(c.dynamic_shared_bytes),
+      ComputeOccupancy(d, threads, static_cast<int>(c.static_shared_bytes + c.dynamic_shared_bytes),
                        r.registers_per_thread);
   const double resident_ctas = static_cast<double>(std::max(1, e.occupancy.ctas_per_sm)) * d.sms;
   e.waves = static_cast<int>(std::ceil(ctas / resident_ctas));

@@ -52,11 +52,10 @@ const DeviceSpec* FindDevice(std::string_view name);
 // The names FindDevice knows, for error messages.
 std::vector<std::string> DeviceNames();
 
-// What a launch holds per CTA beyond the counters: registers per thread (from ptxas when
-// present; 0 = unknown, taken as 32) and static shared memory.
+// What a launch holds per CTA beyond the counters (which carry its shared memory):
+// registers per thread, from ptxas when present; 0 = unknown, taken as 32.
 struct LaunchResources {
   int registers_per_thread = 0;
-  int static_shared_bytes = 0;
 };
 
 struct Occupancy {

@@ -97,6 +97,7 @@ struct KernelCounters {
   std::string kernel;     // the .entry name
   uint64_t ptx_hash = 0;  // PtxHash of the text of the module it came from
   std::array<uint32_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  uint32_t static_shared_bytes = 0;  // the kernel's .shared declarations, per CTA
   uint32_t dynamic_shared_bytes = 0;
   uint64_t ctas = 0;          // the grid's CTAs, which the counts stand for
   uint64_t sampled_ctas = 0;  // CTAs run: ctas, or fewer when the launch was sampled

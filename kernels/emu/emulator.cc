@@ -303,6 +303,7 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
     kc.ptx_hash = modules_.at(f.module)->ptx_hash;
     kc.grid = {grid.x, grid.y, grid.z};
     kc.block = {block.x, block.y, block.z};
+    kc.static_shared_bytes = fn->static_shared;
     kc.dynamic_shared_bytes = dyn;
     if (counters_.size() == opts_.counters_history) counters_.pop_front();
     counters_.push_back(std::move(kc));

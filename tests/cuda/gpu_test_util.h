@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@
 #include "engine/model/model.h"
 #include "engine/step_batch.h"
 #include "engine/tokenizer/tokenizer.h"
+
+namespace ptxserve {
+// Parameterised tests print a DType by name, not as a byte.
+inline void PrintTo(DType t, std::ostream* os) { *os << DTypeName(t); }
+}  // namespace ptxserve
 
 namespace ptxserve::cuda::testing {
 
@@ -81,6 +87,16 @@ StepBatch TwoBlockStep(int n, int32_t len, int64_t vocab, bool decode);
 std::vector<int32_t> Prompt(int64_t n, int64_t vocab, uint32_t seed);
 
 int32_t ArgMax(const float* v, int64_t n);
+
+// How far the GPU backend's logits may be from the CPU backend's, relative to their
+// largest magnitude, for the rounding tensor cores add: the tensor-core GEMM rounds its f32
+// input to the weights' type (unit roundoff u = 2^-11 for f16, 2^-8 for bf16) and is
+// otherwise exact up to f32 sums, so a GEMM's output is off by at most u * sum_k |x_k w_k|,
+// about u times its norm. A model of L layers rounds at 4 L + 1 such points on the way to
+// the logits (the q/k/v, o, gate/up, down and LM-head inputs); norms keep each error's
+// scale, so to first order the logits are off by at most (4 L + 1) u. 0 for f32 weights,
+// which take the FMA forms.
+double TensorCoreLogitsTolerance(const Model& model);
 // max |a - b| / max |b| over n values.
 double RelErr(const float* a, const float* b, int64_t n);
 

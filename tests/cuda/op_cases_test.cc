@@ -44,10 +44,14 @@ struct RmsNormCase {
   int rows, dim;
   ElemType weights;
 };
+// The GEMM's forms (kernels/gemm.h): GEMV for up to 8 rows, the f32 FMA tiled form, and
+// the tensor-core form in its narrow (k over warps) and wide tiles.
+enum class GemmForm { kGemv, kFmaTiled, kMmaNarrow, kMmaWide };
 struct GemmCase {
   int m, n, k;
   ElemType weights;
   bool bias, accumulate;
+  GemmForm form = GemmForm::kGemv;
 };
 struct SiluMulCase {
   int n;
@@ -85,7 +89,11 @@ std::vector<OpCase> AllCases() {
     cases.push_back(GemmCase{1, 96, 256, t, false, false});  // GEMV
     cases.push_back(GemmCase{5, 72, 128, t, true, false});   // GEMV, a partial row tile
     cases.push_back(GemmCase{3, 64, 96, t, false, true});    // fused residual add
-    cases.push_back(GemmCase{20, 80, 136, t, true, true});   // tiled, partial tiles
+    cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kFmaTiled});  // partial tiles
+    if (t != ElemType::kF32) {
+      cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kMmaNarrow});
+      cases.push_back(GemmCase{70, 72, 64, t, false, false, GemmForm::kMmaWide});
+    }
     cases.push_back(EmbeddingCase{6, 50, 96, t});
   }
   cases.push_back(SiluMulCase{1000});
@@ -102,6 +110,8 @@ std::vector<OpCase> AllCases() {
   return cases;
 }
 
+constexpr const char* kFormNames[] = {"", "_fma_tiled", "_mma_narrow", "_mma_wide"};
+
 std::string Name(const OpCase& c) {
   struct Namer {
     std::string operator()(const RmsNormCase& c) const {
@@ -110,7 +120,7 @@ std::string Name(const OpCase& c) {
     std::string operator()(const GemmCase& c) const {
       return absl::StrCat("gemm_m", c.m, "_n", c.n, "_k", c.k, "_",
                           kernels::ElemTypeName(c.weights), c.bias ? "_bias" : "",
-                          c.accumulate ? "_acc" : "");
+                          c.accumulate ? "_acc" : "", kFormNames[static_cast<int>(c.form)]);
     }
     std::string operator()(const SiluMulCase& c) const { return absl::StrCat("silu_mul_n", c.n); }
     std::string operator()(const EmbeddingCase& c) const {
@@ -256,7 +266,15 @@ void RunCase(OpRunner& r, const GemmCase& c) {
   base.has_bias = c.bias;
   base.accumulate = c.accumulate;
   base.target = r.target();
-  const kernels::GemmConfig cfg = kernels::GemmConfigFor(base, c.m);
+  kernels::GemmConfig cfg = base;
+  if (c.form == GemmForm::kGemv) {
+    ASSERT_LE(c.m, 8);
+    cfg = kernels::GemmConfigFor(base, c.m, /*sm_count=*/1);
+  } else {
+    cfg.tiled = true;
+    cfg.tensor_cores = c.form != GemmForm::kFmaTiled;
+    cfg.SetMmaTile(c.form == GemmForm::kMmaWide ? kernels::kMmaWideTile : kernels::kMmaNarrowTile);
+  }
   std::vector<float> w;
   const std::vector<float> x = Random(size_t{1} * c.m * c.k, 3);
   const std::vector<float> bias = Random(c.n, 4);
@@ -272,7 +290,11 @@ void RunCase(OpRunner& r, const GemmCase& c) {
   std::vector<float> want(y0.size());
   cpu::Gemm(x.data(), w.data(), c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data());
   if (c.accumulate) cpu::AddInPlace(want.data(), y0.data(), static_cast<int64_t>(want.size()));
-  ExpectClose(r.Download<float>(dy, want.size()), want, kTolerance);
+  // Tensor cores round the activations to the weights' type (unit roundoff u): each output
+  // is off by at most u * sum |x w| (gemm_mma_test holds that bound element by element);
+  // with random signs the norm-wise error stays below 2u.
+  const double u = c.weights == ElemType::kF16 ? 0x1p-11 : 0x1p-8;
+  ExpectClose(r.Download<float>(dy, want.size()), want, cfg.tensor_cores ? 2 * u : kTolerance);
 }
 
 void RunCase(OpRunner& r, const SiluMulCase& c) {

@@ -22,7 +22,7 @@ TEST(CostEstimate, DecodeGemvAtALlamaProjectionIsBoundByItsWeightBytes) {
   base.n = kN;
   base.k = kK;
   base.weight_dtype = ElemType::kF16;
-  const GemmConfig cfg = GemmConfigFor(base, kM);
+  const GemmConfig cfg = GemmConfigFor(base, kM, /*sm_count=*/1);
   ASSERT_FALSE(cfg.tiled);
   absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
   ASSERT_TRUE(ptx.ok()) << ptx.status();

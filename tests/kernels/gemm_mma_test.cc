@@ -44,6 +44,8 @@ GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
   cfg.has_bias = c.bias;
   cfg.accumulate = c.accumulate;
   cfg.tiled = true;
+  cfg.tensor_cores = true;
+  cfg.SetMmaTile(c.tile);
   cfg.target = target;
   return cfg;
 }
@@ -53,7 +55,7 @@ class GemmMma : public ::testing::TestWithParam<MmaCase> {};
 TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   const MmaCase c = GetParam();
   const GemmConfig cfg = ConfigOf(c);
-  absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg, c.tile);
+  absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
 
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k);
@@ -69,7 +71,7 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   EmuHarness h;
   const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
   const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * 4);
-  ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmMmaLaunch(c.tile, cfg, c.m),
+  ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
                     {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
                   .ok());
   const std::vector<float> got = h.Download<float>(dy, y0.size());
@@ -114,14 +116,18 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
 TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
-  const GemmConfig f16 = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
-  EXPECT_FALSE(
-      GenerateGemmMma(ConfigOf({16, 64, 64, ElemType::kF32, false, false}), kMmaWideTile).ok());
-  EXPECT_FALSE(
-      GenerateGemmMma(ConfigOf({16, 64, 60, ElemType::kF16, false, false}), kMmaWideTile).ok());
-  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{64, 64, 2, 2, 2}).ok());  // eight warps
-  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{32, 64, 4, 1, 1}).ok());  // 8-row warp tiles
-  EXPECT_FALSE(GenerateGemmMma(f16, GemmMmaTile{64, 48, 2, 2, 1}).ok());  // 24-column warp tiles
+  auto generates = [](int k, ElemType dt, GemmMmaTile tile) {
+    return GenerateGemm(ConfigOf({16, 64, k, dt, false, false, tile})).ok();
+  };
+  EXPECT_TRUE(generates(64, ElemType::kF16, kMmaWideTile));
+  EXPECT_FALSE(generates(64, ElemType::kF32, kMmaWideTile));
+  EXPECT_FALSE(generates(60, ElemType::kF16, kMmaWideTile));
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 64, 2, 2, 2}));  // eight warps
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{32, 64, 4, 1, 1}));  // 8-row warp tiles
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 48, 2, 2, 1}));  // 24-column tiles
+  GemmConfig untiled = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
+  untiled.tiled = false;
+  EXPECT_FALSE(GenerateGemm(untiled).ok());
 }
 
 TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
@@ -134,8 +140,9 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
   for (const auto& [sm, arch] : {std::pair{80, "sm_80"}, std::pair{90, "sm_90"}}) {
     for (ElemType dt : {ElemType::kF16, ElemType::kBF16}) {
       for (const GemmMmaTile& tile : {kMmaWideTile, kMmaNarrowTile}) {
-        const GemmConfig cfg = ConfigOf({64, 2048, 2048, dt, true, true}, ptx::Target{sm, 78});
-        absl::StatusOr<std::string> ptx = GenerateGemmMma(cfg, tile);
+        const GemmConfig cfg =
+            ConfigOf({64, 2048, 2048, dt, true, true, tile}, ptx::Target{sm, 78});
+        absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
         ASSERT_TRUE(ptx.ok()) << ptx.status();
         const std::string what =
             absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
@@ -150,15 +157,52 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
   }
 }
 
-// Registers and static shared memory of `cfg`'s PTX from ptxas (occupancy), or unknown
-// (0: the cost model then leaves registers out) without ptxas.
-cost::LaunchResources ResourcesOf(const GemmConfig& cfg, const std::string& ptx, int shared_bytes) {
-  cost::LaunchResources r{.registers_per_thread = 0, .static_shared_bytes = shared_bytes};
-  if (const std::string ptxas = FindPtxas(); !ptxas.empty()) {
-    const PtxasResult a = AssembleAll(ptxas, {{cfg.Key(), ptx}}, "sm_90");
-    if (a.ok && a.entries.size() == 1) r.registers_per_thread = a.entries[0].registers;
-  }
+// Registers of `cfg`'s PTX from ptxas at sm_90 (occupancy), or 0 (unknown: the cost model
+// then assumes 32) without ptxas.
+int RegistersOf(const GemmConfig& cfg, const std::string& ptx) {
+  const std::string ptxas = FindPtxas();
+  if (ptxas.empty()) return 0;
+  const PtxasResult a = AssembleAll(ptxas, {{cfg.Key(), ptx}}, "sm_90");
+  return a.ok && a.entries.size() == 1 ? a.entries[0].registers : 0;
+}
+
+struct GemmEstimate {
+  emu::KernelCounters counters;
+  cost::Estimate estimate;
+};
+// `cfg` over m rows on the emulator (a sample of its CTAs, zero data), and the cost model's
+// h100 estimate of the launch in a graph.
+GemmEstimate EstimateGemm(const GemmConfig& cfg, int m) {
+  absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+  EXPECT_TRUE(ptx.ok()) << ptx.status();
+  if (!ptx.ok()) return {};
+  emu::EmulatorOptions options;
+  options.collect_counters = true;
+  options.sample_ctas = 6;
+  options.poison_allocations = false;
+  EmuHarness h(options);
+  const uint64_t dx = h.Alloc(static_cast<size_t>(m) * cfg.k * 4);
+  const uint64_t dw = h.Alloc(static_cast<size_t>(cfg.n) * cfg.k * 2);
+  const uint64_t dy = h.Alloc(static_cast<size_t>(m) * cfg.n * 4);
+  EXPECT_TRUE(
+      h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, m), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(m)})
+          .ok());
+  std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+  EXPECT_EQ(counters.size(), 1u);
+  if (counters.size() != 1) return {};
+  GemmEstimate r{std::move(counters[0]), {}};
+  r.estimate = cost::EstimateLaunch(*cost::FindDevice("h100"), r.counters,
+                                    {.registers_per_thread = RegistersOf(cfg, *ptx)},
+                                    /*in_graph=*/true);
   return r;
+}
+
+std::string Describe(const cost::Estimate& e) {
+  return absl::StrFormat(
+      "%.1f us, bound by %s (dram %.1f, tensor %.1f, fp32 %.1f, issue %.1f, shared %.1f, "
+      "latency %.1f us), %d CTAs/SM (%s)",
+      e.seconds * 1e6, e.binding, e.dram_s * 1e6, e.tensor_s * 1e6, e.fp32_s * 1e6, e.issue_s * 1e6,
+      e.shared_s * 1e6, e.latency_s * 1e6, e.occupancy.ctas_per_sm, e.occupancy.limit);
 }
 
 // The tensor-core form against the FMA-tiled form at the Llama-3.2-1B attention
@@ -168,63 +212,85 @@ cost::LaunchResources ResourcesOf(const GemmConfig& cfg, const std::string& ptx,
 // tiles.
 TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
   constexpr int kN = 2048, kK = 2048;
-  const cost::DeviceSpec& h100 = *cost::FindDevice("h100");
   for (int m : {16, 64, 256}) {
     SCOPED_TRACE(m);
-    const GemmConfig cfg = ConfigOf({m, kN, kK, ElemType::kF16, false, true});
-    struct Form {
-      const char* name;
-      absl::StatusOr<std::string> ptx;
-      LaunchDims dims;
-      int shared_bytes;
-    };
-    Form forms[] = {
-        {"tiled f32 FMA", GenerateGemm(cfg), GemmLaunch(cfg, m), 2 * 16 * 64 * 4},
-        {"tensor cores, 64x64 tiles", GenerateGemmMma(cfg, kMmaWideTile),
-         GemmMmaLaunch(kMmaWideTile, cfg, m), 2 * 2 * 64 * 80},
-        {"tensor cores, 16x16 tiles, k over warps", GenerateGemmMma(cfg, kMmaNarrowTile),
-         GemmMmaLaunch(kMmaNarrowTile, cfg, m), 2 * 2 * 16 * 272}};
+    GemmConfig fma = ConfigOf({m, kN, kK, ElemType::kF16, false, true});
+    fma.tensor_cores = false;
+    const GemmConfig wide = ConfigOf({m, kN, kK, ElemType::kF16, false, true, kMmaWideTile});
+    const GemmConfig narrow = ConfigOf({m, kN, kK, ElemType::kF16, false, true, kMmaNarrowTile});
+    const std::pair<const char*, GemmConfig> forms[] = {
+        {"tiled f32 FMA", fma},
+        {"tensor cores, 64x64 tiles", wide},
+        {"tensor cores, 16x16 tiles, k over warps", narrow}};
     double seconds[3] = {};
     for (int f = 0; f < 3; ++f) {
-      ASSERT_TRUE(forms[f].ptx.ok()) << forms[f].ptx.status();
-      emu::EmulatorOptions options;
-      options.collect_counters = true;
-      options.sample_ctas = 6;
-      options.poison_allocations = false;
-      EmuHarness h(options);
-      const uint64_t dx = h.Alloc(static_cast<size_t>(m) * kK * 4);
-      const uint64_t dw = h.Alloc(static_cast<size_t>(kN) * kK * 2);
-      const uint64_t dy = h.Alloc(static_cast<size_t>(m) * kN * 4);
-      ASSERT_TRUE(h.Run(*forms[f].ptx, kGemmEntry, forms[f].dims,
-                        {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(m)})
-                      .ok());
-      const std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
-      ASSERT_EQ(counters.size(), 1u);
-      const emu::KernelCounters& c = counters[0];
-      if (f > 0) {
-        const int bm = f == 1 ? kMmaWideTile.bm : kMmaNarrowTile.bm;
+      const auto& [name, cfg] = forms[f];
+      const GemmEstimate g = EstimateGemm(cfg, m);
+      if (cfg.tensor_cores) {
         // ldmatrix never conflicts; the narrow form's reduction reads one word a lane.
-        EXPECT_EQ(c.shared_load.BankConflicts(), 0u);
-        EXPECT_EQ(c.tensor_flops, 2ull * CeilDiv(m, bm) * bm * kN * kK);
+        EXPECT_EQ(g.counters.shared_load.BankConflicts(), 0u);
+        EXPECT_EQ(g.counters.tensor_flops, 2ull * CeilDiv(m, cfg.tile_m) * cfg.tile_m * kN * kK);
       }
-      const cost::Estimate e = cost::EstimateLaunch(
-          h100, c, ResourcesOf(cfg, *forms[f].ptx, forms[f].shared_bytes), /*in_graph=*/true);
-      seconds[f] = e.seconds;
-      absl::PrintF(
-          "estimate (not measured): gemm %dx%dx%d f16, %s on %s: %.1f us, bound by %s (dram "
-          "%.1f, tensor %.1f, fp32 %.1f, issue %.1f, shared %.1f, latency %.1f us), %d CTAs/SM "
-          "(%s); shared-load conflicts %d of %d wavefronts\n",
-          m, kN, kK, forms[f].name, h100.description, e.seconds * 1e6, e.binding, e.dram_s * 1e6,
-          e.tensor_s * 1e6, e.fp32_s * 1e6, e.issue_s * 1e6, e.shared_s * 1e6, e.latency_s * 1e6,
-          e.occupancy.ctas_per_sm, e.occupancy.limit, c.shared_load.BankConflicts(),
-          c.shared_load.wavefronts);
+      seconds[f] = g.estimate.seconds;
+      absl::PrintF("estimate (not measured): gemm %dx%dx%d f16, %s on h100: %s\n", m, kN, kK, name,
+                   Describe(g.estimate));
     }
-    const double weights_s = 2.0 * kN * kK / h100.dram_bytes_per_s;
+    const double weights_s = 2.0 * kN * kK / cost::FindDevice("h100")->dram_bytes_per_s;
     absl::PrintF(
         "estimate (not measured): %d rows: against the tiled form, 64x64 tensor-core tiles "
         "%.2fx, 16x16 %.2fx; weight-read roofline %.1f us = %.0f%% and %.0f%% of them\n",
         m, seconds[0] / seconds[1], seconds[0] / seconds[2], weights_s * 1e6,
         100 * weights_s / seconds[1], 100 * weights_s / seconds[2]);
+  }
+}
+
+// GemmConfigFor's pick against the other forms, by the cost model's h100 estimates, at the
+// Llama-3.2-1B projections (q/o, k/v, fused gate/up, down) and batches of 16 to 1024 rows:
+// the pick must be within 1.35x of the cheapest form. The table is printed (estimates, not
+// measurements).
+TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
+  constexpr int kSms = 132;  // h100
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{16, 2048, 2048},   {64, 2048, 2048},  {256, 2048, 2048},
+                          {1024, 2048, 2048}, {16, 512, 2048},   {256, 512, 2048},
+                          {16, 16384, 2048},  {64, 16384, 2048}, {256, 16384, 2048},
+                          {16, 2048, 8192},   {64, 2048, 8192},  {256, 2048, 8192}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(absl::StrCat(sh.m, "x", sh.n, "x", sh.k));
+    GemmConfig base = ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true});
+    base.tiled = base.tensor_cores = false;
+    std::vector<std::pair<std::string, GemmConfig>> forms;
+    GemmConfig gemv = base;
+    gemv.m_tile = 8;
+    forms.emplace_back("GEMV, 8-row tiles", gemv);
+    GemmConfig fma = base;
+    fma.tiled = true;
+    forms.emplace_back("FMA tiled", fma);
+    for (const GemmMmaTile& t :
+         {kMmaNarrowTile, GemmMmaTile{16, 32, 1, 2, 2}, GemmMmaTile{16, 64, 1, 4, 1},
+          GemmMmaTile{32, 64, 2, 2, 1}, kMmaWideTile}) {
+      forms.emplace_back(
+          absl::StrCat("tensor cores ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn, "x", t.wk),
+          ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
+    }
+    const std::string chosen_key = GemmConfigFor(base, sh.m, kSms).Key();
+    double best = 0, chosen = 0;
+    std::string best_name;
+    for (const auto& [name, cfg] : forms) {
+      const double us = EstimateGemm(cfg, sh.m).estimate.seconds * 1e6;
+      const bool is_chosen = cfg.Key() == chosen_key;
+      absl::PrintF("estimate (not measured): gemm %dx%dx%d f16 on h100, %s: %.1f us%s\n", sh.m,
+                   sh.n, sh.k, name, us, is_chosen ? "  <- chosen" : "");
+      if (best == 0 || us < best) {
+        best = us;
+        best_name = name;
+      }
+      if (is_chosen) chosen = us;
+    }
+    ASSERT_GT(chosen, 0) << "the chosen form " << chosen_key << " is not among the candidates";
+    EXPECT_LE(chosen, 1.35 * best) << "cheapest: " << best_name;
   }
 }
 

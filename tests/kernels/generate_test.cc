@@ -200,15 +200,29 @@ TEST(GenerateTest, SplitPlan) {
 }
 
 TEST(GenerateTest, GemmFormChoice) {
-  GemmConfig base;
-  EXPECT_FALSE(GemmConfigFor(base, 1).tiled);
-  EXPECT_EQ(GemmConfigFor(base, 1).m_tile, 1);
-  EXPECT_EQ(GemmConfigFor(base, 8).m_tile, 8);
-  EXPECT_TRUE(GemmConfigFor(base, 9).tiled);
-  const LaunchDims d = GemmLaunch(GemmConfigFor(base, 100), 100);
+  GemmConfig base;  // 4096 x 4096 f16, GEMV tiles of 4 columns
+  constexpr int kSms = 132;
+  EXPECT_FALSE(GemmConfigFor(base, 1, kSms).tiled);
+  EXPECT_EQ(GemmConfigFor(base, 1, kSms).m_tile, 1);
+  EXPECT_EQ(GemmConfigFor(base, 8, kSms).m_tile, 8);
+  // 1024 x 2 GEMV CTAs fit 16 per SM; 1024 x 3 do not.
+  EXPECT_FALSE(GemmConfigFor(base, 16, kSms).tiled);
+  EXPECT_EQ(GemmConfigFor(base, 16, kSms).m_tile, 8);
+  const GemmConfig narrow = GemmConfigFor(base, 24, kSms);
+  ASSERT_TRUE(narrow.tensor_cores);
+  EXPECT_EQ(narrow.MmaTile().bm, 16);
+  EXPECT_EQ(narrow.MmaTile().wk, 4);                      // 256 x 2 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);   // 16x16 tiles: 1792 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 1000, kSms).tile_m, 32);  // 16x64 tiles: 4032 CTAs
+  const LaunchDims d = GemmLaunch(GemmConfigFor(base, 1000, kSms), 1000);
   EXPECT_EQ(d.grid[0], 64u);  // 4096 / 64
-  EXPECT_EQ(d.grid[1], 2u);   // ceil(100 / 64)
-  EXPECT_EQ(d.block[0], 256u);
+  EXPECT_EQ(d.grid[1], 32u);  // ceil(1000 / 32)
+  EXPECT_EQ(d.block[0], 128u);
+  base.weight_dtype = ElemType::kF32;  // no tensor cores: the FMA tiled form
+  const GemmConfig fma = GemmConfigFor(base, 1000, kSms);
+  EXPECT_TRUE(fma.tiled);
+  EXPECT_FALSE(fma.tensor_cores);
+  EXPECT_EQ(GemmLaunch(fma, 1000).block[0], 256u);
 }
 
 TEST(RegistryTest, NamesDefaultsAndErrors) {

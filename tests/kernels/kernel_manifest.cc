@@ -88,8 +88,8 @@ absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
         for (DType kv_dtype : kAllDTypes) {
           KvCacheConfig kv = default_kv;
           kv.dtype = kv_dtype;
-          absl::StatusOr<KernelSet> set =
-              BuildKernelSet(m.config, WeightTypes::Uniform(ToElemType(weights)), kv, *target);
+          absl::StatusOr<KernelSet> set = BuildKernelSet(
+              m.config, WeightTypes::Uniform(ToElemType(weights)), kv, *target, device->num_sms);
           if (!set.ok()) {
             return absl::Status(set.status().code(), absl::StrCat(m.name, " on ", profile, ": ",
                                                                   set.status().message()));

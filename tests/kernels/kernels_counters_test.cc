@@ -75,7 +75,7 @@ TEST(KernelCounters, GemvReadsEachWeightByteOnceInCoalescedLoads) {
     base.n = c.n;
     base.k = c.k;
     base.weight_dtype = c.dt;
-    const GemmConfig cfg = GemmConfigFor(base, c.m);
+    const GemmConfig cfg = GemmConfigFor(base, c.m, /*sm_count=*/1);
     ASSERT_FALSE(cfg.tiled);
     absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
     ASSERT_TRUE(ptx.ok()) << ptx.status();
@@ -271,7 +271,7 @@ TEST(KernelCounters, CountingLeavesResultsAloneAndItsCostIsPrinted) {
   GemmConfig base;
   base.n = 512;
   base.k = 2048;
-  const GemmConfig cfg = GemmConfigFor(base, 2);
+  const GemmConfig cfg = GemmConfigFor(base, 2, /*sm_count=*/1);
   absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
   ASSERT_TRUE(ptx.ok());
   const LaunchDims d = GemmLaunch(cfg, 2);
