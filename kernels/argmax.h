@@ -20,7 +20,9 @@ namespace ptxserve::kernels {
 inline constexpr char kArgmaxEntry[] = "argmax";
 
 struct ArgmaxConfig : KernelConfig<ArgmaxConfig, kArgmaxEntry> {
-  int threads = 256;  // per CTA (one CTA per row): 32..1024, a multiple of 32
+  // Per CTA (one CTA per row, so a decode step's few rows run on few SMs: each thread
+  // keeps four float4 loads in flight): 32..1024, a multiple of 32.
+  int threads = 1024;
   ptx::Target target;
   static constexpr auto kFields = std::make_tuple(ThreadsField(&ArgmaxConfig::threads));
 };

@@ -22,7 +22,9 @@ const float kC3 = static_cast<float>(kTwoPi - kC1 - static_cast<double>(kC2));
 
 int RopeConfig::Threads() const {
   const int64_t pairs = int64_t{num_heads + num_kv_heads} * head_dim / 2;
-  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 256));
+  // Up to 1024: a decode step has one CTA per token, and each thread's pairs run one after
+  // another (load, rotate, store), so fewer threads leave a lone CTA latency-bound.
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 1024));
 }
 
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {

@@ -71,8 +71,18 @@ const std::vector<Golden>& Goldens() {
       {"gemm_bf16_n4096_k4096_tiled_bias",
        "gemm",
        {{"weight_dtype", "bf16"}, {"tiled", "true"}, {"has_bias", "true"}}},
+      {"gemm_f16_n4096_k4096_tensor_cores_16x16_k_over_warps",
+       "gemm",
+       {{"tiled", "true"},
+        {"tensor_cores", "true"},
+        {"tile_m", "16"},
+        {"tile_n", "16"},
+        {"warps_m", "1"},
+        {"warps_n", "1"},
+        {"warps_k", "4"},
+        {"accumulate", "true"}}},
       {"silu_mul", "silu_mul", {}},
-      {"argmax_t256", "argmax", {}},
+      {"argmax_t1024", "argmax", {}},
       {"sampling_t256", "sampling", {}},
       {"logprobs_t256_top20", "logprobs", {}},
       {"penalties_t256", "penalties", {}},
@@ -188,8 +198,10 @@ TEST(GenerateTest, SplitPlan) {
   DecodeAttentionConfig c;  // 8 kv heads
   // Plenty of CTAs: no split.
   EXPECT_FALSE(PlanDecodeAttention(c, 64, 4096, 132).split);
-  // Short contexts: no split.
-  EXPECT_FALSE(PlanDecodeAttention(c, 1, 300, 132).split);
+  // Contexts shorter than two partitions of 64 tokens: no split.
+  EXPECT_FALSE(PlanDecodeAttention(c, 1, 120, 132).split);
+  // One sequence of 1024 tokens: 16 splits of 64, 128 CTAs for 132 SMs.
+  EXPECT_EQ(PlanDecodeAttention(c, 1, 1024, 132).num_splits, 16);
   // One long sequence on a big GPU: split into whole blocks covering the context.
   const AttentionPlan p = PlanDecodeAttention(c, 1, 8000, 132);
   ASSERT_TRUE(p.split);

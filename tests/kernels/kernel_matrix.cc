@@ -143,7 +143,14 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   Add(&out, odd_gemm);
   odd_gemm.tiled = true;
   Add(&out, odd_gemm);
-  am.threads = 1024;
+  GemmConfig tensor_core_gemm;  // partial 32x64 tiles in N, k a multiple of 8 only
+  tensor_core_gemm.n = 100;
+  tensor_core_gemm.k = 264;
+  tensor_core_gemm.tiled = tensor_core_gemm.tensor_cores = true;
+  tensor_core_gemm.SetMmaTile({32, 64, 2, 2, 1});
+  tensor_core_gemm.target = target;
+  Add(&out, tensor_core_gemm);
+  am.threads = 256;
   Add(&out, am);
   lp.max_top = 0;
   Add(&out, lp);
