@@ -14,8 +14,8 @@ namespace ptxserve {
 // head_dim (RoPE rotates pairs) and one layer of tensors per configured layer.
 absl::Status CheckModelShape(const ModelConfig& config, const ModelTensors& tensors);
 
-// `t` is present, has exactly `shape` and holds the bytes that shape needs. `what` names
-// it when the loader left its name empty.
+// `t` is present, has exactly `shape` (whole blocks per row when quantized) and holds the
+// bytes that shape needs. `what` names it when the loader left its name empty.
 absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape,
                               const std::string& what);
 
