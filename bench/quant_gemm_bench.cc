@@ -1,6 +1,7 @@
 // The CPU GEMM over f16 and block-quantized weights on Llama-3.2-1B's projection shapes,
 // for a decode step (1 row), a small batch (8) and a prefill chunk (512), with each
-// q8_0/q4_0 kernel (widening to f32, integer dot products) named explicitly. GB/s is
+// q8_0/q4_0 kernel (widening in registers, widened rows, integer dot products) named
+// explicitly. GB/s is
 // weight bytes read per second (the weights once per GEMM), the figure decode is bound by.
 // Iterations cycle through copies of the weights filling kColdBytes, more than the
 // last-level cache, so the weights come from memory as a whole model's do in decode.
@@ -87,8 +88,12 @@ void Shapes(benchmark::internal::Benchmark* b) {
 using cpu::BlockKernel;
 BENCHMARK_CAPTURE(RunGemm, f16, QuantType::kNone, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q8_0_widening, QuantType::kQ8_0, BlockKernel::kWidening)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q8_0_widened_rows, QuantType::kQ8_0, BlockKernel::kWidenedRows)
+    ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q8_0_integer, QuantType::kQ8_0, BlockKernel::kInteger)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_widening, QuantType::kQ4_0, BlockKernel::kWidening)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q4_0_widened_rows, QuantType::kQ4_0, BlockKernel::kWidenedRows)
+    ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_integer, QuantType::kQ4_0, BlockKernel::kInteger)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q8_0_chosen, QuantType::kQ8_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_chosen, QuantType::kQ4_0, BlockKernel::kChosen)->Apply(Shapes);

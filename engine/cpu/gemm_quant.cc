@@ -11,8 +11,9 @@
 //    each block pair is one 32-wide integer dot product (vpmaddubsw on |w| and x with
 //    w's sign, vpmaddwd to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator.
 //    Fewer instructions per weight; x's rounding moves a result by the bound in ops.h.
-// IntegerDotRows chooses between them from the measurements in bench/quant_gemm_bench.cc.
-// q4_k and q6_k widen a few rows at a time into an f32 buffer for gemm.cc's kernel.
+// Every format can also widen a few rows at a time into an f32 buffer for gemm.cc's
+// kernel (the only way for q4_k and q6_k). ChooseBlockKernel picks per format and batch
+// size from the measurements of bench/quant_gemm_bench.cc.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -346,28 +347,27 @@ void GemmBlocks(const Problem& problem, bool integer) {
 }  // namespace
 
 // Decode (one row) is bound by instructions per weight on few cores, where the integer
-// kernel needs fewer (bench/quant_gemm_bench.cc); measured choices are in the commit
-// that set them.
-bool IntegerDotRows(QuantType t, int64_t M) {
-  return (t == QuantType::kQ8_0 || t == QuantType::kQ4_0) && M <= 1;
+// kernel needs the fewest; batches reuse each widened row for all their rows, where
+// gemm.cc's f32 kernel is fastest (bench/quant_gemm_bench.cc; the figures are in the
+// commit that set these).
+BlockKernel ChooseBlockKernel(QuantType t, int64_t M) {
+  if (t != QuantType::kQ8_0 && t != QuantType::kQ4_0) return BlockKernel::kWidenedRows;
+  return M <= 1 ? BlockKernel::kInteger : BlockKernel::kWidenedRows;
 }
 
 void GemmQuantized(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N,
                    int64_t K, float* y, BlockKernel kernel) {
   if (M <= 0 || N <= 0) return;
-  const bool integer = kernel == BlockKernel::kInteger ||
-                       (kernel == BlockKernel::kChosen && IntegerDotRows(w.quant, M));
+  if (kernel == BlockKernel::kChosen) kernel = ChooseBlockKernel(w.quant, M);
   const Problem p{
       x, nullptr, static_cast<const uint8_t*>(w.data), QuantRowBytes(w.quant, K), bias, M, N, K, y};
-  switch (w.quant) {
-    case QuantType::kQ8_0:
-      GemmBlocks<Q8_0>(p, integer);
-      break;
-    case QuantType::kQ4_0:
-      GemmBlocks<Q4_0>(p, integer);
-      break;
-    default:
-      RunPanels(p, [&](int64_t b, int64_t e) { WidenedRowsPanel(p, w.quant, b, e); });
+  const bool integer = kernel == BlockKernel::kInteger;
+  if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kQ8_0) {
+    GemmBlocks<Q8_0>(p, integer);
+  } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kQ4_0) {
+    GemmBlocks<Q4_0>(p, integer);
+  } else {
+    RunPanels(p, [&](int64_t b, int64_t e) { WidenedRowsPanel(p, w.quant, b, e); });
   }
 }
 

@@ -14,13 +14,15 @@ namespace ptxserve::cpu {
 void GemmF32Serial(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
                    int64_t K, int64_t ldy, float* y);
 
-// The kernels of q8_0 and q4_0 blocks (gemm_quant.cc): widening codes to f32 weights,
-// or integer dot products against x rounded to 8 bits; kChosen takes IntegerDotRows's
-// choice. Tests and benchmarks name one; other types always widen.
-enum class BlockKernel { kChosen, kWidening, kInteger };
+// The ways to multiply by blocks (gemm_quant.cc): widening codes to f32 weights in
+// registers (q8_0, q4_0), widening a few rows at a time into an f32 buffer for gemm.cc's
+// kernel (every format), both exact; or integer dot products against x rounded to 8 bits
+// (q8_0, q4_0). kChosen takes ChooseBlockKernel's; tests and benchmarks name one (a
+// format without the one named widens rows).
+enum class BlockKernel { kChosen, kWidening, kWidenedRows, kInteger };
 
-// Whether Gemm uses the integer kernel for M rows of x against `t` blocks.
-bool IntegerDotRows(QuantType t, int64_t M);
+// The kernel Gemm uses for M rows of x against `t` blocks (never kChosen).
+BlockKernel ChooseBlockKernel(QuantType t, int64_t M);
 
 // Gemm for w.quant != kNone (gemm_quant.cc).
 void GemmQuantized(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N,

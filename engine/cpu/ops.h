@@ -26,9 +26,9 @@ struct WeightMatrix {
 // f32 products and sums whatever w's dtype (f16/bf16 widen exactly). Uses the engine's
 // thread pool.
 // Block-quantized w (K a multiple of the block size) gives the result of the f32 GEMM
-// over DequantizeRow's rows, bit for bit, except where gemm_quant.cc's integer path
-// runs (q8_0 and q4_0 with IntegerDotRows(M)): there x is rounded to 8 bits per block of
-// 32 first, which moves each output by at most
+// over DequantizeRow's rows, bit for bit, except where gemm_quant.cc's integer kernel
+// runs (q8_0 and q4_0, as ChooseBlockKernel says): there x is rounded to 8 bits per block
+// of 32 first, which moves each output by at most
 //   sum over blocks b of (amax_b(x[m]) / 254) * sum_{k in b} |w[n, k]|
 // beyond f32 rounding.
 void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,

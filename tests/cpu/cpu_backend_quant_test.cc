@@ -134,7 +134,8 @@ struct Case {
 
 class CpuBackendQuantTest : public ::testing::TestWithParam<Case> {};
 
-// Two sequences, so every GEMM has two or more rows and widens: bit for bit.
+// Two sequences, so every GEMM has two or more rows, where ChooseBlockKernel widens: bit
+// for bit.
 TEST_P(CpuBackendQuantTest, BatchedStepsGiveTheDequantizedModelsLogits) {
   const auto [q, tied, mixed] = GetParam();
   const Model base = MakeRandomModel(Spec(tied));
@@ -177,7 +178,7 @@ TEST_P(CpuBackendQuantTest, SingleRowDecodeStaysCloseToTheDequantizedModel) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const int64_t V = base.config.vocab_size;
-  const bool exact = !cpu::IntegerDotRows(q, 1);
+  const bool exact = cpu::ChooseBlockKernel(q, 1) != cpu::BlockKernel::kInteger;
   KvBlockManager blocks_a(64, 8), blocks_b(64, 8);
   Seq sa{Prompt(9, V, 3), 0, {}}, sb = sa;
   std::vector<float> la, lb;

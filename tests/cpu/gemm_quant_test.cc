@@ -1,6 +1,6 @@
 // The GEMM over block-quantized weights against the f32 GEMM over the same weights
-// dequantized: bit for bit for the widening kernels, within ops.h's bound (x's 8-bit
-// rounding) for the integer ones.
+// dequantized: bit for bit for both widening kernels, within ops.h's bound (x's 8-bit
+// rounding) for the integer one.
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -71,9 +71,13 @@ TEST_P(QuantGemmTest, MatchesDequantizedF32Gemm) {
   std::vector<float> want(M * N), widened(M * N, -7.0f), chosen(M * N, -7.0f);
   Gemm(x.data(), wf.data(), bias, M, N, K, want.data());
   const WeightMatrix wm{w.data(), DType::kF32, t};
-  GemmQuantized(x.data(), wm, bias, M, N, K, widened.data(), BlockKernel::kWidening);
-  for (int64_t i = 0; i < M * N; ++i)
-    ASSERT_EQ(widened[i], want[i]) << "m " << i / N << " n " << i % N;
+  for (BlockKernel k : {BlockKernel::kWidening, BlockKernel::kWidenedRows}) {
+    GemmQuantized(x.data(), wm, bias, M, N, K, widened.data(), k);
+    for (int64_t i = 0; i < M * N; ++i) {
+      ASSERT_EQ(widened[i], want[i])
+          << "kernel " << static_cast<int>(k) << " m " << i / N << " n " << i % N;
+    }
+  }
 
   Gemm(x.data(), wm, bias, M, N, K, chosen.data());
   if (t != QuantType::kQ8_0 && t != QuantType::kQ4_0) {
@@ -99,7 +103,7 @@ TEST_P(QuantGemmTest, MatchesDequantizedF32Gemm) {
       ASSERT_LE(std::fabs(integer[m * N + n] - want[m * N + n]), bound) << "m " << m << " n " << n;
     }
   }
-  EXPECT_TRUE(chosen == want || chosen == integer);
+  EXPECT_EQ(chosen, ChooseBlockKernel(t, M) == BlockKernel::kInteger ? integer : want);
 }
 
 std::vector<QuantGemmCase> Cases() {
