@@ -11,8 +11,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
@@ -52,10 +54,19 @@ constexpr size_t kColdBytes = size_t{512} << 20;
 // state.range: (M, N, K).
 void RunGemm(benchmark::State& state, QuantType quant, cpu::BlockKernel kernel) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-  const std::vector<uint8_t> w = Weights(quant, N, K);
+  // Google Benchmark calls this a few times per case: the copies are made once per case.
+  static std::map<std::tuple<QuantType, int64_t, int64_t>, std::vector<uint8_t>> made;
+  static std::vector<uint8_t> all;
+  static std::tuple<QuantType, int64_t, int64_t> all_holds;
+  const auto key = std::tuple{quant, N, K};
+  std::vector<uint8_t>& w = made[key];
+  if (w.empty()) w = Weights(quant, N, K);
   const size_t copies = std::max<size_t>(1, kColdBytes / w.size());
-  std::vector<uint8_t> all(copies * w.size());
-  for (size_t c = 0; c < copies; ++c) std::copy(w.begin(), w.end(), all.begin() + c * w.size());
+  if (all.size() != copies * w.size() || all_holds != key) {
+    all.resize(copies * w.size());
+    for (size_t c = 0; c < copies; ++c) std::copy(w.begin(), w.end(), all.begin() + c * w.size());
+    all_holds = key;
+  }
   const std::vector<float> x = RandomVec(M * K, 1);
   std::vector<float> y(M * N);
   size_t next = 0;

@@ -175,6 +175,44 @@ void QuantizeQ4_K(const float* x, uint8_t* b) {
   }
 }
 
+// Each group of 16 gets the scale s that maps its largest-magnitude element, sign kept,
+// to code -32 (as q4_0 does with -8), so codes span [-32, 31]. The 16 scales are coded as
+// int8 against d = max |s| / 127, their magnitudes rounded up so the group still fits.
+void QuantizeQ6_K(const float* x, uint8_t* b) {
+  float group_scale[16], largest = 0;
+  for (int g = 0; g < 16; ++g) {
+    float amax = 0, max = 0;
+    for (int i = 16 * g; i < 16 * g + 16; ++i) {
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    }
+    group_scale[g] = max / -32;
+    largest = std::max(largest, amax / 32);
+  }
+  const uint16_t dh = HalfAtLeast(largest / 127);
+  const float d = HalfToFloat(dh);
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  auto* scales = reinterpret_cast<int8_t*>(b + 192);
+  std::memset(b, 0, 192);
+  WriteU16(b + 208, dh);
+  for (int g = 0; g < 16; ++g) {
+    const int mag =
+        d > 0 ? std::min(127, static_cast<int>(std::ceil(std::fabs(group_scale[g]) / d))) : 0;
+    scales[g] = static_cast<int8_t>(group_scale[g] < 0 ? -mag : mag);
+  }
+  for (int e = 0; e < 256; ++e) {
+    // Element e: half e / 128; in it, quarter g4 of 32 and position l (DequantizeQ6_K).
+    const int half = e / 128, g4 = (e % 128) / 32, l = e % 32;
+    const float s = d * static_cast<float>(scales[e / 16]);
+    const int q = s != 0 ? std::clamp(static_cast<int>(roundf(x[e] / s)), -32, 31) + 32 : 32;
+    ql[64 * half + 32 * (g4 % 2) + l] |= static_cast<uint8_t>((q & 0xF) << (4 * (g4 / 2)));
+    qh[32 * half + l] |= static_cast<uint8_t>((q >> 4) << (2 * g4));
+  }
+}
+
 // The largest |scale| a block of `x` would store, to refuse what f16 cannot hold.
 float LargestScale(QuantType t, const float* x, int n) {
   float amax = 0;
@@ -184,6 +222,8 @@ float LargestScale(QuantType t, const float* x, int n) {
       return amax / 127;
     case QuantType::kQ4_0:
       return amax / 8;
+    case QuantType::kQ6_K:
+      return amax / (32 * 127);
     default:  // q4_k: dmin = largest min / 63 <= amax / 63 exceeds d <= 2 amax / 945
       return amax / 63;
   }
@@ -221,7 +261,7 @@ void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out) {
 }
 
 absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
-  if (t == QuantType::kNone || t == QuantType::kQ6_K) {
+  if (t == QuantType::kNone) {
     return absl::UnimplementedError(
         absl::StrFormat("no encoder for quantization type %s", QuantName(t)));
   }
@@ -244,6 +284,7 @@ absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
     if (t == QuantType::kQ8_0) QuantizeQ8_0(x + i, out);
     if (t == QuantType::kQ4_0) QuantizeQ4_0(x + i, out);
     if (t == QuantType::kQ4_K) QuantizeQ4_K(x + i, out);
+    if (t == QuantType::kQ6_K) QuantizeQ6_K(x + i, out);
   }
   return absl::OkStatus();
 }

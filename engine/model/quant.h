@@ -53,10 +53,11 @@ int64_t QuantRowBytes(QuantType t, int64_t n);
 void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out);
 
 // Encodes n floats into QuantRowBytes(t, n) bytes at `out`, the way llama.cpp's reference
-// encoders do for q8_0 and q4_0 (so files match byte for byte), and by per-sub-block
-// min/max for q4_k. InvalidArgument when n is not a multiple of the block size, an input
-// is not finite (naming its index) or a block's scale overflows f16; Unimplemented for
-// kNone and q6_k (decode only).
+// encoders do for q8_0 and q4_0 (so files match byte for byte); q4_k by per-sub-block
+// min/max and q6_k by per-group signed max (quant.cc), both with scales rounded up so no
+// code clamps more than q4_0's do. InvalidArgument when n is not a multiple of the block
+// size, an input is not finite (naming its index) or a block's scale overflows f16;
+// Unimplemented for kNone.
 absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out);
 
 }  // namespace ptxserve

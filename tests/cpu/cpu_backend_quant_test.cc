@@ -1,9 +1,7 @@
 // The CPU backend over block-quantized weights against the same model with those
 // weights dequantized to f32: bit for bit where the GEMM widens the blocks (batches of
 // two or more rows, q4_k/q6_k always), close where q8_0/q4_0 decode rounds x to 8 bits.
-#include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -43,24 +41,14 @@ struct QuantizedPair {
   size_t step_bytes = 0;  // quantized bytes of the linear weights and the LM head
 };
 
-// `t`'s rows in format q (q6_k, which has no encoder: random codes with a small scale)
-// into `bytes`, and their dequantized values into `floats`.
+// `t`'s rows in format q into `bytes`, and their dequantized values into `floats`.
 void Encode(const Tensor& t, QuantType q, std::vector<uint8_t>* bytes, std::vector<float>* floats) {
   const int64_t rows = t.shape[0], K = t.shape[1], row_bytes = QuantRowBytes(q, K);
   bytes->resize(rows * row_bytes);
   floats->resize(rows * K);
-  if (q == QuantType::kQ6_K) {
-    std::mt19937 rng(static_cast<uint32_t>(rows * 31 + K));
-    for (uint8_t& b : *bytes) b = static_cast<uint8_t>(rng());
-    const uint16_t d = FloatToHalf(1.0f / 16384);
-    for (size_t at = 208; at < bytes->size(); at += 210) std::memcpy(bytes->data() + at, &d, 2);
-  } else {
-    const auto* x = static_cast<const float*>(t.data);
-    for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_TRUE(QuantizeRow(q, x + r * K, K, bytes->data() + r * row_bytes).ok());
-    }
-  }
+  const auto* x = static_cast<const float*>(t.data);
   for (int64_t r = 0; r < rows; ++r) {
+    ASSERT_TRUE(QuantizeRow(q, x + r * K, K, bytes->data() + r * row_bytes).ok());
     DequantizeRow(q, bytes->data() + r * row_bytes, K, floats->data() + r * K);
   }
 }

@@ -37,22 +37,14 @@ std::vector<float> RandomVec(int64_t n, uint64_t seed) {
   return v;
 }
 
-// N rows of K: encoded from random floats, or for q6_k (no encoder) random codes with
-// scales small enough to keep the products O(1).
+// N rows of K encoded from random floats.
 std::vector<uint8_t> RandomQuantMatrix(QuantType t, int64_t N, int64_t K, uint64_t seed) {
   const int64_t row_bytes = QuantRowBytes(t, K);
   std::vector<uint8_t> w(N * row_bytes);
-  if (t != QuantType::kQ6_K) {
-    const std::vector<float> f = RandomVec(N * K, seed);
-    for (int64_t n = 0; n < N; ++n) {
-      EXPECT_TRUE(QuantizeRow(t, f.data() + n * K, K, w.data() + n * row_bytes).ok());
-    }
-    return w;
+  const std::vector<float> f = RandomVec(N * K, seed);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_TRUE(QuantizeRow(t, f.data() + n * K, K, w.data() + n * row_bytes).ok());
   }
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
-  const uint16_t d = FloatToHalf(1.0f / 4096);
-  for (size_t at = 208; at < w.size(); at += 210) std::memcpy(w.data() + at, &d, 2);
   return w;
 }
 

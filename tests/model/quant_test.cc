@@ -95,7 +95,8 @@ void ExpectMatchesReference(QuantType t, const std::vector<uint8_t>& b) {
 
 constexpr QuantType kAll[] = {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K,
                               QuantType::kQ6_K};
-constexpr QuantType kEncodable[] = {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K};
+constexpr QuantType kEncodable[] = {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K,
+                                    QuantType::kQ6_K};
 
 TEST(QuantTest, RowBytes) {
   EXPECT_EQ(QuantRowBytes(QuantType::kQ8_0, 64), 68);
@@ -229,8 +230,6 @@ TEST(QuantTest, EncoderErrors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("48"), std::string::npos) << s;
   EXPECT_NE(s.message().find("32"), std::string::npos) << s;
-  EXPECT_EQ(QuantizeRow(QuantType::kQ6_K, x.data(), 256, b.data()).code(),
-            absl::StatusCode::kUnimplemented);
   EXPECT_EQ(QuantizeRow(QuantType::kNone, x.data(), 32, b.data()).code(),
             absl::StatusCode::kUnimplemented);
   // Non-finite inputs are refused, naming the element; so is a scale f16 cannot hold.
@@ -322,6 +321,24 @@ TEST(QuantTest, RoundTripQ4_K) {
         ASSERT_LE(std::fabs(y[i] - x[i]), bound) << i;
       }
     }
+  }
+}
+
+TEST(QuantTest, RoundTripQ6_K) {
+  const std::vector<float> x = TestRow(256 * 14, 4);
+  std::vector<uint8_t> b(QuantRowBytes(QuantType::kQ6_K, x.size()));
+  ASSERT_TRUE(QuantizeRow(QuantType::kQ6_K, x.data(), x.size(), b.data()).ok());
+  const std::vector<float> y = Dequantize(QuantType::kQ6_K, b);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t block = i / 256 * 210;
+    // The group's scale as stored; codes cover [-32 s, 31 s] with |s| at least the group's
+    // max / 32: half a step, except the top half-step of the side opposite the max.
+    const float s =
+        Half(b, block + 208) * static_cast<float>(Signed8(b[block + 192 + (i % 256) / 16]));
+    const float step = std::fabs(s);
+    const bool clamped = step > 0 && x[i] / s > 31.5f;
+    const float bound = (clamped ? step : step / 2) * (1 + 1e-6f);
+    ASSERT_LE(std::fabs(y[i] - x[i]), bound) << i;
   }
 }
 
