@@ -1,5 +1,5 @@
 // The CPU GEMM over f16 and block-quantized weights on Llama-3.2-1B's projection shapes,
-// for a decode step (1 row), a small batch (8) and a prefill chunk (512), with each
+// for a decode step (1 row), batches (8, 64) and a prefill chunk (512), with each
 // q8_0/q4_0 kernel (widening in registers, widened rows, integer dot products) named
 // explicitly. GB/s is
 // weight bytes read per second (the weights once per GEMM), the figure decode is bound by.
@@ -88,7 +88,7 @@ void RunGemm(benchmark::State& state, QuantType quant, cpu::BlockKernel kernel) 
 
 // Llama-3.2-1B: q/o (2048 x 2048), gate/up (8192 x 2048), down (2048 x 8192).
 void Shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t m : {1, 8, 512}) {
+  for (int64_t m : {1, 8, 64, 512}) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}}) {
       b->Args({m, n, k});
     }

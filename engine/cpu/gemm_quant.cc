@@ -3,17 +3,18 @@
 // (separate sequential streams), and every weight block a tile reads serves all MR rows
 // of x in registers, MBlock rows of x per pass over the range.
 //
-// q8_0 and q4_0 have two kernels:
-//  - widening: each 8 codes become f32 weights d * q in registers (exact: an f16 scale
-//    times a small integer) and go through gemm.cc's FMA chain in its order, so the
-//    result is the f32 GEMM's over the dequantized matrix, bit for bit;
-//  - integer: x is first rounded to 8-bit codes with an f32 scale per block of 32, then
-//    each block pair is one 32-wide integer dot product (vpmaddubsw on |w| and x with
-//    w's sign, vpmaddwd to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator.
-//    Fewer instructions per weight; x's rounding moves a result by the bound in ops.h.
-// Every format can also widen a few rows at a time into an f32 buffer for gemm.cc's
-// kernel (the only way for q4_k and q6_k). ChooseBlockKernel picks per format and batch
-// size from the measurements of bench/quant_gemm_bench.cc.
+// Three kernels (ChooseBlockKernel picks per format and batch size, from the
+// measurements of bench/quant_gemm_bench.cc):
+//  - widening (q8_0, q4_0): each 8 codes become f32 weights d * q in registers (exact:
+//    an f16 scale times a small integer) and go through gemm.cc's FMA chain in its
+//    order, so the result is the f32 GEMM's over the dequantized matrix, bit for bit;
+//  - widened rows (every format): kWidenRows rows at a time are dequantized into an f32
+//    buffer that gemm.cc's own kernel runs over for all rows of x: also bit for bit, and
+//    the widening is paid once per weight row, not once per MR rows of x;
+//  - integer (q8_0, q4_0): x is first rounded to 8-bit codes with an f32 scale per block
+//    of 32, then each block pair is one 32-wide integer dot product (vpmaddubsw, vpmaddwd
+//    to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator. Fewest instructions per
+//    weight; x's rounding moves a result by the bound in ops.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ constexpr int kNR = 4;                    // weight rows (streams) per tile
 constexpr int kMR = 3;                    // x rows per tile
 constexpr int64_t kMBlock = 48;           // x rows per pass over a thread's weight rows
 constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
-constexpr int64_t kWidenRows = 16;        // q4_k/q6_k rows widened to f32 at a time
+constexpr int64_t kWidenRows = 16;        // rows widened into the f32 buffer at a time
 
 inline float Scale(const uint8_t* p) {
   uint16_t h;
@@ -346,13 +347,16 @@ void GemmBlocks(const Problem& problem, bool integer) {
 
 }  // namespace
 
-// Decode (one row) is bound by instructions per weight on few cores, where the integer
-// kernel needs the fewest; batches reuse each widened row for all their rows, where
-// gemm.cc's f32 kernel is fastest (bench/quant_gemm_bench.cc; the figures are in the
-// commit that set these).
+// On this project's 2-core x86-64-v3 VM (bench/quant_gemm_bench.cc, Llama-3.2-1B shapes,
+// weights from memory): the integer kernel was fastest for q4_0 at 1, 8, 64 and 512 rows
+// and for q8_0 at 1, 8 and 64; at 512 rows q8_0 ran faster as widened rows (exact). The
+// widening-in-registers kernel never won: it widens each block once per MR rows of x.
+constexpr int64_t kQ8_0IntegerRows = 64;
+
 BlockKernel ChooseBlockKernel(QuantType t, int64_t M) {
-  if (t != QuantType::kQ8_0 && t != QuantType::kQ4_0) return BlockKernel::kWidenedRows;
-  return M <= 1 ? BlockKernel::kInteger : BlockKernel::kWidenedRows;
+  if (t == QuantType::kQ4_0) return BlockKernel::kInteger;
+  if (t == QuantType::kQ8_0 && M <= kQ8_0IntegerRows) return BlockKernel::kInteger;
+  return BlockKernel::kWidenedRows;
 }
 
 void GemmQuantized(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N,
