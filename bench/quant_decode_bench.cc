@@ -116,13 +116,16 @@ void BM_Decode(benchmark::State& state, QuantType q) {
 
 BENCHMARK_CAPTURE(BM_Decode, f16_as_stored, QuantType::kNone)
     ->Unit(benchmark::kMillisecond)
-    ->Iterations(kSteps);
+    ->Iterations(kSteps)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, q8_0, QuantType::kQ8_0)
     ->Unit(benchmark::kMillisecond)
-    ->Iterations(kSteps);
+    ->Iterations(kSteps)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, q4_0, QuantType::kQ4_0)
     ->Unit(benchmark::kMillisecond)
-    ->Iterations(kSteps);
+    ->Iterations(kSteps)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace ptxserve
