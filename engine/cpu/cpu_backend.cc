@@ -32,7 +32,7 @@ void ToFloat(const Tensor& t, float* out) {
 // `shape`. `what` names it when the loader left the name empty.
 absl::Status AppendTensor(const Tensor& t, const std::vector<int64_t>& shape,
                           const std::string& what, std::vector<float>* out) {
-  if (absl::Status s = CheckTensorShape(t, shape, what); !s.ok()) return s;
+  if (absl::Status s = CheckTensorShape(t, shape, what, true); !s.ok()) return s;
   const size_t n = static_cast<size_t>(t.numel());
   const size_t old = out->size();
   out->resize(old + n);
@@ -78,7 +78,7 @@ absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
     return t.quant == out->quant && (t.quant != QuantType::kNone || t.dtype == out->dtype);
   };
   for (const Part& p : parts) {
-    if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name); !s.ok()) return s;
+    if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name, true); !s.ok()) return s;
     if (!stored_as_out(p.tensor)) {
       out->dtype = DType::kF32;
       out->quant = QuantType::kNone;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "engine/model/model.h"
+#include "engine/model/model_checks.h"
 #include "gtest/gtest.h"
 
 namespace ptxserve {
@@ -97,6 +99,27 @@ constexpr QuantType kAll[] = {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4
                               QuantType::kQ6_K};
 constexpr QuantType kEncodable[] = {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K,
                                     QuantType::kQ6_K};
+
+TEST(QuantTest, CheckTensorShapeTakesBlocksOnlyWhereAllowed) {
+  std::vector<uint8_t> bytes(2 * 18 * 2);
+  Tensor t;
+  t.name = "w";
+  t.quant = QuantType::kQ4_0;
+  t.shape = {2, 64};
+  t.data = bytes.data();
+  t.nbytes = bytes.size();
+  EXPECT_TRUE(CheckTensorShape(t, {2, 64}, "w", true).ok());
+  const absl::Status refused = CheckTensorShape(t, {2, 64}, "w");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.message().find("q4_0"), std::string::npos) << refused;
+  t.nbytes -= 1;  // one byte short of the blocks
+  EXPECT_EQ(CheckTensorShape(t, {2, 64}, "w", true).code(), absl::StatusCode::kInvalidArgument);
+  t.shape = {4, 32};  // rows of one block: 4 blocks, the same bytes
+  t.nbytes += 1;
+  EXPECT_TRUE(CheckTensorShape(t, {4, 32}, "w", true).ok());
+  t.shape = {8, 16};  // rows of half a block
+  EXPECT_EQ(CheckTensorShape(t, {8, 16}, "w", true).code(), absl::StatusCode::kInvalidArgument);
+}
 
 TEST(QuantTest, RowBytes) {
   EXPECT_EQ(QuantRowBytes(QuantType::kQ8_0, 64), 68);
