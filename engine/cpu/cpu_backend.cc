@@ -19,15 +19,24 @@
 namespace ptxserve {
 namespace {
 
+// All of `t`'s elements as f32 (exact for every dtype and block format).
+void ToFloat(const Tensor& t, float* out) {
+  if (t.quant == QuantType::kNone) {
+    ConvertToFloat(t.dtype, t.data, static_cast<size_t>(t.numel()), out);
+  } else {
+    DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data), t.numel(), out);
+  }
+}
+
 // Appends tensor `t` converted to f32 to `out`, after checking it is present and has
 // `shape`. `what` names it when the loader left the name empty.
 absl::Status AppendTensor(const Tensor& t, const std::vector<int64_t>& shape,
                           const std::string& what, std::vector<float>* out) {
-  if (absl::Status s = CheckTensorShape(t, shape, what); !s.ok()) return s;
+  if (absl::Status s = CheckTensorShape(t, shape, what, true); !s.ok()) return s;
   const size_t n = static_cast<size_t>(t.numel());
   const size_t old = out->size();
   out->resize(old + n);
-  ConvertToFloat(t.dtype, t.data, n, out->data() + old);
+  ToFloat(t, out->data() + old);
   return absl::OkStatus();
 }
 
@@ -52,22 +61,37 @@ struct CpuBackend::Part {
   std::string name;
 };
 
-// The parts, checked, stacked in their common dtype (f32 when they differ: exact).
+size_t CpuBackend::Matrix::RowBytes(int64_t width) const {
+  return static_cast<size_t>(quant == QuantType::kNone ? width * DTypeSize(dtype)
+                                                       : QuantRowBytes(quant, width));
+}
+
+// The parts, checked, stacked in their common format: their bytes one after another when
+// they share a dtype and block format (rows of blocks stack like rows of elements), else
+// f32 (exact).
 absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
-  out->dtype = parts.front().tensor.dtype;
+  const Tensor& first = parts.front().tensor;
+  out->dtype = first.dtype;
+  out->quant = first.quant;
+  // A block format's tensors have no meaningful dtype.
+  auto stored_as_out = [out](const Tensor& t) {
+    return t.quant == out->quant && (t.quant != QuantType::kNone || t.dtype == out->dtype);
+  };
   for (const Part& p : parts) {
-    if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name); !s.ok()) return s;
-    if (p.tensor.dtype != out->dtype) out->dtype = DType::kF32;
+    if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name, true); !s.ok()) return s;
+    if (!stored_as_out(p.tensor)) {
+      out->dtype = DType::kF32;
+      out->quant = QuantType::kNone;
+    }
   }
   for (const Part& p : parts) {
-    const size_t n = static_cast<size_t>(p.tensor.numel());
+    const size_t bytes = p.tensor.shape.front() * out->RowBytes(p.tensor.shape.back());
     const size_t old = out->bytes.size();
-    out->bytes.resize(old + n * DTypeSize(out->dtype));
-    if (p.tensor.dtype == out->dtype) {
-      std::memcpy(out->bytes.data() + old, p.tensor.data, n * DTypeSize(out->dtype));
+    out->bytes.resize(old + bytes);
+    if (stored_as_out(p.tensor)) {
+      std::memcpy(out->bytes.data() + old, p.tensor.data, bytes);
     } else {
-      ConvertToFloat(p.tensor.dtype, p.tensor.data, n,
-                     reinterpret_cast<float*>(out->bytes.data() + old));
+      ToFloat(p.tensor, reinterpret_cast<float*>(out->bytes.data() + old));
     }
   }
   return absl::OkStatus();
@@ -172,7 +196,7 @@ class CpuBackend::StepOps final : public ForwardOps {
       : b_(b), c_(b.config_), batch_(batch), logits_(logits) {}
 
   absl::Status Embed() override {
-    cpu::Embed({b_.embed_.bytes.data(), b_.embed_.dtype}, batch_.token_ids.data(),
+    cpu::Embed(WeightsOf(b_.embed_.bytes.data(), b_.embed_), batch_.token_ids.data(),
                batch_.num_tokens(), c_.hidden_size, b_.x_.data());
     return absl::OkStatus();
   }
@@ -194,8 +218,7 @@ class CpuBackend::StepOps final : public ForwardOps {
       const Projection* last = first + 1;
       for (; last != projections.end(); ++last) {
         const WeightRows next = MatrixOf(last->weight);
-        const size_t offset = static_cast<size_t>(n * x.stride) * DTypeSize(mat.dtype);
-        if (next.w != mat.w + offset || next.dtype != mat.dtype ||
+        if (next.matrix != mat.matrix || next.w != mat.w + n * mat.matrix->RowBytes(x.stride) ||
             next.bias != (mat.bias ? mat.bias + n : nullptr)) {
           break;
         }
@@ -252,14 +275,18 @@ class CpuBackend::StepOps final : public ForwardOps {
     float* data;
     int64_t stride;
   };
-  // A weight's rows in the matrix that stores it: [n][input width] of `dtype`, and its
-  // bias.
+  // A weight's rows in the matrix that stores it: [n][input width] in its format, and
+  // its bias.
   struct WeightRows {
+    const Matrix* matrix;
     const uint8_t* w;
-    DType dtype;
     const float* bias;
     int64_t n;
   };
+
+  static cpu::WeightMatrix WeightsOf(const uint8_t* w, const Matrix& m) {
+    return {w, m.dtype, m.quant};
+  }
 
   int64_t Rows(Act a) const {
     return a == Act::kRows || a == Act::kLogits ? static_cast<int64_t>(batch_.logits_rows.size())
@@ -310,8 +337,7 @@ class CpuBackend::StepOps final : public ForwardOps {
     const int64_t H = c_.hidden_size, I = c_.intermediate_size, QD = c_.q_dim(), KD = c_.kv_dim();
     // Rows `first` .. of `m`, whose rows are `width` wide.
     auto rows = [](const Matrix& m, int64_t first, int64_t width, const float* bias, int64_t n) {
-      return WeightRows{m.bytes.data() + static_cast<size_t>(first * width) * DTypeSize(m.dtype),
-                        m.dtype, bias, n};
+      return WeightRows{&m, m.bytes.data() + first * m.RowBytes(width), bias, n};
     };
     if (w.role == Weight::kLmHead) {
       return rows(b_.lm_head_.bytes.empty() ? b_.embed_ : b_.lm_head_, 0, H, nullptr,
@@ -351,11 +377,11 @@ class CpuBackend::StepOps final : public ForwardOps {
       col += MatrixOf(p->weight).n;
     }
     if (direct) {
-      cpu::Gemm(x, {mat.w, mat.dtype}, mat.bias, m, n, k, base.data);
+      cpu::Gemm(x, WeightsOf(mat.w, *mat.matrix), mat.bias, m, n, k, base.data);
       return;
     }
     float* product = b_.product_.data();
-    cpu::Gemm(x, {mat.w, mat.dtype}, mat.bias, m, n, k, product);
+    cpu::Gemm(x, WeightsOf(mat.w, *mat.matrix), mat.bias, m, n, k, product);
     col = 0;
     for (const Projection* p = first; p != last; ++p) {
       const View out = ViewOf(p->out);

@@ -1,5 +1,6 @@
 // The CPU backend: weight matrices in the dtype the checkpoint stores (f32, f16 or bf16,
-// widened to f32 inside the GEMM: exact, so results equal an f32 copy's), a paged
+// widened to f32 inside the GEMM: exact, so results equal an f32 copy's) or its block
+// format (q8_0, q4_0, q4_k, q6_k: see cpu::Gemm for how close to the f32 copy), a paged
 // f32/f16/bf16 KV cache, and the reference ops in engine/cpu/ops.h. It is the numerical
 // reference for the GPU backend.
 #pragma once
@@ -38,11 +39,15 @@ class CpuBackend final : public Backend {
   size_t step_weight_bytes() const;
 
  private:
-  // A weight matrix, or several stacked, as stored: one dtype, the checkpoint's when its
-  // parts share one, else f32.
+  // A weight matrix, or several stacked, as stored: one dtype or block format, the
+  // checkpoint's when its parts share one, else f32.
   struct Matrix {
     std::vector<uint8_t> bytes;
     DType dtype = DType::kF32;
+    QuantType quant = QuantType::kNone;
+
+    // Bytes of one row of `width` elements.
+    size_t RowBytes(int64_t width) const;
   };
   struct Layer {
     std::vector<float> attn_norm;

@@ -28,12 +28,16 @@ void AddInPlace(float* x, const float* y, int64_t n) {
 }
 
 void Embed(WeightMatrix table, const int32_t* ids, int64_t tokens, int64_t dim, float* out) {
-  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table.dtype);
+  const bool blocks = table.quant != QuantType::kNone;
+  const size_t row_bytes = blocks ? static_cast<size_t>(QuantRowBytes(table.quant, dim))
+                                  : static_cast<size_t>(dim) * DTypeSize(table.dtype);
   for (int64_t t = 0; t < tokens; ++t) {
-    ConvertToFloat(
-        table.dtype,
-        static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes,
-        static_cast<size_t>(dim), out + t * dim);
+    const uint8_t* row = static_cast<const uint8_t*>(table.data) + ids[t] * row_bytes;
+    if (blocks) {
+      DequantizeRow(table.quant, row, dim, out + t * dim);
+    } else {
+      ConvertToFloat(table.dtype, row, static_cast<size_t>(dim), out + t * dim);
+    }
   }
 }
 

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/simd.h"
 #include "engine/util/thread_pool.h"
@@ -148,9 +149,9 @@ KernelFn<W> PickKernel(int mr, int nr) {
   }
 }
 
-// Rows [n_begin, n_end) of w against all M rows of x.
+// Rows [n_begin, n_end) of w against all M rows of x; y's rows are ldy apart.
 template <class W>
-void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t N,
+void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
                int64_t K, int64_t n_begin, int64_t n_end, float* y) {
   const int64_t stride = (n_end - n_begin) / kNR;  // distance between a tile's weight rows
   const int64_t rest = n_end - n_begin - stride * kNR;
@@ -158,7 +159,7 @@ void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t 
     const float* bn = bias != nullptr ? bias + n : nullptr;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, m_end - m0));
-      PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt, bn, K, col_step, N, y + m0 * N + n);
+      PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt, bn, K, col_step, ldy, y + m0 * ldy + n);
     }
   };
   for (int64_t m_block = 0; m_block < M; m_block += kMBlock) {
@@ -183,9 +184,16 @@ void GemmOf(const float* x, const W* w, DType wt, const float* bias, int64_t M, 
 
 }  // namespace
 
+void GemmF32Serial(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
+                   int64_t K, int64_t ldy, float* y) {
+  GemmPanel(x, w, DType::kF32, bias, M, ldy, K, 0, N, y);
+}
+
 void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,
           float* y) {
-  if (w.dtype == DType::kF32) {
+  if (w.quant != QuantType::kNone) {
+    GemmQuantized(x, w, bias, M, N, K, y);
+  } else if (w.dtype == DType::kF32) {
     GemmOf(x, static_cast<const float*>(w.data), w.dtype, bias, M, N, K, y);
   } else {
     GemmOf(x, static_cast<const uint16_t*>(w.data), w.dtype, bias, M, N, K, y);

@@ -7,21 +7,30 @@
 
 #include "engine/model/config.h"
 #include "engine/model/dtype.h"
+#include "engine/model/quant.h"
 
 namespace ptxserve::cpu {
 
 // out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   for t < rows; out may alias x.
 void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out);
 
-// A weight matrix as it is stored: [N, K] (the HF linear layout) elements of `dtype`.
+// A weight matrix as it is stored: [N, K] (the HF linear layout) elements of `dtype`, or
+// when `quant` is not kNone, N rows of K / block_elems blocks (engine/model/quant.h).
 struct WeightMatrix {
   const void* data;
   DType dtype;
+  QuantType quant = QuantType::kNone;
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr), for m < M, n < N,
 // f32 products and sums whatever w's dtype (f16/bf16 widen exactly). Uses the engine's
 // thread pool.
+// Block-quantized w (K a multiple of the block size) gives the result of the f32 GEMM
+// over DequantizeRow's rows, bit for bit, except where gemm_quant.cc's integer kernel
+// runs (q8_0 and q4_0, as ChooseBlockKernel says): there x is rounded to 8 bits per block
+// of 32 first, which moves each output by at most
+//   sum over blocks b of (amax_b(x[m]) / 254) * sum_{k in b} |w[n, k]|
+// beyond f32 rounding.
 void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,
           float* y);
 inline void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,
@@ -57,7 +66,8 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // x[i] += y[i]
 void AddInPlace(float* x, const float* y, int64_t n);
 
-// Gathers rows ids[t] of table [vocab, dim] into out [tokens, dim] as f32.
+// Gathers rows ids[t] of table [vocab, dim] into out [tokens, dim] as f32 (quantized
+// rows are dequantized).
 void Embed(WeightMatrix table, const int32_t* ids, int64_t tokens, int64_t dim, float* out);
 
 }  // namespace ptxserve::cpu

@@ -30,7 +30,7 @@ absl::Status CheckModelShape(const ModelConfig& c, const ModelTensors& tensors) 
 }
 
 absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape,
-                              const std::string& what) {
+                              const std::string& what, bool blocks_ok) {
   const std::string name = t.name.empty() ? what : t.name;
   if (!t.present()) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
   if (t.shape != shape) {
@@ -38,7 +38,20 @@ absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape
                                                    absl::StrJoin(t.shape, ", "), "], expected [",
                                                    absl::StrJoin(shape, ", "), "]"));
   }
-  const size_t need = static_cast<size_t>(t.numel()) * DTypeSize(t.dtype);
+  const QuantLayout& q = LayoutOf(t.quant);
+  if (t.quant != QuantType::kNone && !blocks_ok) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "tensor %s is block-quantized (%s), which this backend does not read", name, q.name));
+  }
+  if (t.quant != QuantType::kNone && (t.shape.empty() || t.shape.back() % q.block_elems != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor %s is %s, whose rows must be a multiple of %d elements; its shape is [%s]", name,
+        q.name, q.block_elems, absl::StrJoin(t.shape, ", ")));
+  }
+  // Quantized rows are whole blocks, so the tensor is numel / block_elems blocks.
+  const size_t need = t.quant == QuantType::kNone
+                          ? static_cast<size_t>(t.numel()) * DTypeSize(t.dtype)
+                          : static_cast<size_t>(t.numel() / q.block_elems) * q.block_bytes;
   if (t.nbytes < need) {
     return absl::InvalidArgumentError(
         absl::StrFormat("tensor %s holds %d bytes, its shape needs %d", name, t.nbytes, need));

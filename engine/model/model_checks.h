@@ -15,8 +15,10 @@ namespace ptxserve {
 absl::Status CheckModelShape(const ModelConfig& config, const ModelTensors& tensors);
 
 // `t` is present, has exactly `shape` and holds the bytes that shape needs. `what` names
-// it when the loader left its name empty.
+// it when the loader left its name empty. A block-quantized tensor (whole blocks per row)
+// passes only where the caller can read blocks (`blocks_ok`); elsewhere it is refused,
+// naming its format, rather than read as elements.
 absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape,
-                              const std::string& what);
+                              const std::string& what, bool blocks_ok = false);
 
 }  // namespace ptxserve

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/status/status.h"
+
 namespace ptxserve {
 
 enum class QuantType : uint8_t { kNone, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
@@ -40,5 +42,22 @@ static_assert([] {
 }());
 constexpr const QuantLayout& LayoutOf(QuantType t) { return kQuantLayouts[static_cast<size_t>(t)]; }
 constexpr std::string_view QuantName(QuantType t) { return LayoutOf(t).name; }
+
+// Bytes of one row of n elements of type t (n a multiple of its block_elems, t != kNone).
+int64_t QuantRowBytes(QuantType t, int64_t n);
+
+// Decodes the QuantRowBytes(t, n) bytes at `blocks` into n floats (t != kNone, n a
+// multiple of the block size). Every value is the format's formula evaluated in f32,
+// and each product is exact (an f16 scale times a small integer), so any code that
+// widens the same way gets the same floats.
+void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out);
+
+// Encodes n floats into QuantRowBytes(t, n) bytes at `out`, the way llama.cpp's reference
+// encoders do for q8_0 and q4_0 (so files match byte for byte); q4_k by per-sub-block
+// min/max and q6_k by per-group signed max (quant.cc), both with scales rounded up so no
+// code clamps more than q4_0's do. InvalidArgument when n is not a multiple of the block
+// size, an input is not finite (naming its index) or a block's scale overflows f16;
+// Unimplemented for kNone.
+absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out);
 
 }  // namespace ptxserve

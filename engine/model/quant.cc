@@ -1,0 +1,292 @@
+// Scalar encoders and decoders of the GGML block formats (layouts in quant.h). They are
+// the reference the CPU GEMM's block kernels are tested against, and what the embedding
+// lookup and the `quantize` command use; speed matters little here.
+#include "engine/model/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "engine/model/dtype.h"
+
+namespace ptxserve {
+namespace {
+
+constexpr int kQ4KSubBlocks = 8;  // q4_k: 8 sub-blocks of 32 per super-block
+
+uint16_t ReadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void WriteU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+float ReadHalf(const uint8_t* p) { return HalfToFloat(ReadU16(p)); }
+
+// --- decoders: one block each -------------------------------------------------------
+
+void DequantizeQ8_0(const uint8_t* b, float* y) {
+  const float d = ReadHalf(b);
+  for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(static_cast<int8_t>(b[2 + i]));
+}
+
+void DequantizeQ4_0(const uint8_t* b, float* y) {
+  const float d = ReadHalf(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
+    y[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+  }
+}
+
+// Sub-block j's 6-bit scale and min from q4_k's 12 packed bytes: j < 4 in the low six
+// bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4, with their top two
+// bits in the spare high bits of bytes j - 4 (scale) and j (min).
+void Q4KScaleMin(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+void DequantizeQ4_K(const uint8_t* b, float* y) {
+  const float d = ReadHalf(b), dmin = ReadHalf(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int j = 0; j < kQ4KSubBlocks; ++j) {
+    int sc, m;
+    Q4KScaleMin(scales, j, &sc, &m);
+    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(m);
+    // Sub-blocks 2i and 2i+1 share 32 bytes: low nibbles the first, high the second.
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int l = 0; l < 32; ++l) {
+      y[32 * j + l] = scale * static_cast<float>((q[l] >> shift) & 0xF) - min;
+    }
+  }
+}
+
+void DequantizeQ6_K(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = ReadHalf(b + 208);
+  // Each 128-element half: 64 bytes of ql, 32 of qh, 8 scales (one per 16 elements).
+  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is] * q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2] * q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4] * q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6] * q4);
+    }
+  }
+}
+
+// --- encoders: one block each -------------------------------------------------------
+
+// The f16 of a non-negative scale, rounded up when round-to-nearest went down: a scale
+// never shrinks below what its block needs, so no code overflows its range.
+uint16_t HalfAtLeast(float s) {
+  uint16_t h = FloatToHalf(s);
+  if (HalfToFloat(h) < s) ++h;
+  return h;
+}
+
+void QuantizeQ8_0(const float* x, uint8_t* b) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127;
+  const float id = d != 0 ? 1 / d : 0;
+  WriteU16(b, FloatToHalf(d));
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x[i] * id)));
+}
+
+void QuantizeQ4_0(const float* x, uint8_t* b) {
+  // The element of largest magnitude, with its sign, maps to code 0 (value -8 d).
+  float amax = 0, max = 0;
+  for (int i = 0; i < 32; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float d = max / -8;
+  const float id = d != 0 ? 1 / d : 0;
+  WriteU16(b, FloatToHalf(d));
+  auto code = [&](float v) {
+    return std::min(15, static_cast<int>(static_cast<int8_t>(v * id + 8.5f)));
+  };
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+}
+
+// Packs eight 6-bit scales and mins the way Q4KScaleMin reads them.
+void PackQ4KScales(const int* sc, const int* m, uint8_t* s) {
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+}
+
+// Each sub-block spans [-min, -min + 15 scale] with min = -min(0, lowest) >= 0 and
+// scale = (highest + min) / 15. Scales and mins are coded against the super-block's
+// largest (d = largest scale / 63), rounded up so the span still covers the sub-block;
+// the codes are then rounded against the scale and min actually stored.
+void QuantizeQ4_K(const float* x, uint8_t* b) {
+  float scale[kQ4KSubBlocks], min[kQ4KSubBlocks], max_scale = 0, max_min = 0;
+  for (int j = 0; j < kQ4KSubBlocks; ++j) {
+    const float* xs = x + 32 * j;
+    const float lo = std::min(0.0f, *std::min_element(xs, xs + 32));
+    const float hi = *std::max_element(xs, xs + 32);
+    min[j] = -lo;
+    scale[j] = (hi - lo) / 15;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  const uint16_t dh = HalfAtLeast(max_scale / 63), dminh = HalfAtLeast(max_min / 63);
+  const float d = HalfToFloat(dh), dmin = HalfToFloat(dminh);
+  int sc[kQ4KSubBlocks], m[kQ4KSubBlocks];
+  for (int j = 0; j < kQ4KSubBlocks; ++j) {
+    sc[j] = d > 0 ? std::min(63, static_cast<int>(std::ceil(scale[j] / d))) : 0;
+    m[j] = dmin > 0 ? std::min(63, static_cast<int>(std::ceil(min[j] / dmin))) : 0;
+  }
+  WriteU16(b, dh);
+  WriteU16(b + 2, dminh);
+  PackQ4KScales(sc, m, b + 4);
+  uint8_t* qs = b + 16;
+  std::memset(qs, 0, 128);
+  for (int j = 0; j < kQ4KSubBlocks; ++j) {
+    const float s = d * static_cast<float>(sc[j]), mn = dmin * static_cast<float>(m[j]);
+    const float inv = s > 0 ? 1 / s : 0;
+    for (int l = 0; l < 32; ++l) {
+      const int q = std::clamp(static_cast<int>(roundf((x[32 * j + l] + mn) * inv)), 0, 15);
+      qs[32 * (j / 2) + l] |= static_cast<uint8_t>(q << (4 * (j % 2)));
+    }
+  }
+}
+
+// Each group of 16 gets the scale s that maps its largest-magnitude element, sign kept,
+// to code -32 (as q4_0 does with -8), so codes span [-32, 31]. The 16 scales are coded as
+// int8 against d = max |s| / 127, their magnitudes rounded up so the group still fits.
+void QuantizeQ6_K(const float* x, uint8_t* b) {
+  float group_scale[16], largest = 0;
+  for (int g = 0; g < 16; ++g) {
+    float amax = 0, max = 0;
+    for (int i = 16 * g; i < 16 * g + 16; ++i) {
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    }
+    group_scale[g] = max / -32;
+    largest = std::max(largest, amax / 32);
+  }
+  const uint16_t dh = HalfAtLeast(largest / 127);
+  const float d = HalfToFloat(dh);
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  auto* scales = reinterpret_cast<int8_t*>(b + 192);
+  std::memset(b, 0, 192);
+  WriteU16(b + 208, dh);
+  for (int g = 0; g < 16; ++g) {
+    const int mag =
+        d > 0 ? std::min(127, static_cast<int>(std::ceil(std::fabs(group_scale[g]) / d))) : 0;
+    scales[g] = static_cast<int8_t>(group_scale[g] < 0 ? -mag : mag);
+  }
+  for (int e = 0; e < 256; ++e) {
+    // Element e: half e / 128; in it, quarter g4 of 32 and position l (DequantizeQ6_K).
+    const int half = e / 128, g4 = (e % 128) / 32, l = e % 32;
+    const float s = d * static_cast<float>(scales[e / 16]);
+    const int q = s != 0 ? std::clamp(static_cast<int>(roundf(x[e] / s)), -32, 31) + 32 : 32;
+    ql[64 * half + 32 * (g4 % 2) + l] |= static_cast<uint8_t>((q & 0xF) << (4 * (g4 / 2)));
+    qh[32 * half + l] |= static_cast<uint8_t>((q >> 4) << (2 * g4));
+  }
+}
+
+// The largest |scale| a block of `x` would store, to refuse what f16 cannot hold.
+float LargestScale(QuantType t, const float* x, int n) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  switch (t) {
+    case QuantType::kQ8_0:
+      return amax / 127;
+    case QuantType::kQ4_0:
+      return amax / 8;
+    case QuantType::kQ6_K:
+      return amax / (32 * 127);
+    default:  // q4_k: dmin = largest min / 63 <= amax / 63 exceeds d <= 2 amax / 945
+      return amax / 63;
+  }
+}
+
+constexpr float kHalfMax = 65504.0f;
+
+}  // namespace
+
+int64_t QuantRowBytes(QuantType t, int64_t n) {
+  const QuantLayout& l = LayoutOf(t);
+  return n / l.block_elems * l.block_bytes;
+}
+
+void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out) {
+  const QuantLayout& l = LayoutOf(t);
+  for (int64_t i = 0; i < n; i += l.block_elems, blocks += l.block_bytes) {
+    switch (t) {
+      case QuantType::kQ8_0:
+        DequantizeQ8_0(blocks, out + i);
+        break;
+      case QuantType::kQ4_0:
+        DequantizeQ4_0(blocks, out + i);
+        break;
+      case QuantType::kQ4_K:
+        DequantizeQ4_K(blocks, out + i);
+        break;
+      case QuantType::kQ6_K:
+        DequantizeQ6_K(blocks, out + i);
+        break;
+      case QuantType::kNone:
+        return;
+    }
+  }
+}
+
+absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
+  if (t == QuantType::kNone) {
+    return absl::UnimplementedError(
+        absl::StrFormat("no encoder for quantization type %s", QuantName(t)));
+  }
+  const QuantLayout& l = LayoutOf(t);
+  if (n % l.block_elems != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s row of %d elements: not a multiple of the block size %d", l.name, n, l.block_elems));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: element %d is %f, not a finite number", l.name, i, x[i]));
+    }
+  }
+  for (int64_t i = 0; i < n; i += l.block_elems, out += l.block_bytes) {
+    if (LargestScale(t, x + i, l.block_elems) > kHalfMax) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the block at element %d needs a scale beyond the f16 range", l.name, i));
+    }
+    if (t == QuantType::kQ8_0) QuantizeQ8_0(x + i, out);
+    if (t == QuantType::kQ4_0) QuantizeQ4_0(x + i, out);
+    if (t == QuantType::kQ4_K) QuantizeQ4_K(x + i, out);
+    if (t == QuantType::kQ6_K) QuantizeQ6_K(x + i, out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ptxserve

@@ -1,0 +1,118 @@
+// The GEMM over block-quantized weights against the f32 GEMM over the same weights
+// dequantized: bit for bit for both widening kernels, within ops.h's bound (x's 8-bit
+// rounding) for the integer one.
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/ops.h"
+#include "engine/model/dtype.h"
+#include "engine/model/quant.h"
+#include "gtest/gtest.h"
+
+namespace ptxserve::cpu {
+namespace {
+
+struct QuantGemmCase {
+  QuantType quant;
+  int64_t M, N, K;
+  bool bias;
+};
+std::string QuantGemmCaseName(const QuantGemmCase& c) {
+  return absl::StrCat(std::string(QuantName(c.quant)), "_m", c.M, "_n", c.N, "_k", c.K,
+                      c.bias ? "_bias" : "");
+}
+void PrintTo(const QuantGemmCase& c, std::ostream* os) { *os << QuantGemmCaseName(c); }
+
+std::vector<float> RandomVec(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// N rows of K encoded from random floats.
+std::vector<uint8_t> RandomQuantMatrix(QuantType t, int64_t N, int64_t K, uint64_t seed) {
+  const int64_t row_bytes = QuantRowBytes(t, K);
+  std::vector<uint8_t> w(N * row_bytes);
+  const std::vector<float> f = RandomVec(N * K, seed);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_TRUE(QuantizeRow(t, f.data() + n * K, K, w.data() + n * row_bytes).ok());
+  }
+  return w;
+}
+
+class QuantGemmTest : public ::testing::TestWithParam<QuantGemmCase> {};
+
+TEST_P(QuantGemmTest, MatchesDequantizedF32Gemm) {
+  const auto [t, M, N, K, with_bias] = GetParam();
+  const std::vector<float> x = RandomVec(M * K, 1);
+  const std::vector<float> b = RandomVec(N, 3);
+  const float* bias = with_bias ? b.data() : nullptr;
+  const std::vector<uint8_t> w = RandomQuantMatrix(t, N, K, 2);
+  std::vector<float> wf(N * K);
+  for (int64_t n = 0; n < N; ++n) {
+    DequantizeRow(t, w.data() + n * QuantRowBytes(t, K), K, wf.data() + n * K);
+  }
+  std::vector<float> want(M * N), widened(M * N, -7.0f), chosen(M * N, -7.0f);
+  Gemm(x.data(), wf.data(), bias, M, N, K, want.data());
+  const WeightMatrix wm{w.data(), DType::kF32, t};
+  for (BlockKernel k : {BlockKernel::kWidening, BlockKernel::kWidenedRows}) {
+    GemmQuantized(x.data(), wm, bias, M, N, K, widened.data(), k);
+    for (int64_t i = 0; i < M * N; ++i) {
+      ASSERT_EQ(widened[i], want[i])
+          << "kernel " << static_cast<int>(k) << " m " << i / N << " n " << i % N;
+    }
+  }
+
+  Gemm(x.data(), wm, bias, M, N, K, chosen.data());
+  if (t != QuantType::kQ8_0 && t != QuantType::kQ4_0) {
+    EXPECT_EQ(chosen, want);
+    return;
+  }
+  std::vector<float> integer(M * N, -7.0f);
+  GemmQuantized(x.data(), wm, bias, M, N, K, integer.data(), BlockKernel::kInteger);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      // ops.h's bound, plus f32 rounding of both sums (K terms each).
+      double bound = 0, magnitude = 0;
+      for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        float amax = 0, wsum = 0;
+        for (int64_t k = k0; k < k0 + 32; ++k) {
+          amax = std::max(amax, std::fabs(x[m * K + k]));
+          wsum += std::fabs(wf[n * K + k]);
+          magnitude += std::fabs(x[m * K + k] * wf[n * K + k]);
+        }
+        bound += amax / 254 * wsum;
+      }
+      bound += 2 * K * 1.2e-7 * (magnitude + std::fabs(b[n]));
+      ASSERT_LE(std::fabs(integer[m * N + n] - want[m * N + n]), bound) << "m " << m << " n " << n;
+    }
+  }
+  EXPECT_EQ(chosen, ChooseBlockKernel(t, M) == BlockKernel::kInteger ? integer : want);
+}
+
+std::vector<QuantGemmCase> Cases() {
+  std::vector<QuantGemmCase> cases;
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+    for (int64_t m : {1, 3, 8, 17}) {
+      cases.push_back({t, m, 33, 256, false});
+      cases.push_back({t, m, 7, 512, true});
+    }
+    cases.push_back({t, 100, 130, 512, true});  // several M blocks, every thread
+    cases.push_back({t, 2, 1, 256, true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantGemmTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return QuantGemmCaseName(info.param); });
+
+}  // namespace
+}  // namespace ptxserve::cpu
