@@ -56,6 +56,7 @@ struct CpuBackend::Part {
 absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
   out->dtype = parts.front().tensor.dtype;
   for (const Part& p : parts) {
+    if (absl::Status s = CheckNotQuantized(p.tensor, "the CPU backend"); !s.ok()) return s;
     if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name); !s.ok()) return s;
     if (p.tensor.dtype != out->dtype) out->dtype = DType::kF32;
   }

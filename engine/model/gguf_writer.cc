@@ -75,6 +75,12 @@ void GgufWriter::Set(const std::string& key, GgufValue value) {
 
 void GgufWriter::AddTensor(std::string name, uint32_t ggml_type, std::vector<uint64_t> ne,
                            std::vector<uint8_t> data) {
+  for (PendingTensor& t : tensors_) {
+    if (t.name == name) {
+      t = {std::move(name), ggml_type, std::move(ne), std::move(data)};
+      return;
+    }
+  }
   tensors_.push_back({std::move(name), ggml_type, std::move(ne), std::move(data)});
 }
 

@@ -20,7 +20,7 @@ class GgufWriter {
   // Sets `key`; setting a key again replaces its value in place.
   void Set(const std::string& key, GgufValue value);
   // Adds a tensor with GGUF dimensions `ne` (ne[0] fastest) of GGML type `ggml_type`;
-  // `data` must hold exactly the bytes those imply.
+  // `data` must hold exactly the bytes those imply. Adding a name again replaces it.
   void AddTensor(std::string name, uint32_t ggml_type, std::vector<uint64_t> ne,
                  std::vector<uint8_t> data);
 
