@@ -73,6 +73,10 @@ void GgufWriter::Set(const std::string& key, GgufValue value) {
   metadata_.emplace_back(key, std::move(value));
 }
 
+void GgufWriter::Remove(const std::string& key) {
+  std::erase_if(metadata_, [&](const auto& kv) { return kv.first == key; });
+}
+
 void GgufWriter::AddTensor(std::string name, uint32_t ggml_type, std::vector<uint64_t> ne,
                            std::vector<uint8_t> data) {
   for (PendingTensor& t : tensors_) {

@@ -19,6 +19,8 @@ class GgufWriter {
 
   // Sets `key`; setting a key again replaces its value in place.
   void Set(const std::string& key, GgufValue value);
+  // Removes `key` if set.
+  void Remove(const std::string& key);
   // Adds a tensor with GGUF dimensions `ne` (ne[0] fastest) of GGML type `ggml_type`;
   // `data` must hold exactly the bytes those imply. Adding a name again replaces it.
   void AddTensor(std::string name, uint32_t ggml_type, std::vector<uint64_t> ne,
