@@ -99,6 +99,7 @@ class GgufFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  size_t file_size() const { return size_; }
   size_t data_offset() const { return data_offset_; }
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   // Tensors in file order.

@@ -107,9 +107,6 @@ void AddMetadata(const ModelConfig& c, GgufWeightType type, const std::string& n
 }
 
 absl::Status CheckExportable(const ModelConfig& c) {
-  if (c.rope_style != RopeStyle::kRotateHalf) {
-    return absl::InvalidArgumentError("the model already uses interleaved RoPE (is it a GGUF?)");
-  }
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
     return absl::UnimplementedError(
         "llama3 RoPE scaling is written by llama.cpp as a rope_freqs tensor, which ptxserve "
@@ -139,6 +136,12 @@ std::vector<std::string> GgufWeightTypeNames() {
   return {kWeightTypeNames.begin(), kWeightTypeNames.end()};
 }
 
+void CopyTokenizerMetadata(const GgufFile& from, GgufWriter* w) {
+  for (const auto& [key, value] : from.metadata()) {
+    if (key.starts_with("tokenizer.")) w->Set(key, value);
+  }
+}
+
 absl::Status EncodeBlocks(QuantType type, const float* /*x*/, int64_t /*n*/, uint8_t* /*out*/) {
   return absl::UnimplementedError(
       absl::StrCat(std::string(QuantName(type)), " encoding is not built yet"));
@@ -166,16 +169,20 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
   PTX_RETURN_IF_ERROR(CheckExportable(c));
   AddMetadata(c, type, name, w);
   const ModelTensors& t = model.tensors;
+  // A model read from a GGUF is interleaved already.
+  const bool permute = c.rope_style == RopeStyle::kRotateHalf;
+  const int64_t q_heads = permute ? c.num_heads : 0;
+  const int64_t kv_heads = permute ? c.num_kv_heads : 0;
   PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w));
   PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w));
   if (!c.tie_word_embeddings) PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w));
   for (const LayerTensors& l : t.layers) {
     // Each tensor with the number of RoPE heads its rows hold (0: not rotated).
     for (auto [x, rope_heads] : {std::pair{&l.attn_norm, int64_t{0}},
-                                 {&l.wq, c.num_heads},
-                                 {&l.bq, c.num_heads},
-                                 {&l.wk, c.num_kv_heads},
-                                 {&l.bk, c.num_kv_heads},
+                                 {&l.wq, q_heads},
+                                 {&l.bq, q_heads},
+                                 {&l.wk, kv_heads},
+                                 {&l.bk, kv_heads},
                                  {&l.wv, 0},
                                  {&l.bv, 0},
                                  {&l.wo, 0},

@@ -26,6 +26,9 @@ std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name);
 // The names ParseGgufWeightType accepts, for usage lines.
 std::vector<std::string> GgufWeightTypeNames();
 
+// Copies every tokenizer.* key of `from` to `w` (re-encoding a GGUF keeps its tokenizer).
+void CopyTokenizerMetadata(const GgufFile& from, GgufWriter* w);
+
 // Encodes one row of n floats into `type`'s blocks (n a multiple of its block size).
 // The block encoders are not built yet: every block type returns Unimplemented.
 absl::Status EncodeBlocks(QuantType type, const float* x, int64_t n, uint8_t* out);
@@ -36,8 +39,9 @@ absl::Status EncodeBlocks(QuantType type, const float* x, int64_t n, uint8_t* ou
 std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads, int64_t head_dim,
                                    int64_t row_elems);
 
-// Adds general.* and llama.* metadata and every tensor of `model` (a rotate-half model,
-// as loaded from a Hugging Face directory) to `w`. `name` becomes general.name. Errors
+// Adds general.* and llama.* metadata and every tensor of `model` to `w`: q/k rows are
+// permuted for a rotate-half model (from a Hugging Face directory), copied for an
+// interleaved one (from a GGUF). `name` becomes general.name. Errors
 // name the tensor (e.g. a row that is not whole blocks of the requested type).
 absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::string& name,
                             GgufWriter* w);
