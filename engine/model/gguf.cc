@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -242,7 +243,10 @@ const GgmlTypeInfo* FindGgmlType(uint32_t id) {
   return nullptr;
 }
 
-bool IsGgufPath(std::string_view path) { return path.ends_with(".gguf"); }
+bool IsGgufPath(std::string_view path) {
+  std::error_code ec;
+  return path.ends_with(".gguf") || std::filesystem::is_regular_file(path, ec);
+}
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());

@@ -146,7 +146,8 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> by_name_;
 };
 
-// Whether `path` names a GGUF file (by its ".gguf" extension) rather than a model directory.
+// Whether `path` names a GGUF file rather than a model directory: it ends in ".gguf", or
+// it is a regular file (a model directory is a directory).
 bool IsGgufPath(std::string_view path);
 
 }  // namespace ptxserve

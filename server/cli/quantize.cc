@@ -31,7 +31,7 @@ std::string ModelName(const std::string& path) {
 // Whether --out can be created: a .gguf name in an existing directory.
 std::string OutProblem(const std::string& out) {
   if (out.empty()) return "--out is required";
-  if (!IsGgufPath(out)) return "--out must name a .gguf file, got '" + out + "'";
+  if (!out.ends_with(".gguf")) return "--out must name a .gguf file, got '" + out + "'";
   const std::filesystem::path parent = std::filesystem::path(out).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {

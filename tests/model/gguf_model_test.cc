@@ -297,6 +297,18 @@ TEST_F(TinyStoriesGgufTest, OtherArchitecturesAreRefusedByName) {
   EXPECT_THAT(m.status().message(), HasSubstr("general.architecture is 'qwen2'"));
 }
 
+TEST_F(TinyStoriesGgufTest, AnyRegularFileIsReadAsGguf) {
+  TempDir dir;
+  const std::string path = dir.path() + "/model.bin";
+  std::filesystem::rename(ExportTinyStories(dir, "f32"), path);
+  auto m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.rope_style, RopeStyle::kInterleaved);
+  const std::string config = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k/config.json";
+  EXPECT_THAT(LoadModel(config).status().message(),
+              HasSubstr(config + ": byte offset 0: bad magic: not a GGUF file"));
+}
+
 TEST_F(TinyStoriesGgufTest, MissingTensorIsNamed) {
   TempDir dir;
   auto m = LoadEdited(dir, [](GgufWriter& w) { w.Set("llama.block_count", GgufValue::U32(3)); });
