@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cpu/test_model.h"
 #include "tests/model/test_files.h"
 
 namespace ptxserve {
@@ -225,6 +226,33 @@ TEST_F(TinyStoriesGgufTest, F16GgufMatchesAnF16CopyOfTheModel) {
   EXPECT_EQ(gguf->tensors.embed.dtype, DType::kF16);
   EXPECT_EQ(gguf->tensors.final_norm.dtype, DType::kF32);
   ExpectSameLogits(GreedyLogits(*gguf, kPrompt, 6), GreedyLogits(half, kPrompt, 6));
+}
+
+// What TinyStories lacks: q/k/v biases (permuted with their rows), an untied head, GQA
+// groups of 2, head_dim 32, linear RoPE scaling, bf16 tensors written as bf16.
+TEST(GgufRandomModelTest, BiasesUntiedHeadAndScalingSurviveTheRoundTrip) {
+  ptxserve::testing::RandomModelSpec spec;
+  spec.attention_bias = true;
+  spec.dtype = DType::kBF16;
+  spec.rope_scaling.type = RopeScaling::Type::kLinear;
+  spec.rope_scaling.factor = 2.0;
+  const Model hf = ptxserve::testing::MakeRandomModel(spec);
+  GgufWriter w;
+  ASSERT_TRUE(AddModelToGguf(hf, *ParseGgufWeightType("bf16"), "random", &w).ok());
+  TempDir dir;
+  const std::string path = dir.path() + "/random.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  auto gguf = LoadModel(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  EXPECT_TRUE(gguf->config.attention_bias);
+  EXPECT_FALSE(gguf->config.tie_word_embeddings);
+  EXPECT_EQ(gguf->config.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(gguf->config.rope_scaling.factor, 2.0);
+  EXPECT_EQ(gguf->tensors.lm_head.name, "output.weight");
+  EXPECT_EQ(gguf->tensors.layers[1].bk.name, "blk.1.attn_k.bias");
+  EXPECT_EQ(gguf->tensors.layers[0].wq.dtype, DType::kBF16);
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79};
+  ExpectSameLogits(GreedyLogits(*gguf, prompt, 5), GreedyLogits(hf, prompt, 5));
 }
 
 TEST_F(TinyStoriesGgufTest, BlockTypesFailNamingTheTensorUntilTheEncodersExist) {
