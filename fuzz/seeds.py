@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the fuzz targets' seed inputs: OUT/request/* and OUT/model_dir/*.
+"""Writes the fuzz targets' seed inputs: OUT/request/*, OUT/model_dir/* and OUT/gguf/*.
 
 request seeds come from fuzz/seeds/request/: *.json are HTTP bodies (chat-* for
 /v1/chat/completions, the others /v1/completions), *.textproto are gRPC messages
@@ -11,6 +11,10 @@ model (its real safetensors header, and a shrunk copy whose weights fit a few KB
 hand-made ones (byte-level BPE, Qwen2 with biases and shards, Mistral with llama3 RoPE),
 every directory given with --model-dir (e.g. synthetic models from make-model), and the
 chat templates and interpreter cases of tests/chat as raw --chat-template files.
+
+gguf seeds are small GGUF llama models written here from the format description: a
+SentencePiece-style vocabulary (with and without merges) in f32, f16 and q8_0 matrices,
+and a byte-level one.
 """
 import argparse
 import json
@@ -254,6 +258,113 @@ def model_dir_seeds(out, shared, extra_dirs):
     return len(seeds)
 
 
+GGUF_STRING, GGUF_ARRAY = 8, 9
+GGUF_SCALAR = {"u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?")}
+
+
+def gguf_value(kind, v):
+    """(type id, bytes) of one metadata value: kind is a scalar name, "str", or
+    ("arr", element kind)."""
+    if kind == "str":
+        b = v.encode()
+        return GGUF_STRING, struct.pack("<Q", len(b)) + b
+    if isinstance(kind, tuple):
+        elems = [gguf_value(kind[1], x) for x in v]
+        elem_type = GGUF_STRING if kind[1] == "str" else GGUF_SCALAR[kind[1]][0]
+        return GGUF_ARRAY, struct.pack("<IQ", elem_type, len(v)) + b"".join(e[1] for e in elems)
+    t, fmt = GGUF_SCALAR[kind]
+    return t, struct.pack(fmt, v)
+
+
+def gguf_file(kvs, tensors):
+    """kvs: [(key, kind, value)]; tensors: [(name, ne, ggml type, bytes)], aligned to 32."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for key, kind, v in kvs:
+        t, b = gguf_value(kind, v)
+        out += gguf_value("str", key)[1] + struct.pack("<I", t) + b
+    offset, data = 0, b""
+    for name, ne, ggml_type, payload in tensors:
+        out += gguf_value("str", name)[1] + struct.pack("<I", len(ne))
+        out += b"".join(struct.pack("<Q", d) for d in ne) + struct.pack("<IQ", ggml_type, offset)
+        data += payload + b"\0" * (-len(payload) % 32)
+        offset = len(data)
+    return out + b"\0" * (-len(out) % 32) + data
+
+
+def gguf_llama(hidden, ffn, layers, heads, kv_heads, vocab, matrix_type, tokenizer_kvs):
+    """A small llama GGUF: f32 norms, matrices of ggml type 0 (f32), 1 (f16) or 8 (q8_0)."""
+    head_dim = hidden // heads
+
+    def matrix(rows, cols):
+        if matrix_type == 0:
+            return struct.pack(f"<{rows * cols}f", *[((i % 7) - 3) / 8 for i in range(rows * cols)])
+        if matrix_type == 1:
+            return struct.pack(f"<{rows * cols}e", *[((i % 7) - 3) / 8 for i in range(rows * cols)])
+        block = struct.pack("<e", 0.01) + bytes((i * 5) % 256 for i in range(32))
+        return block * (rows * cols // 32)
+
+    def norm():
+        return struct.pack(f"<{hidden}f", *([1.0] * hidden))
+
+    tensors = [("token_embd.weight", [hidden, vocab], matrix_type, matrix(vocab, hidden)),
+               ("output_norm.weight", [hidden], 0, norm())]
+    for i in range(layers):
+        p = f"blk.{i}."
+        tensors += [(p + "attn_norm.weight", [hidden], 0, norm()),
+                    (p + "attn_q.weight", [hidden, hidden], matrix_type, matrix(hidden, hidden)),
+                    (p + "attn_k.weight", [hidden, kv_heads * head_dim], matrix_type,
+                     matrix(kv_heads * head_dim, hidden)),
+                    (p + "attn_v.weight", [hidden, kv_heads * head_dim], matrix_type,
+                     matrix(kv_heads * head_dim, hidden)),
+                    (p + "attn_output.weight", [hidden, hidden], matrix_type,
+                     matrix(hidden, hidden)),
+                    (p + "ffn_norm.weight", [hidden], 0, norm()),
+                    (p + "ffn_gate.weight", [hidden, ffn], matrix_type, matrix(ffn, hidden)),
+                    (p + "ffn_up.weight", [hidden, ffn], matrix_type, matrix(ffn, hidden)),
+                    (p + "ffn_down.weight", [ffn, hidden], matrix_type, matrix(hidden, ffn))]
+    kvs = [("general.architecture", "str", "llama"), ("general.name", "str", "seed"),
+           ("llama.context_length", "u32", 64), ("llama.embedding_length", "u32", hidden),
+           ("llama.block_count", "u32", layers), ("llama.feed_forward_length", "u32", ffn),
+           ("llama.attention.head_count", "u32", heads),
+           ("llama.attention.head_count_kv", "u32", kv_heads),
+           ("llama.rope.dimension_count", "u32", head_dim),
+           ("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5),
+           ("llama.rope.freq_base", "f32", 10000.0)] + tokenizer_kvs
+    return gguf_file(kvs, tensors)
+
+
+def gguf_seeds(out):
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    words = ["\u2581", "a", "b", "c", "\u2581a", "\u2581ab", "bc", "\u2581abc"]
+    tokens = specials + byte_tokens + words
+    types = [2, 3, 3] + [6] * 256 + [1] * len(words)
+    scores = [0.0] * (3 + 256) + [-8.0, -8.0, -8.0, -8.0, 0.0, -1.0, -2.0, -3.0]
+    merges = ["\u2581 a", "\u2581a b", "b c", "\u2581ab c"]
+    spm = [("tokenizer.ggml.model", "str", "llama"), ("tokenizer.ggml.tokens", ("arr", "str"), tokens),
+           ("tokenizer.ggml.scores", ("arr", "f32"), scores),
+           ("tokenizer.ggml.token_type", ("arr", "i32"), types),
+           ("tokenizer.ggml.bos_token_id", "u32", 1), ("tokenizer.ggml.eos_token_id", "u32", 2),
+           ("tokenizer.ggml.unknown_token_id", "u32", 0),
+           ("tokenizer.ggml.add_bos_token", "bool", True),
+           ("tokenizer.chat_template", "str", "{% for m in messages %}{{ m['content'] }}{% endfor %}")]
+    vocab = len(tokens)
+    seeds = {
+        "spm-f32": gguf_llama(8, 12, 1, 2, 1, vocab, 0, spm + [("tokenizer.ggml.merges", ("arr", "str"), merges)]),
+        "spm-f16-scores-only": gguf_llama(8, 12, 2, 2, 2, vocab, 1, spm),
+        "spm-q8_0": gguf_llama(32, 64, 1, 4, 2, vocab, 8, spm),
+    }
+    gpt2_tokens = [byte_char(b) for b in range(256)]
+    gpt2 = [("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "llama-bpe"),
+            ("tokenizer.ggml.tokens", ("arr", "str"), gpt2_tokens + ["ab"]),
+            ("tokenizer.ggml.merges", ("arr", "str"), ["a b"]),
+            ("tokenizer.ggml.eos_token_id", "u32", 3)]
+    seeds["gpt2-f32"] = gguf_llama(8, 12, 1, 2, 1, 257, 0, gpt2)
+    for name, data in seeds.items():
+        (out / name).write_bytes(data)
+    return len(seeds)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=pathlib.Path)
@@ -263,12 +374,13 @@ def main():
     protoc = shutil.which("protoc")
     if not protoc:
         print("seeds.py: no protoc: the gRPC request seeds are left out", file=sys.stderr)
-    for sub in ("request", "model_dir"):
+    for sub in ("request", "model_dir", "gguf"):
         shutil.rmtree(args.out / sub, ignore_errors=True)
         (args.out / sub).mkdir(parents=True)
     n = request_seeds(args.out / "request", protoc)
     m = model_dir_seeds(args.out / "model_dir", args.shared_models, args.model_dir)
-    print(f"seeds.py: {n} request and {m} model_dir seeds in {args.out}")
+    g = gguf_seeds(args.out / "gguf")
+    print(f"seeds.py: {n} request, {m} model_dir and {g} gguf seeds in {args.out}")
 
 
 if __name__ == "__main__":

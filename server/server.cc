@@ -15,6 +15,7 @@
 #include "engine/backend_factory.h"
 #include "engine/chat/chat_template.h"
 #include "engine/kv_sizing.h"
+#include "engine/model/gguf.h"
 #include "engine/model/model.h"
 #include "engine/util/file.h"
 #include "engine/util/log.h"
@@ -63,7 +64,28 @@ absl::Status CheckServable(const ModelConfig& mc, const Tokenizer& tok) {
   return absl::OkStatus();
 }
 
-// The model's chat template (--chat-template, else tokenizer_config.json's), compiled
+// The chat template stored with the model: a GGUF's tokenizer.chat_template, else the
+// directory's tokenizer_config.json chat_template; nullopt when it has none. Sets *origin
+// to the file it came from.
+absl::StatusOr<std::optional<std::string>> ModelChatTemplate(const std::string& model,
+                                                             std::string* origin) {
+  *origin = model;
+  if (IsGgufPath(model)) {
+    auto file = GgufFile::Open(model);
+    if (!file.ok()) return file.status();
+    if ((*file)->Find("tokenizer.chat_template") == nullptr) return std::nullopt;
+    auto text = (*file)->GetString("tokenizer.chat_template");
+    if (!text.ok()) return text.status();
+    return *std::move(text);
+  }
+  *origin = (std::filesystem::path(model) / "tokenizer_config.json").string();
+  auto text = ReadFileToString(*origin);
+  if (!text.ok()) return std::nullopt;
+  const auto config = nlohmann::json::parse(*text, nullptr, false);
+  return ChatTemplateFromTokenizerConfig(config);
+}
+
+// The model's chat template (--chat-template, else the model's own), compiled
 // now so that a template the interpreter cannot run stops the start with its line and
 // construct. Empty when the model has none.
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Tokenizer& tok) {
@@ -75,16 +97,10 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const ModelOptions& o, const Token
     source = *std::move(text);
     origin = o.chat_template_path;
   } else {
-    const std::string config_path =
-        (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
-    auto text = ReadFileToString(config_path);
-    if (!text.ok()) return ChatRenderer();
-    const auto config = nlohmann::json::parse(*text, nullptr, false);
-    auto found = ChatTemplateFromTokenizerConfig(config);
+    auto found = ModelChatTemplate(o.model_dir, &origin);
     if (!found.ok()) return found.status();
     if (!found->has_value()) return ChatRenderer();
     source = **found;
-    origin = config_path;
   }
   auto compiled = ChatTemplate::Compile(source, origin);
   if (!compiled.ok()) {
@@ -119,7 +135,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   }
   auto model = LoadModel(o.model_dir);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::FromDir(o.model_dir);
+  auto tokenizer = Tokenizer::FromModelPath(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   const ModelConfig& mc = model->config;
   if (absl::Status st = CheckServable(mc, **tokenizer); !st.ok()) return st;
@@ -188,7 +204,8 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   v1::ModelInfo& info = served->info;
   std::string name = o.model_name;
   if (name.empty()) {
-    name = std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+    const std::filesystem::path path = std::filesystem::path(o.model_dir).lexically_normal();
+    name = IsGgufPath(o.model_dir) ? path.stem().string() : path.filename().string();
     if (name.empty()) name = std::filesystem::path(o.model_dir).parent_path().filename().string();
   }
   info.set_name(name);

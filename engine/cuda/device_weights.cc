@@ -145,8 +145,9 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   const std::vector<int64_t>& pad = heads.index;
   DeviceWeights w;
 
-  // Shapes first: nothing is allocated for a model that cannot load.
-  absl::Status s = CheckTensorShape(mt.embed, {V, H}, "embed");
+  // Types and shapes first: nothing is allocated for a model that cannot load.
+  absl::Status s = CheckNoQuantizedTensors(mt, "the GPU backend");
+  if (s.ok()) s = CheckTensorShape(mt.embed, {V, H}, "embed");
   if (s.ok()) s = CheckTensorShape(mt.final_norm, {H}, "final_norm");
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
   if (s.ok() && !tied) s = CheckTensorShape(mt.lm_head, {V, H}, "lm_head");

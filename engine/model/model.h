@@ -51,7 +51,7 @@ struct ModelTensors {
 };
 
 struct Model {
-  std::string dir;
+  std::string dir;  // the directory or the .gguf file it was loaded from
   ModelConfig config;
   ModelTensors tensors;
   std::shared_ptr<const void> storage;  // keeps the mapped files alive
@@ -60,9 +60,10 @@ struct Model {
   size_t WeightBytes() const;
 };
 
-// Loads a Hugging Face model directory: config.json plus model.safetensors or
-// model.safetensors.index.json shards. Files are mmapped; every tensor is checked
-// against config.json. Errors name the file, the tensor and the problem.
+// Loads a Hugging Face model directory (config.json plus model.safetensors or
+// model.safetensors.index.json shards) or, for a path ending in ".gguf", a GGUF llama
+// model (engine/model/gguf_model.h). Files are mmapped; every tensor is checked against
+// the config. Errors name the file, the tensor and the problem.
 absl::StatusOr<Model> LoadModel(const std::string& dir);
 
 }  // namespace ptxserve

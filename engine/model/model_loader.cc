@@ -9,6 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_files.h"
@@ -22,6 +24,7 @@ namespace {
 // offset in its file is not a multiple of its element size.
 struct ModelStorage {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::unique_ptr<GgufFile> gguf;
   std::vector<std::unique_ptr<uint8_t[]>> copies;
 };
 
@@ -33,12 +36,14 @@ struct Dim {
 
 class TensorMapper {
  public:
-  TensorMapper(const std::string& config_path, const WeightFiles& files, ModelStorage* storage)
+  TensorMapper(const std::string& config_path, const TensorSource& files, ModelStorage* storage)
       : config_path_(config_path), files_(files), storage_(storage) {}
 
-  // Tensor `name`, checked against `dims`. Errors name the file, the tensor and both shapes.
+  // Tensor `name` (its Hugging Face name), checked against `dims`. Errors name the file,
+  // the tensor as stored and both shapes. The result is named as stored.
   absl::Status Get(const std::string& name, const std::vector<Dim>& dims, Tensor* out) {
     PTX_ASSIGN_OR_RETURN(Tensor t, files_.Get(name));
+    const std::string stored = files_.StoredName(name);
     std::vector<int64_t> want;
     std::vector<std::string> fields;
     for (const Dim& d : dims) {
@@ -47,12 +52,18 @@ class TensorMapper {
     }
     if (t.shape != want) {
       return absl::InvalidArgumentError(
-          absl::StrCat(files_.PathOf(name), ": tensor '", name, "' has shape [",
+          absl::StrCat(files_.PathOf(name), ": tensor '", stored, "' has shape [",
                        absl::StrJoin(t.shape, ", "), "], expected [", absl::StrJoin(want, ", "),
                        "] ([", absl::StrJoin(fields, ", "), "] from ", config_path_, ")"));
     }
+    // Block formats suit matrices only: a norm or bias is read element by element.
+    if (t.quant != QuantType::kNone && dims.size() == 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          files_.PathOf(name), ": tensor '", stored, "' is ", std::string(QuantName(t.quant)),
+          "; norms and biases must be f32, f16 or bf16"));
+    }
     t.data = Aligned(t);
-    t.name = name;
+    t.name = stored;
     *out = std::move(t);
     return absl::OkStatus();
   }
@@ -69,8 +80,10 @@ class TensorMapper {
   // Backends read tensors as typed arrays; an offset that is not a multiple of the
   // element size (legal in the format, rare in practice) would make that UB, so such
   // tensors are copied once. Aliased names share the copy.
+  // Quantized blocks are read as f16 scales and bytes, so 2 bytes is their alignment.
   const void* Aligned(const Tensor& t) {
-    if (reinterpret_cast<uintptr_t>(t.data) % DTypeSize(t.dtype) == 0) return t.data;
+    const size_t align = t.quant == QuantType::kNone ? DTypeSize(t.dtype) : 2;
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t.data;
     auto it = copied_.find(t.data);
     if (it != copied_.end()) return it->second;
     auto buf = std::make_unique<uint8_t[]>(t.nbytes == 0 ? 1 : t.nbytes);
@@ -83,13 +96,13 @@ class TensorMapper {
   }
 
   const std::string& config_path_;
-  const WeightFiles& files_;
+  const TensorSource& files_;
   ModelStorage* storage_;
   std::map<const void*, const void*> copied_;
   size_t copied_bytes_ = 0;
 };
 
-absl::Status MapLayer(const ModelConfig& c, const WeightFiles& files, int64_t i, TensorMapper& m,
+absl::Status MapLayer(const ModelConfig& c, const TensorSource& files, int64_t i, TensorMapper& m,
                       LayerTensors* l) {
   const std::string p = absl::StrCat("model.layers.", i, ".");
   const Dim hidden{c.hidden_size, "hidden_size"};
@@ -118,7 +131,7 @@ absl::Status MapLayer(const ModelConfig& c, const WeightFiles& files, int64_t i,
 
 // Tied models are saved with one of the two matrices (safetensors keeps one copy of a
 // shared tensor), so either name may be the stored one; the other becomes a view of it.
-absl::Status MapEmbeddings(const ModelConfig& c, const WeightFiles& files, TensorMapper& m,
+absl::Status MapEmbeddings(const ModelConfig& c, const TensorSource& files, TensorMapper& m,
                            ModelTensors* t) {
   const std::string kEmbed = "model.embed_tokens.weight";
   const std::string kHead = "lm_head.weight";
@@ -139,12 +152,12 @@ absl::Status MapEmbeddings(const ModelConfig& c, const WeightFiles& files, Tenso
   if (has_embed) {
     PTX_RETURN_IF_ERROR(m.Get(kEmbed, dims, &t->embed));
     t->lm_head = t->embed;  // tied: lm_head.weight in the file (if any) is ignored, as in HF
-    t->lm_head.name = kHead;
+    t->lm_head.name = files.StoredName(kHead);
     return absl::OkStatus();
   }
   PTX_RETURN_IF_ERROR(m.Get(kHead, dims, &t->lm_head));
   t->embed = t->lm_head;
-  t->embed.name = kEmbed;
+  t->embed.name = files.StoredName(kEmbed);
   return absl::OkStatus();
 }
 
@@ -168,32 +181,54 @@ size_t Model::WeightBytes() const {
   return total;
 }
 
-absl::StatusOr<Model> LoadModel(const std::string& dir) {
-  Model model;
-  model.dir = dir;
-  const std::string config_path = absl::StrCat(dir, "/config.json");
-  PTX_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
-  PTX_ASSIGN_OR_RETURN(model.config, ParseModelConfig(text, config_path));
-  const ModelConfig& c = model.config;
-  PTX_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
+namespace {
 
-  auto storage = std::make_shared<ModelStorage>();
-  TensorMapper mapper(config_path, files, storage.get());
-  ModelTensors& t = model.tensors;
-  PTX_RETURN_IF_ERROR(MapEmbeddings(c, files, mapper, &t));
+// Maps and checks every tensor of `c` from `files` (the same for both sources).
+absl::Status MapTensors(const ModelConfig& c, const TensorSource& files,
+                        const std::string& config_path, ModelStorage* storage, ModelTensors* t) {
+  TensorMapper mapper(config_path, files, storage);
+  PTX_RETURN_IF_ERROR(MapEmbeddings(c, files, mapper, t));
   PTX_RETURN_IF_ERROR(
-      mapper.Get("model.norm.weight", {{c.hidden_size, "hidden_size"}}, &t.final_norm));
+      mapper.Get("model.norm.weight", {{c.hidden_size, "hidden_size"}}, &t->final_norm));
   // Grown layer by layer: a corrupt num_hidden_layers fails on a missing tensor, not
   // on an allocation.
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    PTX_RETURN_IF_ERROR(MapLayer(c, files, i, mapper, &t.layers.emplace_back()));
+    PTX_RETURN_IF_ERROR(MapLayer(c, files, i, mapper, &t->layers.emplace_back()));
     if ((i + 1) % 16 == 0 && i + 1 < c.num_layers) {
       PTX_LOG(INFO) << "checked layers " << i + 1 << "/" << c.num_layers;
     }
   }
-  mapper.LogCopies(dir);
+  mapper.LogCopies(files.source());
+  return absl::OkStatus();
+}
+
+absl::Status LoadHfModel(const std::string& dir, Model* model, ModelStorage* storage) {
+  const std::string config_path = absl::StrCat(dir, "/config.json");
+  PTX_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
+  PTX_ASSIGN_OR_RETURN(model->config, ParseModelConfig(text, config_path));
+  PTX_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
+  PTX_RETURN_IF_ERROR(MapTensors(model->config, files, config_path, storage, &model->tensors));
   storage->files = files.TakeFiles();
+  return absl::OkStatus();
+}
+
+absl::Status LoadGgufModel(const std::string& path, Model* model, ModelStorage* storage) {
+  PTX_ASSIGN_OR_RETURN(storage->gguf, GgufFile::Open(path));
+  PTX_ASSIGN_OR_RETURN(model->config, GgufModelConfig(*storage->gguf));
+  const GgufTensorSource files(*storage->gguf);
+  return MapTensors(model->config, files, path, storage, &model->tensors);
+}
+
+}  // namespace
+
+absl::StatusOr<Model> LoadModel(const std::string& dir) {
+  Model model;
+  model.dir = dir;
+  auto storage = std::make_shared<ModelStorage>();
+  PTX_RETURN_IF_ERROR(IsGgufPath(dir) ? LoadGgufModel(dir, &model, storage.get())
+                                      : LoadHfModel(dir, &model, storage.get()));
   model.storage = std::move(storage);
+  const ModelConfig& c = model.config;
   PTX_LOG(INFO) << "loaded " << c.architecture << " from " << dir << ": " << c.num_layers
                 << " layers, hidden " << c.hidden_size << ", " << c.num_heads << " heads / "
                 << c.num_kv_heads << " kv heads, vocab " << c.vocab_size << ", "

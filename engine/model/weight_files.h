@@ -9,13 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tensor_source.h"
 
 namespace ptxserve {
 
 // Reads a whole (small) text file such as config.json. NotFound when it does not exist.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 
-class WeightFiles {
+class WeightFiles final : public TensorSource {
  public:
   // Opens dir/model.safetensors, or else every shard named by the "weight_map" of
   // dir/model.safetensors.index.json (each shard mapped once). Checks that every tensor
@@ -26,14 +27,16 @@ class WeightFiles {
   // "__metadata__" alias {removed name: kept name}, which is how safetensors records
   // tied weights saved once. NotFound names the tensor and where it was looked for;
   // Unimplemented for a dtype other than F32/F16/BF16. tensor.name is the stored name.
-  absl::StatusOr<Tensor> Get(std::string_view name) const;
+  absl::StatusOr<Tensor> Get(std::string_view name) const override;
   // Whether Get(name) would find a tensor (whatever its dtype).
-  bool Contains(std::string_view name) const;
+  bool Contains(std::string_view name) const override;
+  // Safetensors files use the Hugging Face names themselves.
+  std::string StoredName(std::string_view name) const override { return std::string(name); }
   // The path of the file holding tensor `name` (after aliases), or source() when absent.
-  const std::string& PathOf(std::string_view name) const;
+  const std::string& PathOf(std::string_view name) const override;
 
   // The file a tensor is reported against in errors: the single file, or the index.
-  const std::string& source() const { return source_; }
+  const std::string& source() const override { return source_; }
   // Transfers the mappings (Tensor views stay valid while they live); Get and Contains
   // must not be called afterwards.
   std::vector<std::unique_ptr<SafetensorsFile>> TakeFiles() { return std::move(files_); }

@@ -8,6 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model/gguf.h"
+#include "engine/tokenizer/gguf_vocab.h"
 #include "engine/tokenizer/utf8.h"
 #include "engine/util/log.h"
 
@@ -279,6 +281,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDir(const std::string&
     config = *std::move(c);
   }
   return FromJson(*tok, config, dir);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelPath(const std::string& path) {
+  if (!IsGgufPath(path)) return FromDir(path);
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  auto json = tok::TokenizerJsonFromGguf(**file);
+  if (!json.ok()) return json.status();
+  auto t = tok::HfTokenizer::Create(json->tokenizer, &json->config,
+                                    absl::StrCat(path, " (tokenizer.ggml.*)"), path);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<Tokenizer>(*std::move(t));
 }
 
 }  // namespace ptxserve

@@ -19,6 +19,9 @@ class Tokenizer {
 
   // Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDir(const std::string& dir);
+  // The tokenizer of what `--model` names: FromDir for a directory, else (a path ending
+  // in ".gguf") the file's tokenizer.ggml.* metadata (engine/tokenizer/gguf_vocab.h).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelPath(const std::string& path);
   // Same from the two texts (config may be empty); `origin` names them in errors.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
                                                              std::string_view config_json,

@@ -18,8 +18,8 @@
 #include "server/cli/cli_util.h"
 
 ABSL_FLAG(std::string, model, "",
-          "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); empty: "
-          "the synthetic default model");
+          "Hugging Face model directory (config.json, *.safetensors, tokenizer.json) or a "
+          "GGUF llama model file (*.gguf); empty: the synthetic default model");
 ABSL_FLAG(std::string, model_cache_dir, "",
           "where the synthetic default model is written once (default: $XDG_CACHE_HOME/ptxserve "
           "or ~/.cache/ptxserve, else /tmp/ptxserve)");
@@ -29,8 +29,8 @@ ABSL_FLAG(uint64_t, seed, 0,
           "same output");
 
 ABSL_FLAG(std::string, out, "",
-          "output: the model directory (make-model), a PTX file (ptx --kernel) or directory "
-          "(ptx --all)");
+          "output: the model directory (make-model), the .gguf file (quantize), a PTX file "
+          "(ptx --kernel) or directory (ptx --all)");
 
 ABSL_FLAG(int32_t, kv_blocks, 0,
           "KV cache blocks; 0 = sized by the backend (GPU: a fraction of free memory; "

@@ -51,7 +51,7 @@ int RunGenerate(int argc, char** argv) {
   if (!dir.ok()) return fail(dir.status());
   auto model = LoadModel(*dir);
   if (!model.ok()) return fail(model.status());
-  auto tokenizer = Tokenizer::FromDir(*dir);
+  auto tokenizer = Tokenizer::FromModelPath(*dir);
   if (!tokenizer.ok()) return fail(tokenizer.status());
   const double load_seconds = seconds_since(t_load);
 

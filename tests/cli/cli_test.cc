@@ -1,4 +1,4 @@
-// Runs the real `ptxserve` executable as a user would: generate and make-model.
+// Runs the real `ptxserve` executable as a user would: generate, make-model and quantize.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -236,6 +236,68 @@ TEST(CliTest, MakeModelIsDeterministicAndGenerates) {
   const CliRun bad = RunPtxserve("make-model --out " + (base / "c").string() + " --preset nosuch");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("nosuch"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(base);
+}
+
+// TinyStories written as an f32 GGUF generates the same greedy text as its directory.
+TEST(CliTest, QuantizedGgufGeneratesLikeTheDirectory) {
+  if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
+    GTEST_SKIP() << "shared test model absent";
+  }
+  const auto base = std::filesystem::temp_directory_path() / "ptxserve-cli-quantize";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  const std::string gguf = (base / "tiny.gguf").string();
+  const CliRun q =
+      RunPtxserve("quantize --model " + kTinyStories + " --out " + gguf + " --type f32");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(q.err.find("wrote " + gguf), std::string::npos) << q.err;
+  const std::string args = " --prompt 'Once upon a time' --max-tokens 24 --temperature 0";
+  const CliRun want = RunPtxserve("generate --model " + kTinyStories + args);
+  const CliRun got = RunPtxserve("generate --model " + gguf + args);
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, want.out);
+  // Re-encoded from the GGUF itself (no permutation the second time) to f16.
+  const std::string f16 = (base / "tiny-f16.gguf").string();
+  const CliRun r = RunPtxserve("quantize --model " + gguf + " --out " + f16 + " --type f16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const CliRun half = RunPtxserve("generate --model " + f16 + args);
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  EXPECT_EQ(half.out, want.out);  // TinyStories' weights are exact in f16
+  std::filesystem::remove_all(base);
+}
+
+TEST(CliTest, QuantizeRefusesBadInputWithAnError) {
+  const auto base = std::filesystem::temp_directory_path() / "ptxserve-cli-quantize-bad";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  const std::string out = (base / "m.gguf").string();
+  const std::string model = " --model " + kTinyStories;
+  for (const auto& [args, code, expected] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"quantize --out " + out, 2, "--model is required"},
+           {"quantize" + model, 2, "--out is required"},
+           {"quantize" + model + " --out " + (base / "m.bin").string(), 2,
+            "--out must name a .gguf file"},
+           {"quantize" + model + " --out /nonexistent/dir/m.gguf", 2,
+            "directory '/nonexistent/dir' does not exist"},
+           {"quantize" + model + " --out " + out + " --type q5_1", 2,
+            "--type must be one of f32, f16, bf16, q8_0, q4_0, q4_k, got 'q5_1'"},
+           {"quantize --model /nonexistent/model --out " + out, 1, "/nonexistent/model"},
+       }) {
+    const CliRun r = RunPtxserve(args);
+    EXPECT_EQ(r.exit_code, code) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
+  }
+  if (std::filesystem::exists(kTinyStories + "/model.safetensors")) {
+    // q4_k's 256-element blocks do not divide TinyStories' 128-wide rows: refused, naming
+    // the tensor, and nothing is left behind.
+    const CliRun r = RunPtxserve("quantize" + model + " --out " + out + " --type q4_k");
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("not whole q4_k blocks of 256"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+  }
   std::filesystem::remove_all(base);
 }
 

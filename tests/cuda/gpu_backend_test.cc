@@ -228,6 +228,21 @@ TEST_F(GpuBackendTest, CreationFailureLeaksNothing) {
   }
 }
 
+// Block-quantized weights (a GGUF's q4_0 matrices) are refused by name before anything
+// is allocated.
+TEST_F(GpuBackendTest, QuantizedWeightIsUnimplementedNamingTheTensor) {
+  Tensor& wq = model_->tensors.layers[0].wq;
+  wq.name = "blk.0.attn_q.weight";
+  wq.quant = QuantType::kQ4_0;
+  auto b = testing::EmulatedBackend(*model_, kKv);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("tensor blk.0.attn_q.weight is q4_0; the GPU backend serves "
+                        "f32/f16/bf16 weights"));
+  EXPECT_EQ(GetEmulatedDeviceCounters().live_allocations, 0);
+}
+
 TEST_F(GpuBackendTest, MalformedBatchIsInvalidArgument) {
   auto b = Make();
   ASSERT_NE(b, nullptr);

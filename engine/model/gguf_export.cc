@@ -1,0 +1,198 @@
+#include "engine/model/gguf_export.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/gguf_model.h"
+#include "engine/util/status_macros.h"
+
+namespace ptxserve {
+namespace {
+
+constexpr std::array<std::string_view, 6> kWeightTypeNames = {"f32",  "f16",  "bf16",
+                                                              "q8_0", "q4_0", "q4_k"};
+
+uint32_t GgmlTypeOf(GgufWeightType t) {
+  if (t.quant != QuantType::kNone) return LayoutOf(t.quant).ggml_type;
+  return t.dtype == DType::kF32 ? kGgmlF32 : t.dtype == DType::kF16 ? kGgmlF16 : kGgmlBF16;
+}
+
+// A tensor's values; quantized rows are dequantized (re-encoding a quantized GGUF).
+std::vector<float> ToFloat(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (t.quant == QuantType::kNone) {
+    ConvertToFloat(t.dtype, t.data, v.size(), v.data());
+    return v;
+  }
+  const int64_t row = t.shape.back(), row_bytes = QuantRowBytes(t.quant, row);
+  for (int64_t r = 0; r * row < t.numel(); ++r) {
+    DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data) + r * row_bytes, row,
+                  v.data() + r * row);
+  }
+  return v;
+}
+
+// Adds `values` (HF shape `shape`, row-major) as tensor `name` of type `type`.
+absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shape,
+                       const std::vector<float>& values, GgufWeightType type, GgufWriter* w) {
+  const int64_t row = shape.back();
+  const int64_t rows = static_cast<int64_t>(values.size()) / row;
+  std::vector<uint64_t> ne(shape.rbegin(), shape.rend());
+  std::vector<uint8_t> bytes;
+  if (type.quant == QuantType::kNone) {
+    bytes.resize(values.size() * DTypeSize(type.dtype));
+    ConvertFromFloat(type.dtype, values.data(), values.size(), bytes.data());
+  } else {
+    const QuantLayout& l = LayoutOf(type.quant);
+    if (row % l.block_elems != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': rows of ", row, " elements are not whole ",
+                       std::string(l.name), " blocks of ", l.block_elems));
+    }
+    const int64_t row_bytes = row / l.block_elems * l.block_bytes;
+    bytes.resize(static_cast<size_t>(rows * row_bytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      absl::Status s =
+          QuantizeRow(type.quant, values.data() + r * row, row, bytes.data() + r * row_bytes);
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat("tensor '", name, "': ", s.message()));
+    }
+  }
+  w->AddTensor(name, GgmlTypeOf(type), std::move(ne), std::move(bytes));
+  return absl::OkStatus();
+}
+
+// A model tensor under its GGUF name; `rope_heads` > 0 reorders its rows for RoPE.
+absl::Status AddModelTensor(const Tensor& t, GgufWeightType type, int64_t rope_heads,
+                            int64_t head_dim, GgufWriter* w) {
+  if (!t.present()) return absl::OkStatus();
+  std::vector<float> v = ToFloat(t);
+  if (rope_heads > 0) {
+    const int64_t row_elems = t.shape.size() == 2 ? t.shape[1] : 1;
+    v = PermuteRopeRows(v, rope_heads, head_dim, row_elems);
+  }
+  // Vectors (norms, biases) stay f32: they are small and read element by element.
+  const GgufWeightType vector_type{QuantType::kNone, DType::kF32};
+  return AddTensor(GgufTensorName(t.name), t.shape, v, t.shape.size() == 1 ? vector_type : type, w);
+}
+
+void AddMetadata(const ModelConfig& c, GgufWeightType type, const std::string& name,
+                 GgufWriter* w) {
+  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
+  w->Set("general.architecture", GgufValue::String("llama"));
+  w->Set("general.name", GgufValue::String(name));
+  // llama.cpp's llama_ftype: what most of the matrices are.
+  const uint32_t file_type = type.quant == QuantType::kQ8_0   ? 7
+                             : type.quant == QuantType::kQ4_0 ? 2
+                             : type.quant == QuantType::kQ4_K ? 15
+                             : type.dtype == DType::kF32      ? 0
+                             : type.dtype == DType::kF16      ? 1
+                                                              : 32;
+  w->Set("general.file_type", GgufValue::U32(file_type));
+  w->Set("llama.context_length", u32(c.max_position_embeddings));
+  w->Set("llama.embedding_length", u32(c.hidden_size));
+  w->Set("llama.block_count", u32(c.num_layers));
+  w->Set("llama.feed_forward_length", u32(c.intermediate_size));
+  w->Set("llama.attention.head_count", u32(c.num_heads));
+  w->Set("llama.attention.head_count_kv", u32(c.num_kv_heads));
+  w->Set("llama.attention.key_length", u32(c.head_dim));
+  w->Set("llama.attention.value_length", u32(c.head_dim));
+  w->Set("llama.rope.dimension_count", u32(c.head_dim));
+  w->Set("llama.attention.layer_norm_rms_epsilon",
+         GgufValue::F32(static_cast<float>(c.rms_norm_eps)));
+  w->Set("llama.rope.freq_base", GgufValue::F32(static_cast<float>(c.rope_theta)));
+  w->Set("llama.vocab_size", u32(c.vocab_size));
+  if (c.rope_scaling.type == RopeScaling::Type::kLinear) {
+    w->Set("llama.rope.scaling.type", GgufValue::String("linear"));
+    w->Set("llama.rope.scaling.factor", GgufValue::F32(static_cast<float>(c.rope_scaling.factor)));
+  }
+  if (c.bos_token_id >= 0) w->Set("tokenizer.ggml.bos_token_id", u32(c.bos_token_id));
+  if (c.eos_token_id >= 0) w->Set("tokenizer.ggml.eos_token_id", u32(c.eos_token_id));
+}
+
+absl::Status CheckExportable(const ModelConfig& c) {
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    return absl::UnimplementedError(
+        "llama3 RoPE scaling is written by llama.cpp as a rope_freqs tensor, which ptxserve "
+        "neither writes nor reads");
+  }
+  if (c.sliding_window > 0) {
+    return absl::UnimplementedError("sliding-window attention has no llama GGUF metadata");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name) {
+  for (const QuantLayout& l : kQuantLayouts) {
+    if (l.type != QuantType::kNone && l.type != QuantType::kQ6_K && l.name == name) {
+      return GgufWeightType{l.type, DType::kF32};
+    }
+  }
+  for (const DTypeSpelling& s : kDTypeSpellings) {
+    if (s.name == name) return GgufWeightType{QuantType::kNone, s.dtype};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> GgufWeightTypeNames() {
+  return {kWeightTypeNames.begin(), kWeightTypeNames.end()};
+}
+
+void CopyTokenizerMetadata(const GgufFile& from, GgufWriter* w) {
+  for (const auto& [key, value] : from.metadata()) {
+    if (key.starts_with("tokenizer.")) w->Set(key, value);
+  }
+}
+
+std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads, int64_t head_dim,
+                                   int64_t row_elems) {
+  std::vector<float> out(rows.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j : {int64_t{0}, int64_t{1}}) {
+        const float* src = rows.data() + (h * head_dim + i + j * half) * row_elems;
+        float* dst = out.data() + (h * head_dim + 2 * i + j) * row_elems;
+        std::memcpy(dst, src, static_cast<size_t>(row_elems) * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::string& name,
+                            GgufWriter* w) {
+  const ModelConfig& c = model.config;
+  PTX_RETURN_IF_ERROR(CheckExportable(c));
+  AddMetadata(c, type, name, w);
+  const ModelTensors& t = model.tensors;
+  // A model read from a GGUF is interleaved already.
+  const bool permute = c.rope_style == RopeStyle::kRotateHalf;
+  const int64_t q_heads = permute ? c.num_heads : 0;
+  const int64_t kv_heads = permute ? c.num_kv_heads : 0;
+  PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w));
+  PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w));
+  if (!c.tie_word_embeddings) PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w));
+  for (const LayerTensors& l : t.layers) {
+    // Each tensor with the number of RoPE heads its rows hold (0: not rotated).
+    for (auto [x, rope_heads] : {std::pair{&l.attn_norm, int64_t{0}},
+                                 {&l.wq, q_heads},
+                                 {&l.bq, q_heads},
+                                 {&l.wk, kv_heads},
+                                 {&l.bk, kv_heads},
+                                 {&l.wv, 0},
+                                 {&l.bv, 0},
+                                 {&l.wo, 0},
+                                 {&l.mlp_norm, 0},
+                                 {&l.w_gate, 0},
+                                 {&l.w_up, 0},
+                                 {&l.w_down, 0}}) {
+      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ptxserve

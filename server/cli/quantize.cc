@@ -1,0 +1,91 @@
+// `ptxserve quantize`: write a llama.cpp-compatible GGUF from a model ptxserve loads (a
+// Hugging Face directory, or a GGUF of f32/f16/bf16 tensors to re-encode).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_export.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/gguf_vocab.h"
+#include "server/cli/cli_util.h"
+#include "server/cli/common_flags.h"
+#include "server/cli/subcommands.h"
+
+ABSL_FLAG(std::string, type, "f16", "quantize: the matrices' type (see --help)");
+
+namespace ptxserve::cli {
+namespace {
+
+// general.name: the directory's (or file's) name.
+std::string ModelName(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  std::string name = IsGgufPath(path) ? p.stem().string() : p.filename().string();
+  if (name.empty()) name = p.parent_path().filename().string();
+  return name;
+}
+
+// Whether --out can be created: a .gguf name in an existing directory.
+std::string OutProblem(const std::string& out) {
+  if (out.empty()) return "--out is required";
+  if (!out.ends_with(".gguf")) return "--out must name a .gguf file, got '" + out + "'";
+  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return "--out: directory '" + parent.string() + "' does not exist";
+  }
+  return "";
+}
+
+// A directory's tokenizer.json, or a GGUF's tokenizer metadata as it is.
+absl::Status AddTokenizer(const std::string& model_path, GgufWriter* w) {
+  if (!IsGgufPath(model_path)) return tok::AddTokenizerToGguf(model_path, w);
+  auto from = GgufFile::Open(model_path);
+  if (!from.ok()) return from.status();
+  CopyTokenizerMetadata(**from, w);
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "quantize: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunQuantize(int argc, char** argv) {
+  const std::string usage = "ptxserve quantize --model DIR|FILE.gguf --out PATH.gguf --type " +
+                            absl::StrJoin(GgufWeightTypeNames(), "|");
+  SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
+  ParseSubcommandFlags(argc, argv, usage.c_str());
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  const auto type = ParseGgufWeightType(absl::GetFlag(FLAGS_type));
+  std::string problem = model_path.empty() ? "--model is required" : OutProblem(out);
+  if (problem.empty() && !type.has_value()) {
+    problem = "--type must be one of " + absl::StrJoin(GgufWeightTypeNames(), ", ") + ", got '" +
+              absl::GetFlag(FLAGS_type) + "'";
+  }
+  if (!problem.empty()) {
+    std::fprintf(stderr, "quantize: %s\n%s\n", problem.c_str(), usage.c_str());
+    return 2;
+  }
+  auto model = LoadModel(model_path);
+  if (!model.ok()) return Fail(model.status());
+  GgufWriter w;
+  if (absl::Status s = AddModelToGguf(*model, *type, ModelName(model_path), &w); !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = AddTokenizer(model_path, &w); !s.ok()) return Fail(s);
+  if (absl::Status s = w.Write(out); !s.ok()) return Fail(s);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(out, ec);
+  std::fprintf(stderr, "quantize: wrote %s (%s, %llu bytes)\n", out.c_str(),
+               absl::GetFlag(FLAGS_type).c_str(), static_cast<unsigned long long>(bytes));
+  return 0;
+}
+
+}  // namespace ptxserve::cli
