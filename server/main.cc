@@ -17,6 +17,7 @@ constexpr Subcommand kSubcommands[] = {
     {"generate", ptxserve::cli::RunGenerate, "stream one prompt's completion on any backend"},
     {"make-model", ptxserve::cli::RunMakeModel, "write a deterministic synthetic Llama model"},
     {"quantize", ptxserve::cli::RunQuantize, "write a GGUF (llama.cpp's format) from a model"},
+    {"perplexity", ptxserve::cli::RunPerplexity, "a model's perplexity on a text file"},
     {"ptx", ptxserve::cli::RunPtx, "write the generated PTX of one kernel or of all"},
     {"serve", ptxserve::cli::RunServe, "run the gRPC decode server (metrics on /metrics)"},
     {"client", ptxserve::cli::RunClient, "talk to a server: generate, batch, health, info"},

@@ -8,6 +8,7 @@ namespace ptxserve::cli {
 int RunGenerate(int argc, char** argv);
 int RunMakeModel(int argc, char** argv);
 int RunQuantize(int argc, char** argv);
+int RunPerplexity(int argc, char** argv);
 int RunPtx(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunClient(int argc, char** argv);
