@@ -320,33 +320,12 @@ TEST(CpuBackendTest, CreateRejectsBadModelsAndKvConfigs) {
 // `m` with every tensor converted to f32 (exact from f16 and bf16); a tied LM head stays
 // the embedding's bytes.
 Model Widened(const Model& m) {
-  auto buffers = std::make_shared<std::vector<std::vector<float>>>();
-  Model w = m;
-  auto widen = [&](Tensor& t) {
-    if (!t.present()) return;
-    std::vector<float>& b = buffers->emplace_back(static_cast<size_t>(t.numel()));
-    ConvertToFloat(t.dtype, t.data, b.size(), b.data());
-    t.data = b.data();  // moving the vector later keeps its buffer
+  return testing::ConvertTensors(m, /*vectors_too=*/true, [](Tensor& t, std::vector<uint8_t>& b) {
+    b.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+    ConvertToFloat(t.dtype, t.data, static_cast<size_t>(t.numel()),
+                   reinterpret_cast<float*>(b.data()));
     t.dtype = DType::kF32;
-    t.nbytes = b.size() * sizeof(float);
-  };
-  const bool tied = m.tensors.lm_head.data == m.tensors.embed.data;
-  widen(w.tensors.embed);
-  widen(w.tensors.final_norm);
-  if (tied) {
-    w.tensors.lm_head = w.tensors.embed;
-  } else {
-    widen(w.tensors.lm_head);
-  }
-  for (LayerTensors& l : w.tensors.layers) {
-    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.mlp_norm,
-                      &l.w_gate, &l.w_up, &l.w_down}) {
-      widen(*t);
-    }
-  }
-  w.storage = std::make_shared<std::pair<std::shared_ptr<const void>, decltype(buffers)>>(m.storage,
-                                                                                          buffers);
-  return w;
+  });
 }
 
 // f16 and bf16 matrices are held as stored (half the bytes of an f32 copy) and widened in

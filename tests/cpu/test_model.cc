@@ -167,4 +167,32 @@ int32_t ArgMax(const float* v, int64_t n) {
   return static_cast<int32_t>(std::max_element(v, v + n) - v);
 }
 
+Model ConvertTensors(const Model& m, bool vectors_too, const TensorConversion& convert) {
+  auto buffers = std::make_shared<std::vector<std::vector<uint8_t>>>();
+  Model out = m;
+  auto rewrite = [&](Tensor& t) {
+    if (!t.present()) return;
+    std::vector<uint8_t>& bytes = buffers->emplace_back();
+    convert(t, bytes);
+    t.data = bytes.data();  // moving the vector later keeps its buffer
+    t.nbytes = bytes.size();
+  };
+  const bool tied = m.tensors.lm_head.data == m.tensors.embed.data;
+  rewrite(out.tensors.embed);
+  if (tied) {
+    out.tensors.lm_head = out.tensors.embed;
+  } else {
+    rewrite(out.tensors.lm_head);
+  }
+  if (vectors_too) rewrite(out.tensors.final_norm);
+  for (LayerTensors& l : out.tensors.layers) {
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) rewrite(*t);
+    if (!vectors_too) continue;
+    for (Tensor* t : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.mlp_norm}) rewrite(*t);
+  }
+  out.storage = std::make_shared<std::pair<std::shared_ptr<const void>, decltype(buffers)>>(
+      m.storage, buffers);
+  return out;
+}
+
 }  // namespace ptxserve::testing

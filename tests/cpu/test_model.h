@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,6 +38,14 @@ inline void PrintTo(const RandomModelSpec& s, std::ostream* os) { *os << s.Name(
 // A Model whose tensors point into buffers owned by model.storage. Linear weights are
 // uniform with variance ~1/fan_in, norms ~1, biases small, so activations stay O(1).
 Model MakeRandomModel(const RandomModelSpec& spec);
+
+// Rewrites one tensor: fills `bytes` with its new contents and sets its dtype or quant (its
+// data and nbytes still describe the old contents when called).
+using TensorConversion = std::function<void(Tensor& t, std::vector<uint8_t>& bytes)>;
+// A copy of `m` whose tensors `convert` rewrote, the new bytes owned by the copy's storage
+// (which keeps `m`'s alive too): the embedding, the LM head and the linear weights, and with
+// `vectors_too` the norms and biases. A tied LM head stays the embedding's bytes.
+Model ConvertTensors(const Model& m, bool vectors_too, const TensorConversion& convert);
 
 // A sequence as a scheduler tracks it.
 struct Seq {

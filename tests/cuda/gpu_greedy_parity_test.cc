@@ -24,6 +24,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "gtest/gtest.h"
 #include "kernels/gemm.h"
+#include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
 namespace ptxserve::cuda {
@@ -34,35 +35,15 @@ using testing::Prompt;
 
 // A copy of `m` whose every tensor is converted to `dtype` (an f16 or bf16 checkpoint of it).
 Model CastModel(const Model& m, DType dtype) {
-  auto store = std::make_shared<std::vector<std::vector<uint8_t>>>();
-  Model out = m;
-  auto cast = [&](Tensor& t) {
-    if (!t.present()) return;
-    std::vector<float> f(t.numel());
-    ConvertToFloat(t.dtype, t.data, f.size(), f.data());
-    std::vector<uint8_t>& bytes = store->emplace_back(f.size() * DTypeSize(dtype));
-    ConvertFromFloat(dtype, f.data(), f.size(), bytes.data());
-    t.dtype = dtype;
-    t.data = bytes.data();
-    t.nbytes = bytes.size();
-  };
-  const bool tied = m.tensors.lm_head.data == m.tensors.embed.data;
-  cast(out.tensors.embed);
-  cast(out.tensors.final_norm);
-  if (tied) {
-    out.tensors.lm_head = out.tensors.embed;
-  } else {
-    cast(out.tensors.lm_head);
-  }
-  for (LayerTensors& l : out.tensors.layers) {
-    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.mlp_norm,
-                      &l.w_gate, &l.w_up, &l.w_down}) {
-      cast(*t);
-    }
-  }
+  Model out = ::ptxserve::testing::ConvertTensors(
+      m, /*vectors_too=*/true, [dtype](Tensor& t, std::vector<uint8_t>& bytes) {
+        std::vector<float> f(static_cast<size_t>(t.numel()));
+        ConvertToFloat(t.dtype, t.data, f.size(), f.data());
+        bytes.resize(f.size() * DTypeSize(dtype));
+        ConvertFromFloat(dtype, f.data(), f.size(), bytes.data());
+        t.dtype = dtype;
+      });
   out.config.torch_dtype = dtype;
-  out.storage =
-      std::make_shared<std::pair<std::shared_ptr<const void>, decltype(store)>>(m.storage, store);
   return out;
 }
 

@@ -197,23 +197,14 @@ TEST_F(TinyStoriesGgufTest, F16GgufMatchesAnF16CopyOfTheModel) {
   TempDir dir;
   auto hf = LoadModel(kTinyStories);
   ASSERT_TRUE(hf.ok()) << hf.status();
-  auto buffers = std::make_shared<std::vector<std::vector<uint16_t>>>();
-  auto to_f16 = [&](Tensor* t) {
-    std::vector<float> f(static_cast<size_t>(t->numel()));
-    ConvertToFloat(t->dtype, t->data, f.size(), f.data());
-    std::vector<uint16_t>& h = buffers->emplace_back(f.size());
-    ConvertFromFloat(DType::kF16, f.data(), f.size(), h.data());
-    t->dtype = DType::kF16;
-    t->data = h.data();
-    t->nbytes = h.size() * 2;
-  };
-  Model half = *hf;
-  buffers->reserve(64);
-  to_f16(&half.tensors.embed);
-  half.tensors.lm_head = half.tensors.embed;
-  for (LayerTensors& l : half.tensors.layers) {
-    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) to_f16(t);
-  }
+  const Model half = ptxserve::testing::ConvertTensors(
+      *hf, /*vectors_too=*/false, [](Tensor& t, std::vector<uint8_t>& bytes) {
+        std::vector<float> f(static_cast<size_t>(t.numel()));
+        ConvertToFloat(t.dtype, t.data, f.size(), f.data());
+        bytes.resize(f.size() * 2);
+        ConvertFromFloat(DType::kF16, f.data(), f.size(), bytes.data());
+        t.dtype = DType::kF16;
+      });
   auto gguf = LoadModel(ExportTinyStories(dir, "f16"));
   ASSERT_TRUE(gguf.ok()) << gguf.status();
   EXPECT_EQ(gguf->tensors.embed.dtype, DType::kF16);
@@ -250,33 +241,23 @@ TEST(GgufRandomModelTest, BiasesUntiedHeadAndScalingSurviveTheRoundTrip) {
 
 // A copy of `m` whose block-quantized matrices are dequantized to f32 (the reference a
 // quantized model's logits are held to).
-Model Dequantized(const Model& m, std::vector<std::vector<float>>* store) {
-  Model out = m;
-  auto widen = [&](Tensor* t) {
-    if (t->quant == QuantType::kNone) return;
-    std::vector<float>& f = store->emplace_back(static_cast<size_t>(t->numel()));
-    const int64_t row = t->shape.back(), row_bytes = QuantRowBytes(t->quant, row);
-    for (int64_t r = 0; r * row < t->numel(); ++r) {
-      DequantizeRow(t->quant, static_cast<const uint8_t*>(t->data) + r * row_bytes, row,
-                    f.data() + r * row);
-    }
-    t->quant = QuantType::kNone;
-    t->dtype = DType::kF32;
-    t->data = f.data();
-    t->nbytes = f.size() * 4;
-  };
-  store->reserve(64);
-  const bool tied = m.tensors.lm_head.data == m.tensors.embed.data;
-  widen(&out.tensors.embed);
-  if (tied) {
-    out.tensors.lm_head = out.tensors.embed;
-  } else {
-    widen(&out.tensors.lm_head);
-  }
-  for (LayerTensors& l : out.tensors.layers) {
-    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) widen(t);
-  }
-  return out;
+Model Dequantized(const Model& m) {
+  return ptxserve::testing::ConvertTensors(
+      m, /*vectors_too=*/false, [](Tensor& t, std::vector<uint8_t>& b) {
+        b.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+        auto* f = reinterpret_cast<float*>(b.data());
+        if (t.quant == QuantType::kNone) {
+          ConvertToFloat(t.dtype, t.data, static_cast<size_t>(t.numel()), f);
+        } else {
+          const int64_t row = t.shape.back(), row_bytes = QuantRowBytes(t.quant, row);
+          for (int64_t r = 0; r * row < t.numel(); ++r) {
+            DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data) + r * row_bytes, row,
+                          f + r * row);
+          }
+        }
+        t.quant = QuantType::kNone;
+        t.dtype = DType::kF32;
+      });
 }
 
 // `quantize --type q8_0|q4_0` then load: the CPU backend serves the blocks as stored and
@@ -291,8 +272,7 @@ TEST_F(TinyStoriesGgufTest, QuantizedGgufGivesTheDequantizedModelsLogits) {
     auto gguf = LoadModel(ExportTinyStories(dir, type));
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     EXPECT_EQ(gguf->tensors.layers[0].wq.quant, ParseGgufWeightType(type)->quant);
-    std::vector<std::vector<float>> store;
-    const Model reference = Dequantized(*gguf, &store);
+    const Model reference = Dequantized(*gguf);
     const auto got = GreedyLogits(*gguf, kPrompt, 6);
     const auto want = GreedyLogits(reference, kPrompt, 6);
     ASSERT_EQ(got.size(), want.size());
