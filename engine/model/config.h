@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/dtype.h"
@@ -15,8 +16,11 @@ enum class RopeStyle : uint8_t {
 };
 
 struct RopeScaling {
-  enum class Type : uint8_t { kNone, kLinear, kLlama3 } type = Type::kNone;
+  // kFactors: each frequency divided by its own factor (GGUF's rope_freqs.weight, how
+  // llama.cpp stores Llama 3.1's scaling).
+  enum class Type : uint8_t { kNone, kLinear, kLlama3, kFactors } type = Type::kNone;
   double factor = 1.0;
+  std::vector<float> factors;  // kFactors: head_dim / 2 divisors
   // llama3 only.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/gguf_model.h"
+#include "engine/model/rope.h"
 #include "engine/util/status_macros.h"
 
 namespace ptxserve {
@@ -110,12 +111,27 @@ void AddMetadata(const ModelConfig& c, GgufWeightType type, const std::string& n
   if (c.eos_token_id >= 0) w->Set("tokenizer.ggml.eos_token_id", u32(c.eos_token_id));
 }
 
-absl::Status CheckExportable(const ModelConfig& c) {
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
-    return absl::UnimplementedError(
-        "llama3 RoPE scaling is written by llama.cpp as a rope_freqs tensor, which ptxserve "
-        "neither writes nor reads");
+// llama3 and per-frequency scaling as llama.cpp writes them: each frequency's divisor, the
+// unscaled frequency over the scaled one, in rope_freqs.weight.
+absl::Status AddRopeFactors(const ModelConfig& c, GgufWriter* w) {
+  const RopeScaling::Type t = c.rope_scaling.type;
+  if (t != RopeScaling::Type::kLlama3 && t != RopeScaling::Type::kFactors) {
+    return absl::OkStatus();
   }
+  const int64_t half = c.head_dim / 2;
+  ModelConfig unscaled = c;
+  unscaled.rope_scaling = RopeScaling{};
+  std::vector<float> base(static_cast<size_t>(half)), scaled(static_cast<size_t>(half));
+  RopeInvFreq(unscaled, base.data());
+  RopeInvFreq(c, scaled.data());
+  std::vector<float> factors(static_cast<size_t>(half));
+  for (size_t i = 0; i < factors.size(); ++i) {
+    factors[i] = t == RopeScaling::Type::kFactors ? c.rope_scaling.factors[i] : base[i] / scaled[i];
+  }
+  return AddTensor(kRopeFreqsTensor, {half}, factors, {QuantType::kNone, DType::kF32}, w);
+}
+
+absl::Status CheckExportable(const ModelConfig& c) {
   if (c.sliding_window > 0) {
     return absl::UnimplementedError("sliding-window attention has no llama GGUF metadata");
   }
@@ -172,6 +188,7 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
   const bool permute = c.rope_style == RopeStyle::kRotateHalf;
   const int64_t q_heads = permute ? c.num_heads : 0;
   const int64_t kv_heads = permute ? c.num_kv_heads : 0;
+  PTX_RETURN_IF_ERROR(AddRopeFactors(c, w));
   PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w));
   PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w));
   if (!c.tie_word_embeddings) PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w));

@@ -1,6 +1,8 @@
 #include "engine/model/gguf_model.h"
 
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -97,16 +99,28 @@ absl::Status ParseSizes(const GgufFile& f, ModelConfig* c) {
 }
 
 // GGUF records "linear" and "yarn" scaling as metadata; Llama 3.1's frequency scaling is
-// a precomputed tensor (rope_freqs.weight) instead, which is not read.
+// a precomputed tensor instead, rope_freqs.weight: head_dim / 2 f32 divisors.
 absl::Status ParseRope(const GgufFile& f, ModelConfig* c) {
   PTX_ASSIGN_OR_RETURN(c->rope_theta, OptionalFloat(f, "llama.rope.freq_base", c->rope_theta));
   PTX_ASSIGN_OR_RETURN(c->rms_norm_eps,
                        OptionalFloat(f, "llama.attention.layer_norm_rms_epsilon", c->rms_norm_eps));
-  if (f.FindTensor("rope_freqs.weight") != nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat(f.path(),
-                     ": tensor 'rope_freqs.weight' (per-frequency RoPE factors, as Llama 3.1 GGUFs "
-                     "carry) is not supported"));
+  if (f.FindTensor(kRopeFreqsTensor) != nullptr) {
+    PTX_ASSIGN_OR_RETURN(const Tensor t, f.GetTensor(kRopeFreqsTensor));
+    if (t.quant != QuantType::kNone || t.dtype != DType::kF32 || t.shape.size() != 1 ||
+        t.shape[0] != c->head_dim / 2) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor '", kRopeFreqsTensor,
+                                                     "' must be f32 [", c->head_dim / 2, "]"));
+    }
+    c->rope_scaling.type = RopeScaling::Type::kFactors;
+    c->rope_scaling.factors.resize(static_cast<size_t>(t.shape[0]));
+    std::memcpy(c->rope_scaling.factors.data(), t.data, t.nbytes);
+    for (float x : c->rope_scaling.factors) {
+      if (!(x > 0) || !std::isfinite(x)) {
+        return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor '", kRopeFreqsTensor,
+                                                       "' holds ", x, "; want positive factors"));
+      }
+    }
+    return absl::OkStatus();
   }
   auto type = f.GetString("llama.rope.scaling.type");
   if (absl::IsNotFound(type.status()) || (type.ok() && *type == "none")) return absl::OkStatus();

@@ -17,6 +17,9 @@
 
 namespace ptxserve {
 
+// Per-frequency RoPE divisors ([head_dim / 2] f32), llama.cpp's form of Llama 3.1 scaling.
+inline constexpr char kRopeFreqsTensor[] = "rope_freqs.weight";
+
 // The GGUF name of a Hugging Face llama tensor name ("model.layers.3.mlp.up_proj.weight"
 // -> "blk.3.ffn_up.weight"); the name unchanged when it has no GGUF counterpart.
 std::string GgufTensorName(std::string_view hf_name);

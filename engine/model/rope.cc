@@ -13,6 +13,8 @@ void RopeInvFreq(const ModelConfig& cfg, float* inv_freq) {
                               static_cast<double>(2 * i) / static_cast<double>(cfg.head_dim));
     if (rs.type == RopeScaling::Type::kLinear) {
       f /= rs.factor;
+    } else if (rs.type == RopeScaling::Type::kFactors) {
+      f /= rs.factors.at(static_cast<size_t>(i));
     } else if (rs.type == RopeScaling::Type::kLlama3) {
       // transformers' _compute_llama3_parameters: long wavelengths are slowed by
       // `factor`, short ones kept, the band between interpolated smoothly.

@@ -201,6 +201,9 @@ std::string ConfigJson(const ModelConfig& c, DType dtype) {
           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
           {"rope_type", "llama3"}};
       break;
+    case RopeScaling::Type::kFactors:  // GGUF's form only: no preset uses it
+      j["rope_scaling"] = {{"rope_type", "ptxserve_per_frequency_factors"}};
+      break;
   }
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;

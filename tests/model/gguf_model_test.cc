@@ -239,6 +239,37 @@ TEST(GgufRandomModelTest, BiasesUntiedHeadAndScalingSurviveTheRoundTrip) {
   ExpectSameLogits(GreedyLogits(*gguf, prompt, 5), GreedyLogits(hf, prompt, 5));
 }
 
+// Llama 3.1's RoPE scaling goes out and comes back as llama.cpp's rope_freqs.weight: one
+// divisor per frequency (the unscaled frequency over the scaled one, rounded to f32).
+TEST(GgufRandomModelTest, Llama3ScalingTravelsAsPerFrequencyFactors) {
+  ptxserve::testing::RandomModelSpec spec;
+  spec.rope_scaling.type = RopeScaling::Type::kLlama3;
+  spec.rope_scaling.factor = 8;
+  spec.rope_scaling.original_max_position_embeddings = 64;
+  const Model hf = ptxserve::testing::MakeRandomModel(spec);
+  GgufWriter w;
+  ASSERT_TRUE(AddModelToGguf(hf, *ParseGgufWeightType("f32"), "llama3", &w).ok());
+  TempDir dir;
+  const std::string path = dir.path() + "/llama3.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  auto gguf = LoadModel(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const RopeScaling& rs = gguf->config.rope_scaling;
+  ASSERT_EQ(rs.type, RopeScaling::Type::kFactors);
+  ASSERT_EQ(rs.factors.size(), static_cast<size_t>(spec.head_dim / 2));
+  EXPECT_FLOAT_EQ(rs.factors.front(), 1.0f);  // the highest frequency is kept
+  EXPECT_FLOAT_EQ(rs.factors.back(), 8.0f);   // the lowest is slowed by `factor`
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+  ExpectSameLogits(GreedyLogits(*gguf, prompt, 5), GreedyLogits(hf, prompt, 5));
+  // Written again from the loaded model, the factors are copied as they are.
+  GgufWriter again;
+  ASSERT_TRUE(AddModelToGguf(*gguf, *ParseGgufWeightType("f32"), "llama3", &again).ok());
+  ASSERT_TRUE(again.Write(dir.path() + "/again.gguf").ok());
+  auto reloaded = LoadModel(dir.path() + "/again.gguf");
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(reloaded->config.rope_scaling.factors, rs.factors);
+}
+
 // A copy of `m` whose block-quantized matrices are dequantized to f32 (the reference a
 // quantized model's logits are held to).
 Model Dequantized(const Model& m) {
