@@ -183,7 +183,7 @@ ServerMetrics::ServerMetrics(const std::string& version, const std::string& back
       build_info_(GaugeFamily(*registry_, "ptxserve_build_info",
                               "Build information: version, backend and the served model")),
       version_(version) {
-  SetServedModel(backend, "");
+  SetServedModel(backend, "", "");
   // Every outcome exists from the start, so rate() and absent() behave.
   for (FinishReason r : kOutcomes) Outcome(std::string(FinishReasonName(r)));
   for (const char* o :
@@ -196,11 +196,12 @@ prometheus::Counter& ServerMetrics::Outcome(const std::string& outcome) {
   return requests_total_.Add({{"outcome", outcome}});
 }
 
-void ServerMetrics::SetServedModel(const std::string& backend, const std::string& model) {
+void ServerMetrics::SetServedModel(const std::string& backend, const std::string& model,
+                                   const std::string& weights) {
   absl::MutexLock lock(&mu_);
   if (build_info_series_ != nullptr) build_info_.Remove(build_info_series_);
-  build_info_series_ =
-      &build_info_.Add({{"version", version_}, {"backend", backend}, {"model_name", model}});
+  build_info_series_ = &build_info_.Add(
+      {{"version", version_}, {"backend", backend}, {"model_name", model}, {"weights", weights}});
   build_info_series_->Set(1);
 }
 

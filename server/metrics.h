@@ -34,7 +34,8 @@ class ServerMetrics : public EngineObserver {
   void SetStatsSource(std::function<std::optional<EngineStats>()> source);
   // Relabels build_info with the backend actually serving (e.g. after --backend=auto) and
   // the served model's name.
-  void SetServedModel(const std::string& backend, const std::string& model);
+  void SetServedModel(const std::string& backend, const std::string& model,
+                      const std::string& weights);
   // One kernel compilation (PTX generation + JIT load) of a GPU backend.
   void ObserveKernelCompile(double seconds) { kernel_compile_seconds_.Observe(seconds); }
   // The health service's status for the whole server (ptxserve_health_serving 1 / 0).

@@ -222,6 +222,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   info.set_eos_token_id(served->tokenizer->eos_id());
   info.set_server_version(kVersion);
   info.set_prefix_caching(o.engine.prefix_caching);
+  info.set_weight_format(model->WeightFormat());
   return served;
 }
 
@@ -317,7 +318,7 @@ absl::Status Server::Start() {
 }
 
 void Server::SetModel(std::shared_ptr<ServedModel> model) {
-  metrics_->SetServedModel(model->info.backend(), model->info.name());
+  metrics_->SetServedModel(model->info.backend(), model->info.name(), model->info.weight_format());
   service_->SetModel(std::move(model));
   // The watchdog decides SERVING from the engine's state; do it now rather than at its
   // next tick so that callers can rely on it when SetModel returns.

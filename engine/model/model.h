@@ -58,6 +58,9 @@ struct Model {
 
   // Total bytes of all distinct weight tensors as stored in the files.
   size_t WeightBytes() const;
+  // The linear weights' format as loaded (layer 0's q projection): a block format such as
+  // "q4_0", else its dtype ("f16").
+  std::string WeightFormat() const;
 };
 
 // Loads a Hugging Face model directory (config.json plus model.safetensors or

@@ -163,6 +163,12 @@ absl::Status MapEmbeddings(const ModelConfig& c, const TensorSource& files, Tens
 
 }  // namespace
 
+std::string Model::WeightFormat() const {
+  if (tensors.layers.empty()) return std::string(DTypeName(config.torch_dtype));
+  const Tensor& wq = tensors.layers.front().wq;
+  return std::string(wq.quant != QuantType::kNone ? QuantName(wq.quant) : DTypeName(wq.dtype));
+}
+
 size_t Model::WeightBytes() const {
   std::set<const void*> seen;
   size_t total = 0;

@@ -21,7 +21,7 @@ TEST(GgufServedModelTest, ServesTheFileWithItsTokenizerAndChatTemplate) {
   auto model = LoadModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   GgufWriter w;
-  ASSERT_TRUE(AddModelToGguf(*model, *ParseGgufWeightType("f16"), "tiny", &w).ok());
+  ASSERT_TRUE(AddModelToGguf(*model, *ParseGgufWeightType("q8_0"), "tiny", &w).ok());
   ASSERT_TRUE(tok::AddTokenizerToGguf(dir, &w).ok());
   w.Set("tokenizer.chat_template",
         GgufValue::String("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
@@ -37,6 +37,7 @@ TEST(GgufServedModelTest, ServesTheFileWithItsTokenizerAndChatTemplate) {
   ASSERT_TRUE(served.ok()) << served.status();
   const server::ServedModel& m = **served;
   EXPECT_EQ(m.info.name(), "story-teller");
+  EXPECT_EQ(m.info.weight_format(), "q8_0");  // blocks as stored, on the CPU backend
   EXPECT_EQ(m.tokenizer->bos_id(), 1);
   ASSERT_TRUE(m.render_chat);
   auto text = m.render_chat(nlohmann::ordered_json::parse(R"([{"role":"user","content":"Hi"}])"),

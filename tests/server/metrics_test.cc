@@ -40,15 +40,17 @@ TEST(MetricsTest, CountersFollowTheStatsSource) {
   EXPECT_EQ(MetricValue(text, "ptxserve_generated_tokens_total"), 10);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"cancelled\"}"), 1);
   EXPECT_EQ(MetricValue(text, "ptxserve_requests_total{outcome=\"eos\"}"), 0);
-  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",model_name=\"\",version=\"1.2.3\"} 1"),
+  EXPECT_NE(text.find("ptxserve_build_info{backend=\"cpu\",model_name=\"\",version=\"1.2.3\","
+                      "weights=\"\"} 1"),
             std::string::npos)
       << text;
 
-  m.SetServedModel("cuda", "llama-3.2-1b");
+  m.SetServedModel("cuda", "llama-3.2-1b", "q4_0");
   text = m.Serialize();
   EXPECT_NE(
       text.find(
-          "ptxserve_build_info{backend=\"cuda\",model_name=\"llama-3.2-1b\",version=\"1.2.3\"} 1"),
+          "ptxserve_build_info{backend=\"cuda\",model_name=\"llama-3.2-1b\",version=\"1.2.3\","
+          "weights=\"q4_0\"} 1"),
       std::string::npos);
   EXPECT_EQ(text.find("backend=\"cpu\""), std::string::npos) << "one build_info series";
 
