@@ -280,6 +280,17 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   bool mlp_bias = false;
   PTX_RETURN_IF_ERROR(r.OptionalBool("mlp_bias", &mlp_bias));
   if (mlp_bias) return r.Error("mlp_bias", "MLP biases are not supported");
+  // A quantized Hugging Face checkpoint (AWQ, GPTQ, FP8, bitsandbytes, ...) stores other
+  // tensors than the weights' own; say so by its method rather than by a missing tensor.
+  if (const json* q = r.Get("quantization_config"); q != nullptr && !q->is_null()) {
+    const json* method =
+        q->is_object() && q->contains("quant_method") ? &(*q)["quant_method"] : nullptr;
+    return r.Error("quantization_config",
+                   absl::StrCat("quantization method ",
+                                method != nullptr ? DescribeJson(*method) : "(unnamed)",
+                                " is not supported: ptxserve loads f32/f16/bf16 safetensors, and "
+                                "q8_0/q4_0/q4_k/q6_k weights from GGUF files"));
+  }
   if (const json* act = r.Get("hidden_act"); act != nullptr) {
     if (!act->is_string() || act->get<std::string>() != "silu") {
       return r.Error("hidden_act", absl::StrCat("unsupported activation ", DescribeJson(*act),

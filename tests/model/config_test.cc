@@ -235,6 +235,13 @@ std::vector<BadConfig> BadConfigs() {
        "expected a token id"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act", "unsupported activation"},
       {"mlp_bias", [](json& j) { j["mlp_bias"] = true; }, "mlp_bias", "not supported"},
+      {"awq_checkpoint",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}};
+       },
+       "quantization_config", "quantization method \"awq\" is not supported"},
+      {"unnamed_quantization", [](json& j) { j["quantization_config"] = json::object(); },
+       "quantization_config", "quantization method (unnamed) is not supported"},
       {"rope_yarn",
        [](json& j) {
          j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
