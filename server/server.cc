@@ -42,23 +42,30 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
 };
 
 // A model and tokenizer that load but could not serve a single request are refused here,
-// naming the field, instead of failing every request later.
-absl::Status CheckServable(const ModelConfig& mc, const Tokenizer& tok) {
+// naming the field as the model's source spells it (config.json's, or the GGUF key).
+absl::Status CheckServable(const std::string& model_path, const ModelConfig& mc,
+                           const Tokenizer& tok) {
+  const bool gguf = IsGgufPath(model_path);
+  const char* context_field =
+      gguf ? "GGUF llama.context_length" : "config.json: max_position_embeddings";
+  const char* vocab_field = gguf ? "the GGUF vocabulary size (llama.vocab_size or "
+                                   "tokenizer.ggml.tokens)"
+                                 : "config.json vocab_size";
   if (mc.max_position_embeddings < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: max_position_embeddings = ", mc.max_position_embeddings,
+        context_field, " = ", mc.max_position_embeddings,
         ": a model needs a context of at least 2 tokens (a prompt and one new token)"));
   }
   if (tok.vocab_size() > mc.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the tokenizer has ", tok.vocab_size(), " ids, more than config.json vocab_size = ",
-        mc.vocab_size, ": prompts could hold ids the model has no embedding for"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer has ", tok.vocab_size(), " ids, more than ", vocab_field, " = ",
+                     mc.vocab_size, ": prompts could hold ids the model has no embedding for"));
   }
   for (auto [name, id] : {std::pair{"bos", tok.bos_id()}, {"eos", tok.eos_id()}}) {
     if (id >= mc.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the tokenizer's ", name, " token id ", id,
-                       " is outside config.json vocab_size = ", mc.vocab_size));
+      return absl::InvalidArgumentError(absl::StrCat("the tokenizer's ", name, " token id ", id,
+                                                     " is outside ", vocab_field, " = ",
+                                                     mc.vocab_size));
     }
   }
   return absl::OkStatus();
@@ -138,7 +145,7 @@ absl::StatusOr<std::shared_ptr<ServedModel>> LoadServedModel(const ModelOptions&
   auto tokenizer = Tokenizer::FromModelPath(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
   const ModelConfig& mc = model->config;
-  if (absl::Status st = CheckServable(mc, **tokenizer); !st.ok()) return st;
+  if (absl::Status st = CheckServable(o.model_dir, mc, **tokenizer); !st.ok()) return st;
 
   KvCacheConfig kv;
   kv.block_size = o.block_size;

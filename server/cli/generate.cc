@@ -23,7 +23,7 @@ int RunGenerate(int argc, char** argv) {
                       "model_cache_dir", "seed", "kv_blocks", "block_size", "backend",
                       "emulated_device", "cuda_graphs"});
   ParseSubcommandFlags(argc, argv,
-                       "ptxserve generate [--model DIR] --prompt TEXT [--max-tokens N] "
+                       "ptxserve generate [--model DIR|FILE.gguf] --prompt TEXT [--max-tokens N] "
                        "[--temperature T] [--top-k K] [--top-p P] [--seed S] "
                        "[--backend auto|cpu|cuda|emulated] [--emulated-device small|a100|h100]");
   if (absl::Status st = CheckEmulatedDeviceFlag(absl::GetFlag(FLAGS_backend),

@@ -155,7 +155,7 @@ int RunServe(int argc, char** argv) {
                       "backend", "emulated_device", "cuda_graphs"});
   ParseSubcommandFlags(
       argc, argv,
-      "ptxserve serve [--model DIR] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
+      "ptxserve serve [--model DIR|FILE.gguf] [--host 127.0.0.1] [--port 50051] [--http-port 8000] "
       "[--metrics-port 9464] "
       "[--backend cpu|cuda|emulated|auto] [--emulated-device small|a100|h100] [--max-batch-size N] "
       "[--max-batch-tokens N] [--kv-blocks "

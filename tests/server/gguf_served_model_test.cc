@@ -46,5 +46,29 @@ TEST(GgufServedModelTest, ServesTheFileWithItsTokenizerAndChatTemplate) {
   EXPECT_EQ(*text, "<user>Hi");
 }
 
+// A file that loads but could not serve one request is refused naming the GGUF key, not
+// a config.json it does not have.
+TEST(GgufServedModelTest, AContextTooShortToServeIsRefusedNamingTheGgufKey) {
+  const std::string dir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
+  if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << "no " << dir;
+  auto model = LoadModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  GgufWriter w;
+  ASSERT_TRUE(AddModelToGguf(*model, *ParseGgufWeightType("f32"), "tiny", &w).ok());
+  ASSERT_TRUE(tok::AddTokenizerToGguf(dir, &w).ok());
+  w.Set("llama.context_length", GgufValue::U32(1));
+  const std::string path = ::testing::TempDir() + "/one-token.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+
+  server::ModelOptions mo = testing::TestServer::DefaultModelOptions();
+  mo.model_dir = path;
+  mo.backend = "cpu";
+  auto served = server::LoadServedModel(mo, nullptr);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(served.ok());
+  EXPECT_NE(served.status().message().find("GGUF llama.context_length = 1"), std::string::npos)
+      << served.status();
+}
+
 }  // namespace
 }  // namespace ptxserve
