@@ -116,10 +116,11 @@ int RunGenerate(int argc, char** argv) {
   const double decode_secs = last.total_seconds - last.ttft_seconds;
   std::fprintf(stderr,
                "prompt tokens: %d, generated tokens: %d, finish: %s, %.1f tokens/s "
-               "(decode %.1f tokens/s)\n",
+               "(prefill %.1f tokens/s to the first token, decode %.1f tokens/s)\n",
                last.prompt_tokens, last.generated_tokens,
                std::string(FinishReasonName(last.finish)).c_str(),
                last.total_seconds > 0 ? last.generated_tokens / last.total_seconds : 0.0,
+               last.ttft_seconds > 0 ? last.prompt_tokens / last.ttft_seconds : 0.0,
                decode_secs > 0 ? (last.generated_tokens - 1) / decode_secs : 0.0);
   return 0;
 }
