@@ -4,7 +4,8 @@
 // BM_PrefillStep alternates, per iteration, one timed Step over the whole prompt with
 // num_layers timed cpu::PagedAttention calls at the same shape (512 query rows of one
 // sequence against its 512 cached positions), so both see the same machine load:
-// attention_pct = 100 * attention time / step time. The model is read from --model
+// attention_pct = 100 * attention time / step time; once per GEMM instruction set the
+// CPU has (the GEMM's AVX-512 kernel gives the same bits). The model is read from --model
 // (default /tmp/m1b-f16, made by `ptxserve make-model --preset llama-3.2-1b --dtype f16`).
 // BM_Attention needs no model: the llama-3.2-1b attention shape (32 query heads, 8 KV
 // heads, head_dim 64) at a prefill of `rows` rows and at decode (1 row per sequence).
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/model.h"
 #include "engine/step_batch.h"
@@ -99,7 +101,11 @@ void BM_Attention(benchmark::State& state, DType dtype) {
       benchmark::Counter(p.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// arg: the GEMM's instruction set (0 avx2, 1 avx512; engine/cpu/isa.h).
 void BM_PrefillStep(benchmark::State& state) {
+  const auto isa = static_cast<cpu::Isa>(state.range(0));
+  if (!cpu::SetGemmIsa(isa)) return state.SkipWithError("this CPU lacks the instruction set");
+  state.SetLabel(cpu::IsaName(isa));
   auto loaded = LoadModel(ModelDir());
   if (!loaded.ok()) return state.SkipWithError(("cannot load " + ModelDir()).c_str());
   const ModelConfig& c = loaded->config;
@@ -142,6 +148,7 @@ void BM_PrefillStep(benchmark::State& state) {
   state.counters["attention_ms"] = 1e3 * attention_s / n;
   state.counters["attention_pct"] = 100.0 * attention_s / step_s;
   state.counters["prompt_tokens_per_s"] = kPrompt * n / step_s;
+  cpu::SetGemmIsa(cpu::DetectIsa());
 }
 
 // args: sequences, context, query rows per sequence.
@@ -158,7 +165,12 @@ BENCHMARK_CAPTURE(BM_Attention, f16, DType::kF16)
     ->Args({16, kPrompt, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_PrefillStep)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillStep)
+    ->Arg(static_cast<int>(cpu::Isa::kAvx2))
+    ->Arg(static_cast<int>(cpu::Isa::kAvx512))
+    ->Iterations(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ptxserve
