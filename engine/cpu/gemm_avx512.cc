@@ -8,17 +8,20 @@
 // 32 registers hold 8 x rows x 4 weight rows of accumulators (16 registers) where AVX2's
 // 16 held 3 x 4. f16 and bf16 weights widen 16 at a time (two rows' 8) in one convert.
 //
-// The code below is compiled for AVX-512 by `#pragma GCC target` after the includes,
-// not by compiling the file with -mavx512f: inline functions from headers (the standard
+// The code below is compiled for AVX-512 by a target pragma after the includes, not by
+// compiling the file with -mavx512f: inline functions from headers (the standard
 // library's too) are then still compiled for the baseline, so the linker cannot keep an
-// AVX-512 copy of one of them for the whole program.
+// AVX-512 copy of one of them for the whole program. (Clang's pragma does not reach into
+// lambdas, so the kernels below use none.)
 //
 // GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*(), a
 // self-initialised variable that its (maybe-)uninitialized warnings flag once inlined;
 // they are off for this file, from before immintrin.h is read.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <array>
@@ -30,8 +33,12 @@
 #include "engine/cpu/ops.h"
 #include "engine/cpu/simd.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl")
+#endif
 
 namespace ptxserve::cpu {
 namespace {
@@ -67,6 +74,22 @@ const T* Tail(const T* p, int64_t n, T* part) {
   return part;
 }
 
+// One k-step of 8: acc[i][p] += x_i[0..8) (both halves) * (w_2p[0..8) | w_2p+1[0..8)).
+template <int MR, int kPairs, class W>
+inline __attribute__((always_inline)) void Step(const float* const* xr, const W* const* wk,
+                                                DType wt, __m512 (&acc)[MR][2]) {
+  __m512 wv[kPairs];
+#pragma GCC unroll 2
+  for (int p = 0; p < kPairs; ++p) wv[p] = LoadPair(wk[2 * p], wk[2 * p + 1], wt);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m256 x8 = _mm256_loadu_ps(xr[i]);
+    const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
+#pragma GCC unroll 2
+    for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+  }
+}
+
 // gemm.cc's MicroKernel<MR, NR, W>: y[i * ldy + j * col_step] = x_i . w_j (+ bias) for
 // x rows K apart and weight rows w + j * col_step * K. Register p of row i holds the
 // chains of weight rows 2p and 2p + 1 (with NR odd, the last row twice).
@@ -80,18 +103,6 @@ void MicroKernel(const float* x, const W* w, DType wt, const float* bias, int64_
   __m512 acc[MR][2];  // pairs >= kPairs stay zero and fold away
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  auto step = [&](const float* const* xr, const W* const* wk) {
-    __m512 wv[kPairs];
-#pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) wv[p] = LoadPair(wk[2 * p], wk[2 * p + 1], wt);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m256 x8 = _mm256_loadu_ps(xr[i]);
-      const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
-#pragma GCC unroll 2
-      for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
-    }
-  };
   const float* xr[MR];
   const W* wk[2 * kPairs];
   int64_t k = 0;
@@ -100,14 +111,14 @@ void MicroKernel(const float* x, const W* w, DType wt, const float* bias, int64_
     for (int i = 0; i < MR; ++i) xr[i] = x + i * K + k;
 #pragma GCC unroll 4
     for (int j = 0; j < 2 * kPairs; ++j) wk[j] = wr[j] + k;
-    step(xr, wk);
+    Step<MR, kPairs>(xr, wk, wt, acc);
   }
   if (k < K) {  // zeros past K, as the AVX2 kernel's masked loads give
     float x_part[MR][8];
     W w_part[2 * kPairs][8];
     for (int i = 0; i < MR; ++i) xr[i] = Tail(x + i * K + k, K - k, x_part[i]);
     for (int j = 0; j < 2 * kPairs; ++j) wk[j] = Tail(wr[j] + k, K - k, w_part[j]);
-    step(xr, wk);
+    Step<MR, kPairs>(xr, wk, wt, acc);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -157,5 +168,9 @@ void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* b
 
 }  // namespace ptxserve::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #pragma GCC diagnostic pop
