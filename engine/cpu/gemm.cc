@@ -7,7 +7,8 @@
 // (rows r, r + S, r + 2S, ...): each is then a separate sequential stream, which the
 // hardware prefetchers follow at full speed, where NR adjacent rows read in lockstep
 // measured at half the bandwidth. Larger M is tiled into blocks of kMBlock rows so
-// the NR weight rows in flight are reused from L1 across the block.
+// the NR weight rows in flight are reused from L1 across the block (ForEachTile). On
+// CPUs with AVX-512 the same tiles run in gemm_avx512.cc's kernel, with the same sums.
 //
 // Each output is one 8-wide FMA chain over K followed by the same horizontal sum,
 // whatever M, the tile shape or the thread count: a token's result does not depend
@@ -23,6 +24,7 @@
 #include <type_traits>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/simd.h"
 #include "engine/util/thread_pool.h"
@@ -153,20 +155,16 @@ KernelFn<W> PickKernel(int mr, int nr) {
 template <class W>
 void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
                int64_t K, int64_t n_begin, int64_t n_end, float* y) {
-  const int64_t stride = (n_end - n_begin) / kNR;  // distance between a tile's weight rows
-  const int64_t rest = n_end - n_begin - stride * kNR;
-  auto tile = [&](int64_t n, int nr, int64_t col_step, int64_t m_begin, int64_t m_end) {
-    const float* bn = bias != nullptr ? bias + n : nullptr;
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += kMR) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMR, m_end - m0));
-      PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt, bn, K, col_step, ldy, y + m0 * ldy + n);
-    }
-  };
-  for (int64_t m_block = 0; m_block < M; m_block += kMBlock) {
-    const int64_t m_end = std::min(M, m_block + kMBlock);
-    for (int64_t r = 0; r < stride; ++r) tile(n_begin + r, kNR, stride, m_block, m_end);
-    if (rest > 0) tile(n_begin + stride * kNR, static_cast<int>(rest), 1, m_block, m_end);
+  if (GemmIsa() == Isa::kAvx512) {
+    GemmPanelAvx512(x, w, wt, bias, M, ldy, K, n_begin, n_end, y);
+    return;
   }
+  ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
+              [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
+                PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt,
+                                      bias != nullptr ? bias + n : nullptr, K, col_step, ldy,
+                                      y + m0 * ldy + n);
+              });
 }
 
 template <class W>

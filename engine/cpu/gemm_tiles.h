@@ -1,8 +1,9 @@
-// What gemm.cc and gemm_quant.cc share (internal to engine/cpu): the f32 GEMM's serial
-// panel, which the block-quantized GEMM runs over rows it has widened to f32, and the
-// quantized GEMM's entry point, which Gemm dispatches to.
+// What gemm.cc, gemm_avx512.cc and gemm_quant.cc share (internal to engine/cpu): the
+// order of a panel's tiles, the f32 GEMM's serial panel, which the block-quantized GEMM runs over
+// rows it has widened to f32, and the quantized GEMM's entry point, which Gemm dispatches to.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/cpu/ops.h"
@@ -13,6 +14,40 @@ namespace ptxserve::cpu {
 // exactly the sums Gemm computes for f32 weights.
 void GemmF32Serial(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
                    int64_t K, int64_t ldy, float* y);
+
+// The order the GEMM kernels (gemm.cc, gemm_avx512.cc) walk weight rows [n_begin,
+// n_end) against M rows of x: tiles of up to nr_max weight rows taken `stride` apart
+// (rows r, r + S, r + 2S, ...: each a separate sequential stream, which the hardware
+// prefetchers follow at full speed, where adjacent rows read in lockstep measured at half
+// the bandwidth) times up to mr_max rows of x, the x rows in blocks of m_block that reuse
+// the tile's weight rows from L1. Calls tile(n, nr, col_step, m0, mr) for the weight rows
+// n + j * col_step (j < nr) and x rows [m0, m0 + mr).
+template <class Tile>
+void ForEachTile(int64_t M, int64_t n_begin, int64_t n_end, int nr_max, int mr_max, int64_t m_block,
+                 const Tile& tile) {
+  const int64_t stride = (n_end - n_begin) / nr_max;  // distance between a tile's weight rows
+  const int64_t rest = n_end - n_begin - stride * nr_max;
+  auto rows = [&](int64_t n, int nr, int64_t col_step, int64_t m_begin, int64_t m_end) {
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += mr_max) {
+      tile(n, nr, col_step, m0, static_cast<int>(std::min<int64_t>(mr_max, m_end - m0)));
+    }
+  };
+  for (int64_t m_block_begin = 0; m_block_begin < M; m_block_begin += m_block) {
+    const int64_t m_end = std::min(M, m_block_begin + m_block);
+    for (int64_t r = 0; r < stride; ++r) rows(n_begin + r, nr_max, stride, m_block_begin, m_end);
+    if (rest > 0) {
+      rows(n_begin + stride * nr_max, static_cast<int>(rest), 1, m_block_begin, m_end);
+    }
+  }
+}
+
+// The f32/f16/bf16 (wt) GEMM panel for CPUs with AVX-512 F and VL (gemm_avx512.cc):
+// y[m * ldy + n] = x[m] . w[n] (+ bias[n]) for m < M, n in [n_begin, n_end), with
+// exactly the sums of gemm.cc's AVX2 kernel, bit for bit. Only when DetectIsa() says so.
+void GemmPanelAvx512(const float* x, const float* w, DType wt, const float* bias, int64_t M,
+                     int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y);
+void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* bias, int64_t M,
+                     int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y);
 
 // The ways to multiply by blocks (gemm_quant.cc): widening codes to f32 weights in
 // registers (q8_0, q4_0), widening a few rows at a time into an f32 buffer for gemm.cc's

@@ -1,0 +1,51 @@
+// The CPU GEMM under each instruction set it can pick at run time (engine/cpu/isa.h):
+// the AVX2 kernel and, where the CPU has AVX-512 F/VL, the AVX-512 one (same results,
+// bit for bit). Shapes of the llama-3.2-1b preset's projections with f16 weights as
+// stored: decode (M = 1, bound by weight bandwidth) and prefill chunks (compute-bound).
+//
+//   build/bench/gemm_isa_bench
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "engine/cpu/isa.h"
+#include "engine/cpu/ops.h"
+
+namespace ptxserve::cpu {
+namespace {
+
+// args: isa (0 avx2, 1 avx512), M, N, K.
+void BM_Gemm(benchmark::State& state) {
+  const auto isa = static_cast<Isa>(state.range(0));
+  const int64_t M = state.range(1), N = state.range(2), K = state.range(3);
+  if (!SetGemmIsa(isa)) return state.SkipWithError("this CPU lacks the instruction set");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(M * K), wf(N * K), y(M * N);
+  for (float& v : x) v = dist(rng);
+  for (float& v : wf) v = dist(rng);
+  std::vector<uint16_t> w(N * K);
+  ConvertFromFloat(DType::kF16, wf.data(), wf.size(), w.data());
+  for (auto _ : state) {
+    Gemm(x.data(), WeightMatrix{w.data(), DType::kF16}, nullptr, M, N, K, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetGemmIsa(DetectIsa());
+  state.SetLabel(IsaName(isa));
+  state.counters["GFLOP_per_s"] = benchmark::Counter(2e-9 * static_cast<double>(M * N * K),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t M : {1, 64, 512}) {
+    for (int64_t isa : {0, 1}) b->Args({isa, M, 2048, 2048});  // q_proj / o_proj
+  }
+  for (int64_t isa : {0, 1}) b->Args({isa, 512, 8192, 2048});  // gate or up
+}
+BENCHMARK(BM_Gemm)->Apply(Shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ptxserve::cpu
+
+BENCHMARK_MAIN();

@@ -1,0 +1,176 @@
+// gemm.cc's kernel for CPUs with AVX-512 F and VL, chosen at run time (engine/cpu/isa.h).
+//
+// Every output must stay the same 8-lane FMA chain over K and the same horizontal sum
+// as the AVX2 kernel's, so that a result does not depend on the machine. So a 512-bit
+// register does not hold 16 consecutive k of one output: it holds the 8-lane chains of
+// two weight rows side by side, x's 8 values broadcast to both halves. One 512-bit FMA
+// then does the work of two AVX2 FMAs with the same roundings, lane for lane, and the
+// 32 registers hold 8 x rows x 4 weight rows of accumulators (16 registers) where AVX2's
+// 16 held 3 x 4. f16 and bf16 weights widen 16 at a time (two rows' 8) in one convert.
+//
+// The code below is compiled for AVX-512 by a target pragma after the includes, not by
+// compiling the file with -mavx512f: inline functions from headers (the standard
+// library's too) are then still compiled for the baseline, so the linker cannot keep an
+// AVX-512 copy of one of them for the whole program. (Clang's pragma does not reach into
+// lambdas, so the kernels below use none.)
+//
+// GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*(), a
+// self-initialised variable that its (maybe-)uninitialized warnings flag once inlined;
+// they are off for this file, from before immintrin.h is read.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/ops.h"
+#include "engine/cpu/simd.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl")
+#endif
+
+namespace ptxserve::cpu {
+namespace {
+
+constexpr int kNR = 4;           // weight rows (streams) per tile, as in gemm.cc
+constexpr int kMR = 8;           // x rows per tile: 8 x 2 accumulator registers
+constexpr int64_t kMBlock = 48;  // x rows whose tiles reuse the same weight rows
+
+// 8 values at a and 8 at b in one register: a's in the low half.
+__m512 Join(__m256 a, __m256 b) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+}
+__m256 High(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// Eight weights of row a and eight of row b as f32, a's in the low half.
+__m512 LoadPair(const float* a, const float* b, DType) {
+  return Join(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
+}
+__m512 LoadPair(const uint16_t* a, const uint16_t* b, DType t) {
+  const __m256i h = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  if (t == DType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// The first n (< 8) elements at p, zeros after, as 8 elements in `part`.
+template <class T>
+const T* Tail(const T* p, int64_t n, T* part) {
+  std::memset(part, 0, 8 * sizeof(T));
+  std::memcpy(part, p, static_cast<size_t>(n) * sizeof(T));
+  return part;
+}
+
+// One k-step of 8: acc[i][p] += x_i[0..8) (both halves) * (w_2p[0..8) | w_2p+1[0..8)).
+template <int MR, int kPairs, class W>
+inline __attribute__((always_inline)) void Step(const float* const* xr, const W* const* wk,
+                                                DType wt, __m512 (&acc)[MR][2]) {
+  __m512 wv[kPairs];
+#pragma GCC unroll 2
+  for (int p = 0; p < kPairs; ++p) wv[p] = LoadPair(wk[2 * p], wk[2 * p + 1], wt);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m256 x8 = _mm256_loadu_ps(xr[i]);
+    const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
+#pragma GCC unroll 2
+    for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+  }
+}
+
+// gemm.cc's MicroKernel<MR, NR, W>: y[i * ldy + j * col_step] = x_i . w_j (+ bias) for
+// x rows K apart and weight rows w + j * col_step * K. Register p of row i holds the
+// chains of weight rows 2p and 2p + 1 (with NR odd, the last row twice).
+template <int MR, int NR, class W>
+void MicroKernel(const float* x, const W* w, DType wt, const float* bias, int64_t K,
+                 int64_t col_step, int64_t ldy, float* y) {
+  constexpr int kPairs = (NR + 1) / 2;
+  const W* wr[2 * kPairs];
+#pragma GCC unroll 4
+  for (int j = 0; j < 2 * kPairs; ++j) wr[j] = w + std::min(j, NR - 1) * col_step * K;
+  __m512 acc[MR][2];  // pairs >= kPairs stay zero and fold away
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const float* xr[MR];
+  const W* wk[2 * kPairs];
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) xr[i] = x + i * K + k;
+#pragma GCC unroll 4
+    for (int j = 0; j < 2 * kPairs; ++j) wk[j] = wr[j] + k;
+    Step<MR, kPairs>(xr, wk, wt, acc);
+  }
+  if (k < K) {  // zeros past K, as the AVX2 kernel's masked loads give
+    float x_part[MR][8];
+    W w_part[2 * kPairs][8];
+    for (int i = 0; i < MR; ++i) xr[i] = Tail(x + i * K + k, K - k, x_part[i]);
+    for (int j = 0; j < 2 * kPairs; ++j) wk[j] = Tail(wr[j] + k, K - k, w_part[j]);
+    Step<MR, kPairs>(xr, wk, wt, acc);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, simd::Hsum4(_mm512_castps512_ps256(acc[i][0]), High(acc[i][0]),
+                                   _mm512_castps512_ps256(acc[i][1]), High(acc[i][1])));
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      y[i * ldy + j * col_step] = bias != nullptr ? sums[j] + bias[j * col_step] : sums[j];
+    }
+  }
+}
+
+template <class W>
+using KernelFn = void (*)(const float*, const W*, DType, const float*, int64_t, int64_t, int64_t,
+                          float*);
+
+// MicroKernel<mr, nr> at [(mr - 1) * kNR + nr - 1].
+template <class W, int... I>
+constexpr std::array<KernelFn<W>, sizeof...(I)> KernelTable(std::integer_sequence<int, I...>) {
+  return {&MicroKernel<I / kNR + 1, I % kNR + 1, W>...};
+}
+
+template <class W>
+void Panel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
+           int64_t K, int64_t n_begin, int64_t n_end, float* y) {
+  static constexpr auto kKernels = KernelTable<W>(std::make_integer_sequence<int, kMR * kNR>());
+  ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
+              [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
+                kKernels[(mr - 1) * kNR + nr - 1](x + m0 * K, w + n * K, wt,
+                                                  bias != nullptr ? bias + n : nullptr, K, col_step,
+                                                  ldy, y + m0 * ldy + n);
+              });
+}
+
+}  // namespace
+
+void GemmPanelAvx512(const float* x, const float* w, DType wt, const float* bias, int64_t M,
+                     int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y) {
+  Panel(x, w, wt, bias, M, ldy, K, n_begin, n_end, y);
+}
+
+void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* bias, int64_t M,
+                     int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y) {
+  Panel(x, w, wt, bias, M, ldy, K, n_begin, n_end, y);
+}
+
+}  // namespace ptxserve::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#pragma GCC diagnostic pop

@@ -1,0 +1,26 @@
+// The instruction sets the CPU backend's hot kernels may use beyond the x86-64-v3 build
+// target (AVX2, FMA, F16C), found by cpuid at run time, so one binary runs every
+// x86-64-v3 machine and uses AVX-512 where the CPU has it.
+#pragma once
+
+namespace ptxserve::cpu {
+
+enum class Isa {
+  kAvx2,    // the build target's AVX2/FMA/F16C
+  kAvx512,  // + AVX-512 F and VL (512-bit FMAs, 32 vector registers)
+};
+
+const char* IsaName(Isa isa);
+
+// The best Isa this CPU supports (cpuid, read once).
+Isa DetectIsa();
+
+// The Isa the f32/f16/bf16 GEMM kernels use: DetectIsa() unless SetGemmIsa chose another.
+Isa GemmIsa();
+
+// Makes the GEMM kernels use `isa` from the next call on, for tests and benchmarks that
+// compare variants; false (nothing changed) when the CPU lacks it. Not for use while
+// another thread runs a GEMM.
+bool SetGemmIsa(Isa isa);
+
+}  // namespace ptxserve::cpu

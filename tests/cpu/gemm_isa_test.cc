@@ -1,0 +1,91 @@
+// The GEMM's AVX-512 kernel (gemm_avx512.cc) against its AVX2 kernel (gemm.cc): the same
+// outputs, bit for bit, so a token's logits do not depend on the machine. Skipped, with
+// the reason printed, on CPUs without AVX-512 F and VL.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa.h"
+#include "engine/cpu/ops.h"
+#include "gtest/gtest.h"
+
+namespace ptxserve::cpu {
+namespace {
+
+std::vector<float> Random(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Runs `gemm` under each Isa and expects equal bytes.
+template <class Gemm>
+void ExpectSameUnderBothIsas(int64_t M, int64_t N, const Gemm& gemm) {
+  std::vector<float> avx2(M * N, -1.0f), avx512(M * N, -2.0f);
+  ASSERT_TRUE(SetGemmIsa(Isa::kAvx2));
+  gemm(avx2.data());
+  ASSERT_TRUE(SetGemmIsa(Isa::kAvx512));
+  gemm(avx512.data());
+  SetGemmIsa(DetectIsa());
+  for (int64_t i = 0; i < M * N; ++i) {
+    ASSERT_EQ(std::memcmp(&avx2[i], &avx512[i], sizeof(float)), 0)
+        << "row " << i / N << " col " << i % N << ": " << avx2[i] << " vs " << avx512[i];
+  }
+}
+
+class GemmIsaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DetectIsa() != Isa::kAvx512) {
+      std::printf("skipping: this CPU lacks AVX-512 F/VL, only the AVX2 kernel runs\n");
+      GTEST_SKIP() << "no AVX-512 F/VL on this CPU";
+    }
+  }
+};
+
+// M across the 8-row AVX-512 and 3-row AVX2 tiles and the 48-row blocks, N across the
+// 4-row tiles (odd counts leave half a register pair), K with and without a tail.
+TEST_F(GemmIsaTest, DTypeWeightsGiveTheSameBits) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t M : {1, 2, 7, 9, 50, 100}) {
+      for (int64_t N : {1, 3, 6, 67}) {
+        for (int64_t K : {8, 13, 64, 100}) {
+          SCOPED_TRACE(::testing::Message()
+                       << DTypeName(dt) << " M=" << M << " N=" << N << " K=" << K);
+          const std::vector<float> x = Random(M * K, 1), wf = Random(N * K, 2), bias = Random(N, 3);
+          std::vector<uint8_t> w(N * K * DTypeSize(dt));
+          ConvertFromFloat(dt, wf.data(), wf.size(), w.data());
+          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+            ExpectSameUnderBothIsas(M, N, [&](float* y) {
+              Gemm(x.data(), WeightMatrix{w.data(), dt}, b, M, N, K, y);
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+// Block formats whose rows gemm_quant.cc widens to f32 for gemm.cc's kernel.
+TEST_F(GemmIsaTest, WidenedQuantRowsGiveTheSameBits) {
+  const int64_t M = 20, N = 11, K = 256;
+  const std::vector<float> x = Random(M * K, 4), wf = Random(N * K, 5);
+  for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+    const int64_t row_bytes = QuantRowBytes(q, K);
+    std::vector<uint8_t> w(N * row_bytes);
+    for (int64_t n = 0; n < N; ++n) {
+      ASSERT_TRUE(QuantizeRow(q, wf.data() + n * K, K, w.data() + n * row_bytes).ok());
+    }
+    ExpectSameUnderBothIsas(M, N, [&](float* y) {
+      GemmQuantized(x.data(), WeightMatrix{w.data(), DType::kF32, q}, nullptr, M, N, K, y,
+                    BlockKernel::kWidenedRows);
+    });
+  }
+}
+
+}  // namespace
+}  // namespace ptxserve::cpu
