@@ -15,45 +15,42 @@ namespace {
 constexpr int kStepBlocks = 64;
 constexpr int kUnitBytes = 16;
 
-// The f32 weights of one block, decoded from its staging in shared memory at `blk`
-// (2-byte aligned): d * q for q8_0, d * (nibble - 8) for q4_0. Each is exact (an f16 scale
-// times a small integer), so the sums are those of an f32 GEMM over the dequantized rows.
-std::vector<Reg> DecodeBlock(KernelBuilder& kb, BlockFormat f, Reg blk) {
-  const Reg d =
-      kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, 0)));
-  // Two codes bytes per load: the only width the blocks' 2-byte alignment allows.
+// One block decoded from its staging in shared memory at `blk` (2-byte aligned): its scale
+// d and its 32 codes as f32 (q for q8_0, nibble - 8 for q4_0), so its weights are d * code.
+struct Block {
+  Reg d;
+  std::vector<Reg> codes;
+};
+Block DecodeBlock(KernelBuilder& kb, BlockFormat f, Reg blk) {
+  Block b;
+  b.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, 0)));
+  b.codes.resize(kQuantBlockElems);
+  // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
   auto word = [&](int i) {
     const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(blk, 2 + 2 * i));
     return kb.Cvt(Type::kU32, Type::kU16, h);
   };
-  std::vector<Reg> w(kQuantBlockElems);
   if (f == BlockFormat::kQ8_0) {
     for (int i = 0; i < kQuantBlockElems / 2; ++i) {
       const Reg v = word(i);
-      for (int b = 0; b < 2; ++b) {
-        // Sign-extend byte b: to the top of the word, then an arithmetic shift down.
-        const Reg top = kb.Emit(Op::kShl, Type::kB32, {v, 24 - 8 * b});
-        const Reg q = kb.Emit(Op::kShr, Type::kS32, {top, 24});
-        w[2 * i + b] = gen::FMul(kb, d, kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn));
+      for (int byte = 0; byte < 2; ++byte) {
+        const Reg q = kb.Emit(Op::kBfe, Type::kS32, {v, 8 * byte, 8});  // sign-extended
+        b.codes[2 * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
       }
     }
-    return w;
+    return b;
   }
-  // q4_0: d * (q - 8) as one FMA, d * q + (-8 d), exact like the product.
-  const Reg minus8d = gen::FMul(kb, d, Operand::F32(-8.0f));
   for (int i = 0; i < kQuantBlockElems / 4; ++i) {
     const Reg v = word(i);  // bytes 2i (bits 0..7) and 2i + 1 (bits 8..15)
-    for (int b = 0; b < 2; ++b) {
+    for (int byte = 0; byte < 2; ++byte) {
       for (int hi = 0; hi < 2; ++hi) {
-        const int shift = 8 * b + 4 * hi;
-        const Reg s = shift == 0 ? v : kb.Emit(Op::kShr, Type::kU32, {v, shift});
-        const Reg q = kb.Emit(Op::kAnd, Type::kB32, {s, 0xF});
+        const Reg q = kb.Emit(Op::kBfe, Type::kU32, {v, 8 * byte + 4 * hi, 4});
         const Reg qf = kb.Cvt(Type::kF32, Type::kU32, q, ptx::Round::kRn);
-        w[2 * i + b + 16 * hi] = gen::FFma(kb, d, qf, minus8d);
+        b.codes[2 * i + byte + 16 * hi] = gen::FAdd(kb, qf, Operand::F32(-8.0f));
       }
     }
   }
-  return w;
+  return b;
 }
 
 }  // namespace
@@ -166,13 +163,16 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       const ptx::Label skip = kb.NewLabel("skip");
       kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, gen::UAdd(kb, lane, 32 * p), step_blocks), skip);
       const Reg blk = gen::UAdd(kb, blk0, 32 * p * bb);
-      const std::vector<Reg> wv = DecodeBlock(kb, cfg.format, blk);
+      const Block block = DecodeBlock(kb, cfg.format, blk);
       for (int m = 0; m < mt; ++m) {
         const std::vector<Reg> xv =
             gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantBlockElems * 4,
                            kQuantBlockElems, 16);
-        for (int e = 0; e < kQuantBlockElems; ++e)
-          kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
+        // The scale applies once per block and row: acc += d * (x . codes).
+        const Reg dot = gen::FMul(kb, xv[0], block.codes[0]);
+        for (int e = 1; e < kQuantBlockElems; ++e)
+          kb.EmitTo(dot, Op::kFma, Type::kF32, {xv[e], block.codes[e], dot});
+        kb.EmitTo(acc[m], Op::kFma, Type::kF32, {block.d, dot, acc[m]});
       }
       kb.Bind(skip);
     }

@@ -14,8 +14,9 @@
 // of m_tile rows. Rows of blocks are only 2-byte aligned (34 and 18 bytes per block), so a
 // warp reads a run of 64 blocks as the aligned 16-byte units that cover it, one unit per
 // lane and load (coalesced: every sector a load touches is one the row needs), stages them
-// in shared memory, then each lane decodes whole blocks from there: scale times code in
-// f32, FMA with x. Batches of M <= m_tile read the weights once; larger ones once per
+// in shared memory, then each lane decodes whole blocks from there (bfe, cvt to f32) and
+// adds d * (x . codes) per block and row, in f32: the f32 GEMM over the dequantized weights
+// up to f32 rounding. Batches of M <= m_tile read the weights once; larger ones once per
 // 8-row tile.
 #pragma once
 

@@ -95,7 +95,8 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   if (!cpu.ok() || !gpu.ok()) return o;
   // Block weights: the CPU backend over the decoded model is also the GPU's exact reference,
   // since the GPU's GEMV is the f32 GEMM over those values and differs from the CPU's f32
-  // GEMM only in the order of its sums: at most K 2^-24 of sum |x w| per GEMM of depth K, at
+  // GEMM only in f32 rounding (the order of its sums, the scale applied per block): at most
+  // about K 2^-24 of sum |x w| per GEMM of depth K, at
   // the same 4 L + 1 points. That bound, with the deepest K, catches what the integer
   // rounding's looser tolerance would hide.
   const ModelConfig& c = model.config;
