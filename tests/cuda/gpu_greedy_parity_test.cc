@@ -169,12 +169,16 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   std::printf(
       "[ parity ] %s: %d steps, %d rows, worst logit error %.2e of the largest logit "
       "(tolerance %.2e: %lld layers x 4 + 1 roundings), %d near-ties, %lld tensor-core GEMM "
-      "launches, %lld quantized GEMV launches; against the decoded f32 model %.2e "
-      "(tolerance %.2e: 4 L + 1 sums of depth %lld)\n",
+      "launches, %lld quantized GEMV launches\n",
       name.c_str(), o.steps, o.rows, o.worst_error, tolerance,
       static_cast<long long>(model.config.num_layers), o.near_ties,
-      static_cast<long long>(tensor_core_launches), static_cast<long long>(quant_gemm_launches),
-      o.worst_exact_error, exact_tolerance, static_cast<long long>(deepest));
+      static_cast<long long>(tensor_core_launches), static_cast<long long>(quant_gemm_launches));
+  if (quantized) {
+    std::printf(
+        "[ parity ] %s against the decoded f32 model: worst logit error %.2e (tolerance %.2e: "
+        "4 L + 1 sums of depth %lld)\n",
+        name.c_str(), o.worst_exact_error, exact_tolerance, static_cast<long long>(deepest));
+  }
   SetEmulatedKernelCounters(false);
   if (quantized) {
     EXPECT_GT(quant_gemm_launches, 0) << name << ": no step ran the quantized GEMV";
