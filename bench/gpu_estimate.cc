@@ -5,11 +5,13 @@
 // Every figure is an estimate, never a measurement. Table or JSON.
 //
 //   build/bench/gpu_estimate --preset llama-3.2-1b --dtype f16 --device h100
+//   build/bench/gpu_estimate --preset llama-3.2-1b --weights q4_0 --batch 1,8 --prefill 0
 //   build/bench/gpu_estimate --model ../shared/models/tinystories-656k --batch 1,8 --prefill 128
 //   build/bench/gpu_estimate ... --format json > estimate.json
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/cuda/step_estimate.h"
+#include "engine/model/gguf_export.h"
+#include "engine/model/gguf_writer.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "kernels/ptx/ptxas.h"
@@ -29,6 +33,9 @@
 ABSL_FLAG(std::string, model, "", "a Hugging Face model directory (or --preset)");
 ABSL_FLAG(std::string, preset, "llama-3.2-1b", "a synthetic preset, when --model is not given");
 ABSL_FLAG(std::string, dtype, "f16", "--preset: the weights' dtype (f16, bf16, f32)");
+ABSL_FLAG(std::string, weights, "",
+          "the matrices re-encoded as a GGUF of this type first (q8_0, q4_0, f16, ...: the GPU "
+          "reads q8_0/q4_0 as blocks); empty: as loaded");
 ABSL_FLAG(std::string, device, "h100", "the GPU to estimate for (h100, a100)");
 ABSL_FLAG(std::string, batch, "1,16,64,256", "decode batches (sequences), comma-separated");
 ABSL_FLAG(int32_t, context, 1024, "tokens per sequence in a decode step");
@@ -57,8 +64,7 @@ void PrintTable(const ModelEstimate& m) {
   std::printf(
       "ESTIMATES (no GPU measured): %s %s on %s (%s); counters from the PTX emulator, "
       "%s CTAs per launch\n",
-      m.model.c_str(), std::string(DTypeName(m.dtype)).c_str(), d.name.c_str(),
-      d.description.c_str(),
+      m.model.c_str(), m.weights.c_str(), d.name.c_str(), d.description.c_str(),
       m.sample_ctas == 0 ? "all" : absl::StrCat("at most ", m.sample_ctas).c_str());
   for (const StepEstimate& s : m.steps) {
     std::printf("\n%s: %d sequence(s) x %d tokens, %d token(s) run\n", s.phase.c_str(), s.batch,
@@ -93,6 +99,7 @@ nlohmann::json ToJson(const ModelEstimate& m) {
   nlohmann::json out = {{"estimate", true},
                         {"model", m.model},
                         {"dtype", std::string(DTypeName(m.dtype))},
+                        {"weights", m.weights},
                         {"device", m.device->name},
                         {"sample_ctas", m.sample_ctas}};
   for (const StepEstimate& s : m.steps) {
@@ -165,6 +172,25 @@ int Run() {
   }
   absl::StatusOr<Model> model = LoadModel(dir);
   if (!model.ok()) return Fail(std::string(model.status().message()));
+  if (const std::string weights = absl::GetFlag(FLAGS_weights); !weights.empty()) {
+    const std::optional<GgufWeightType> type = ParseGgufWeightType(weights);
+    if (!type) {
+      return Fail(absl::StrCat("--weights: '", weights, "' is not one of ",
+                               absl::StrJoin(GgufWeightTypeNames(), ", ")));
+    }
+    // Through a GGUF, as `ptxserve quantize` writes one, so the blocks are the file's.
+    GgufWriter w;
+    const std::string path =
+        (std::filesystem::temp_directory_path() /
+         absl::StrCat("ptxserve-estimate-", std::filesystem::path(name).filename().string(), "-",
+                      weights, "-", model->config.num_layers, "layer.gguf"))
+            .string();
+    absl::Status st = AddModelToGguf(*model, *type, name, &w);
+    if (st.ok()) st = w.Write(path);
+    if (!st.ok()) return Fail(std::string(st.message()));
+    model = LoadModel(path);
+    if (!model.ok()) return Fail(std::string(model.status().message()));
+  }
   std::string ptxas = absl::GetFlag(FLAGS_ptxas);
   if (ptxas.empty()) ptxas = ptx::FindPtxas();
   if (!ptxas.empty() && ptxas != "none") {
@@ -189,7 +215,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "gpu_estimate [--model DIR | --preset NAME --dtype f16] [--device h100|a100] "
+      "gpu_estimate [--model DIR | --preset NAME --dtype f16] [--weights q8_0|q4_0] "
+      "[--device h100|a100] "
       "[--batch 1,16,64,256] [--context 1024] [--prefill 2048] [--format table|json]");
   absl::ParseCommandLine(argc, argv);
   return ptxserve::cuda::Run();

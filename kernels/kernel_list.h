@@ -15,6 +15,7 @@
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
@@ -50,9 +51,9 @@ struct KernelList {
 using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateAttentionMerge>,
                Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>, Kernel<&GenerateGemm>,
-               Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
-               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>, Kernel<&GenerateSampling>,
-               Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateQuantGemm>, Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>,
+               Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>,
+               Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

@@ -33,6 +33,9 @@ class Reader {
   void Read(const std::string& key, ElemType* v) {
     if (!ParseElemType(Get(key), v)) Error(key, "f32, f16 or bf16");
   }
+  void Read(const std::string& key, BlockFormat* v) {
+    if (!ParseBlockFormat(Get(key), v)) Error(key, "q8_0 or q4_0");
+  }
   void Read(const std::string& key, RopeLayout* v) {
     const std::string& text = Get(key);
     *v = text == "rotate_half" ? RopeLayout::kRotateHalf : RopeLayout::kInterleaved;
@@ -68,6 +71,7 @@ class Reader {
 std::string Format(int v) { return absl::StrCat(v); }
 std::string Format(bool v) { return v ? "true" : "false"; }
 std::string Format(ElemType v) { return std::string(ElemTypeName(v)); }
+std::string Format(BlockFormat v) { return std::string(BlockFormatName(v)); }
 std::string Format(RopeLayout v) {
   return v == RopeLayout::kRotateHalf ? "rotate_half" : "interleaved";
 }

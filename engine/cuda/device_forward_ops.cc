@@ -44,13 +44,13 @@ absl::Status DeviceForwardOps::Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight,
                                     CUdeviceptr out, bool accumulate) {
   const int64_t m = Rows(in);
   const int form = GemmForm(m);
-  if (gemm.cfg[form].accumulate != accumulate) {
-    return absl::InternalError(absl::StrCat("GEMM ", gemm.cfg[form].Key(), ": the forward pass ",
+  if (gemm.Accumulates(form) != accumulate) {
+    return absl::InternalError(absl::StrCat("GEMM ", gemm.Key(form), ": the forward pass ",
                                             accumulate ? "adds" : "writes",
                                             " its product, the kernel set's GEMM does not"));
   }
   return LaunchSlot(
-      cache_, gemm.slot[form], kernels::GemmLaunch(gemm.cfg[form], m),
+      cache_, gemm.slot[form], gemm.Launch(form, m),
       kernels::GemmArgs{
           .x = Buffer(in), .w = weight, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
 }
@@ -131,8 +131,7 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
       case Weight::kUp:  // the second half of the stacked matrix
         gemm = &k.up;
         weight = l->w_gate_up.ptr() +
-                 static_cast<CUdeviceptr>(config_.intermediate_size * config_.hidden_size *
-                                          kernels::ElemSize(k.gate.cfg[0].weight_dtype));
+                 static_cast<CUdeviceptr>(config_.intermediate_size * k.gate.RowBytes());
         break;
       case Weight::kDown:
         gemm = &k.down;

@@ -1,15 +1,17 @@
-// Weight upload: shape checks, the padded head layout, dtype unification per role and the
-// chunked copy through pinned staging memory.
+// Weight upload: shape checks, the padded head layout, dtype unification per role, block
+// weights as stored, and the chunked copy through pinned staging memory.
 #include "engine/cuda/device_weights.h"
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/model/model_checks.h"
+#include "engine/model/quant.h"
 #include "engine/model/rope.h"
 #include "engine/util/log.h"
 
@@ -40,6 +42,54 @@ std::vector<uint8_t> AsDType(const Tensor& t, DType dt) {
     ConvertFromFloat(dt, f.data(), n, out.data());
   }
   return out;
+}
+
+// The tensor's storage as a message names it: its block format, else its element type.
+std::string FormatOf(const Tensor& t) {
+  return std::string(t.quant == QuantType::kNone ? DTypeName(t.dtype) : QuantName(t.quant));
+}
+
+// The block format the quantized GEMV reads `t` in (nullopt: plain elements), or an error
+// naming a format it does not decode.
+absl::StatusOr<std::optional<kernels::BlockFormat>> BlocksOf(const Tensor& t) {
+  switch (t.quant) {
+    case QuantType::kNone:
+      return std::nullopt;
+    case QuantType::kQ8_0:
+      return kernels::BlockFormat::kQ8_0;
+    case QuantType::kQ4_0:
+      return kernels::BlockFormat::kQ4_0;
+    case QuantType::kQ4_K:
+    case QuantType::kQ6_K:
+      break;
+  }
+  return absl::UnimplementedError(absl::StrCat("tensor ", t.name, " is ", FormatOf(t),
+                                               "; the GPU backend serves f32/f16/bf16 and "
+                                               "q8_0/q4_0 weights"));
+}
+
+// The tensor's elements as f32 (blocks decoded, element types widened).
+std::vector<uint8_t> Dequantized(const Tensor& t) {
+  const int64_t row = t.shape.back(), row_bytes = QuantRowBytes(t.quant, row);
+  std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * 4);
+  for (int64_t r = 0; r * row < t.numel(); ++r) {
+    DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data) + r * row_bytes, row,
+                  reinterpret_cast<float*>(out.data()) + r * row);
+  }
+  return out;
+}
+
+// A block tensor's bytes as stored.
+std::vector<uint8_t> BlockBytes(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return std::vector<uint8_t>(p, p + t.shape.front() * QuantRowBytes(t.quant, t.shape.back()));
+}
+
+// Zero bytes up to a multiple of 16: the quantized GEMV reads whole 16-byte units
+// (kernels/gemm_quant.h).
+std::vector<uint8_t> PadTo16(std::vector<uint8_t> v) {
+  v.resize((v.size() + 15) / 16 * 16, 0);
+  return v;
 }
 
 // [heads * d][row_bytes] -> [heads * dp][row_bytes]: row j of a head moves to pad[j],
@@ -145,74 +195,147 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   const std::vector<int64_t>& pad = heads.index;
   DeviceWeights w;
 
-  // Types and shapes first: nothing is allocated for a model that cannot load.
-  absl::Status s = CheckNoQuantizedTensors(mt, "the GPU backend");
-  if (s.ok()) s = CheckTensorShape(mt.embed, {V, H}, "embed");
-  if (s.ok()) s = CheckTensorShape(mt.final_norm, {H}, "final_norm");
+  // Formats, then shapes: nothing is allocated for a model that cannot load, and a block
+  // format the GPU cannot read is named before any shape rule of its blocks.
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
-  if (s.ok() && !tied) s = CheckTensorShape(mt.lm_head, {V, H}, "lm_head");
+  // Block formats by role: layer 0's, which every layer must share (blocks are uploaded as
+  // stored, never converted); gate and up are stacked into one matrix, so they share one.
+  const LayerTensors& l0 = mt.layers[0];
+  auto role_blocks = [&](const Tensor LayerTensors::*role,
+                         std::optional<kernels::BlockFormat>* out) -> absl::Status {
+    absl::StatusOr<std::optional<kernels::BlockFormat>> b0 = BlocksOf(l0.*role);
+    if (!b0.ok()) return b0.status();
+    for (const LayerTensors& lt : mt.layers) {
+      const Tensor& t = lt.*role;
+      if (absl::StatusOr<std::optional<kernels::BlockFormat>> b = BlocksOf(t); !b.ok()) {
+        return b.status();
+      }
+      if (t.quant != (l0.*role).quant) {
+        return absl::UnimplementedError(absl::StrCat(
+            "tensor ", t.name, " is ", FormatOf(t), " but ", (l0.*role).name, " is ",
+            FormatOf(l0.*role), "; the GPU backend takes one block format per weight"));
+      }
+    }
+    *out = *b0;
+    return absl::OkStatus();
+  };
+  const bool padded = dp != d;
+  absl::Status s = role_blocks(&LayerTensors::wq, &w.types.q_blocks);
+  if (s.ok()) s = role_blocks(&LayerTensors::wk, &w.types.k_blocks);
+  if (s.ok()) s = role_blocks(&LayerTensors::wv, &w.types.v_blocks);
+  if (s.ok()) s = role_blocks(&LayerTensors::wo, &w.types.o_blocks);
+  if (s.ok()) s = role_blocks(&LayerTensors::w_gate, &w.types.gate_up_blocks);
+  std::optional<kernels::BlockFormat> up_blocks;
+  if (s.ok()) s = role_blocks(&LayerTensors::w_up, &up_blocks);
+  if (s.ok() && up_blocks != w.types.gate_up_blocks) {
+    s = absl::UnimplementedError(absl::StrCat("tensor ", l0.w_up.name, " is ", FormatOf(l0.w_up),
+                                              " but ", l0.w_gate.name, " is ", FormatOf(l0.w_gate),
+                                              "; the GPU backend stacks them into one matrix"));
+  }
+  if (s.ok()) s = role_blocks(&LayerTensors::w_down, &w.types.down_blocks);
+  // The LM head reads blocks (a tied head the embedding's); the embedding gather reads
+  // plain elements, so a block embedding is uploaded decoded to f32 (exact, as the CPU
+  // backend's gather decodes its rows).
+  const Tensor& head = tied ? mt.embed : mt.lm_head;
+  if (s.ok()) {
+    absl::StatusOr<std::optional<kernels::BlockFormat>> b = BlocksOf(head);
+    s = b.status();
+    if (s.ok()) w.types.lm_head_blocks = *b;
+  }
+  if (!s.ok()) return s;
+  s = CheckTensorShape(mt.embed, {V, H}, "embed", /*blocks_ok=*/true);
+  if (s.ok()) s = CheckTensorShape(mt.final_norm, {H}, "final_norm");
+  if (s.ok() && !tied) s = CheckTensorShape(mt.lm_head, {V, H}, "lm_head", /*blocks_ok=*/true);
   for (int64_t i = 0; s.ok() && i < c.num_layers; ++i) {
     const LayerTensors& lt = mt.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     s = CheckTensorShape(lt.attn_norm, {H}, p + "attn_norm");
-    if (s.ok()) s = CheckTensorShape(lt.wq, {NH * d, H}, p + "wq");
-    if (s.ok()) s = CheckTensorShape(lt.wk, {KVH * d, H}, p + "wk");
-    if (s.ok()) s = CheckTensorShape(lt.wv, {KVH * d, H}, p + "wv");
+    if (s.ok()) s = CheckTensorShape(lt.wq, {NH * d, H}, p + "wq", /*blocks_ok=*/true);
+    if (s.ok()) s = CheckTensorShape(lt.wk, {KVH * d, H}, p + "wk", /*blocks_ok=*/true);
+    if (s.ok()) s = CheckTensorShape(lt.wv, {KVH * d, H}, p + "wv", /*blocks_ok=*/true);
     if (s.ok() && c.attention_bias) {
       s = CheckTensorShape(lt.bq, {NH * d}, p + "bq");
       if (s.ok()) s = CheckTensorShape(lt.bk, {KVH * d}, p + "bk");
       if (s.ok()) s = CheckTensorShape(lt.bv, {KVH * d}, p + "bv");
     }
-    if (s.ok()) s = CheckTensorShape(lt.wo, {H, NH * d}, p + "wo");
+    if (s.ok()) s = CheckTensorShape(lt.wo, {H, NH * d}, p + "wo", /*blocks_ok=*/true);
     if (s.ok()) s = CheckTensorShape(lt.mlp_norm, {H}, p + "mlp_norm");
-    if (s.ok()) s = CheckTensorShape(lt.w_gate, {I, H}, p + "w_gate");
-    if (s.ok()) s = CheckTensorShape(lt.w_up, {I, H}, p + "w_up");
-    if (s.ok()) s = CheckTensorShape(lt.w_down, {H, I}, p + "w_down");
+    if (s.ok()) s = CheckTensorShape(lt.w_gate, {I, H}, p + "w_gate", /*blocks_ok=*/true);
+    if (s.ok()) s = CheckTensorShape(lt.w_up, {I, H}, p + "w_up", /*blocks_ok=*/true);
+    if (s.ok()) s = CheckTensorShape(lt.w_down, {H, I}, p + "w_down", /*blocks_ok=*/true);
   }
   if (!s.ok()) return s;
 
-  const LayerTensors& l0 = mt.layers[0];
-  w.types.embed = ToElemType(mt.embed.dtype);
-  w.types.lm_head = tied ? w.types.embed : ToElemType(mt.lm_head.dtype);
-  w.types.q = ToElemType(l0.wq.dtype);
-  w.types.k = ToElemType(l0.wk.dtype);
-  w.types.v = ToElemType(l0.wv.dtype);
-  w.types.o = ToElemType(l0.wo.dtype);
-  w.types.gate_up = ToElemType(l0.w_gate.dtype);
-  w.types.down = ToElemType(l0.w_down.dtype);
+  // o's columns are padded per head, and a block of 32 cannot be split: with padded heads a
+  // block o is uploaded decoded to f32 instead.
+  const bool o_decoded = padded && w.types.o_blocks.has_value();
+  if (o_decoded) w.types.o_blocks.reset();
+
+  const auto elem_type = [](const Tensor& t) {
+    return t.quant == QuantType::kNone ? ToElemType(t.dtype) : kernels::ElemType::kF32;
+  };
+  w.types.embed = elem_type(mt.embed);
+  w.types.lm_head = tied ? w.types.embed : elem_type(mt.lm_head);
+  w.types.q = elem_type(l0.wq);
+  w.types.k = elem_type(l0.wk);
+  w.types.v = elem_type(l0.wv);
+  w.types.o = elem_type(l0.wo);
+  w.types.gate_up = elem_type(l0.w_gate);
+  w.types.down = elem_type(l0.w_down);
 
   const auto es = [](kernels::ElemType t) { return static_cast<size_t>(kernels::ElemSize(t)); };
-  size_t total = V * H * es(w.types.embed) + (tied ? 0 : V * H * es(w.types.lm_head)) + H * 4;
-  const size_t layer_bytes = 2 * H * 4 + NH * dp * H * (es(w.types.q) + es(w.types.o)) +
-                             KVH * dp * H * (es(w.types.k) + es(w.types.v)) +
-                             2 * I * H * es(w.types.gate_up) + H * I * es(w.types.down) +
-                             (c.attention_bias ? (NH + 2 * KVH) * dp * 4 : 0);
+  // A role's device bytes: rows of `cols` elements or of their blocks.
+  const auto bytes = [&](kernels::ElemType t, const std::optional<kernels::BlockFormat>& b,
+                         int64_t rows, int64_t cols) {
+    return static_cast<size_t>(b ? rows * (cols / kernels::kQuantBlockElems) *
+                                       kernels::BlockBytes(*b)
+                                 : rows * cols * static_cast<int64_t>(es(t)));
+  };
+  const WeightTypes& ty = w.types;
+  // A block head tied to the embedding is a buffer of its own beside the decoded table.
+  const bool head_buffer = !tied || ty.lm_head_blocks.has_value();
+  const size_t head_bytes = bytes(ty.lm_head, ty.lm_head_blocks, V, H);
+  size_t total = V * H * es(ty.embed) + (head_buffer ? head_bytes : 0) + H * 4;
+  const size_t layer_bytes =
+      2 * H * 4 + bytes(ty.q, ty.q_blocks, NH * dp, H) + bytes(ty.o, ty.o_blocks, H, NH * dp) +
+      bytes(ty.k, ty.k_blocks, KVH * dp, H) + bytes(ty.v, ty.v_blocks, KVH * dp, H) +
+      bytes(ty.gate_up, ty.gate_up_blocks, 2 * I, H) + bytes(ty.down, ty.down_blocks, H, I) +
+      (c.attention_bias ? (NH + 2 * KVH) * dp * 4 : 0);
   total += layer_bytes * c.num_layers;
-  w.step_bytes = V * H * es(w.types.lm_head) + (layer_bytes - 2 * H * 4) * c.num_layers;
+  w.step_bytes = head_bytes + (layer_bytes - 2 * H * 4) * c.num_layers;
   Uploader up(&device, log_progress);
   if (absl::Status st = up.Init(total); !st.ok()) return st;
   if (log_progress) {
     PTX_LOG(INFO) << "uploading " << (total >> 20) << " MiB of weights to " << device.info().name;
   }
 
-  auto upload_as = [&](const Tensor& t, kernels::ElemType et, const std::string& what,
-                       DeviceBuffer* out) -> absl::Status {
-    absl::StatusOr<DeviceBuffer> b =
-        t.dtype == ToDType(et) ? up.Upload(t.data, static_cast<size_t>(t.numel()) * es(et), what)
-                               : up.Upload(AsDType(t, ToDType(et)), what);
-    if (!b.ok()) return b.status();
-    *out = *std::move(b);
-    return absl::OkStatus();
-  };
   auto put = [](absl::StatusOr<DeviceBuffer> b, DeviceBuffer* out) -> absl::Status {
     if (!b.ok()) return b.status();
     *out = *std::move(b);
     return absl::OkStatus();
   };
-  const bool padded = dp != d;
-  // q/k/v projections (and their biases) into the padded head layout.
+  // The tensor in `et` (blocks decoded to f32 when `et` is f32), or its blocks as stored.
+  auto upload_as = [&](const Tensor& t, kernels::ElemType et, const std::string& what,
+                       DeviceBuffer* out) -> absl::Status {
+    if (t.quant != QuantType::kNone) return put(up.Upload(Dequantized(t), what), out);
+    if (t.dtype == ToDType(et)) {
+      return put(up.Upload(t.data, static_cast<size_t>(t.numel()) * es(et), what), out);
+    }
+    return put(up.Upload(AsDType(t, ToDType(et)), what), out);
+  };
+  auto upload_blocks = [&](std::vector<uint8_t> b, const std::string& what,
+                           DeviceBuffer* out) -> absl::Status {
+    return put(up.Upload(PadTo16(std::move(b)), what), out);
+  };
+  // q/k/v projections (and their biases) into the padded head layout; block rows move
+  // whole, like element rows.
   auto upload_heads = [&](const Tensor& t, kernels::ElemType et, int64_t heads,
                           const std::string& what, DeviceBuffer* out) -> absl::Status {
+    if (t.quant != QuantType::kNone) {
+      std::vector<uint8_t> b = BlockBytes(t);
+      if (padded) b = PadRows(b, heads, d, dp, pad, QuantRowBytes(t.quant, H));
+      return upload_blocks(std::move(b), what, out);
+    }
     if (!padded) return upload_as(t, et, what, out);
     return put(up.Upload(PadRows(AsDType(t, ToDType(et)), heads, d, dp, pad, H * es(et)), what),
                out);
@@ -228,9 +351,12 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   if (s = upload_as(mt.final_norm, kernels::ElemType::kF32, "final_norm", &w.final_norm); !s.ok()) {
     return s;
   }
-  if (!tied) {
-    if (s = upload_as(mt.lm_head, w.types.lm_head, "lm_head", &w.lm_head); !s.ok()) return s;
+  if (ty.lm_head_blocks) {
+    s = upload_blocks(BlockBytes(head), "lm_head", &w.lm_head);
+  } else if (!tied) {
+    s = upload_as(mt.lm_head, w.types.lm_head, "lm_head", &w.lm_head);
   }
+  if (!s.ok()) return s;
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerTensors& lt = mt.layers[i];
@@ -246,11 +372,12 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
       if (s.ok()) s = upload_bias(lt.bv, KVH, p + "bv", &l.bv);
     }
     if (s.ok()) {
-      if (padded) {
-        s = put(
-            up.Upload(PadCols(AsDType(lt.wo, ToDType(w.types.o)), H, NH, d, dp, pad, es(w.types.o)),
-                      p + "wo"),
-            &l.wo);
+      if (ty.o_blocks) {
+        s = upload_blocks(BlockBytes(lt.wo), p + "wo", &l.wo);
+      } else if (padded) {
+        const std::vector<uint8_t> o =
+            o_decoded ? Dequantized(lt.wo) : AsDType(lt.wo, ToDType(w.types.o));
+        s = put(up.Upload(PadCols(o, H, NH, d, dp, pad, es(w.types.o)), p + "wo"), &l.wo);
       } else {
         s = upload_as(lt.wo, w.types.o, p + "wo", &l.wo);
       }
@@ -258,12 +385,19 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
     if (s.ok()) s = upload_as(lt.mlp_norm, kernels::ElemType::kF32, p + "mlp_norm", &l.mlp_norm);
     if (s.ok()) {
       // gate and up stacked into one [2I, H] matrix: one GEMM feeds the fused silu_mul.
-      std::vector<uint8_t> gu = AsDType(lt.w_gate, ToDType(w.types.gate_up));
-      std::vector<uint8_t> u = AsDType(lt.w_up, ToDType(w.types.gate_up));
+      const bool blocks = ty.gate_up_blocks.has_value();
+      std::vector<uint8_t> gu =
+          blocks ? BlockBytes(lt.w_gate) : AsDType(lt.w_gate, ToDType(w.types.gate_up));
+      const std::vector<uint8_t> u =
+          blocks ? BlockBytes(lt.w_up) : AsDType(lt.w_up, ToDType(w.types.gate_up));
       gu.insert(gu.end(), u.begin(), u.end());
-      s = put(up.Upload(gu, p + "w_gate_up"), &l.w_gate_up);
+      s = blocks ? upload_blocks(std::move(gu), p + "w_gate_up", &l.w_gate_up)
+                 : put(up.Upload(gu, p + "w_gate_up"), &l.w_gate_up);
     }
-    if (s.ok()) s = upload_as(lt.w_down, w.types.down, p + "w_down", &l.w_down);
+    if (s.ok()) {
+      s = ty.down_blocks ? upload_blocks(BlockBytes(lt.w_down), p + "w_down", &l.w_down)
+                         : upload_as(lt.w_down, w.types.down, p + "w_down", &l.w_down);
+    }
     if (!s.ok()) return s;
   }
 

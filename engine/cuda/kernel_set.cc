@@ -16,7 +16,8 @@ KernelSlot MakeSlot(const Config& cfg) {
 }
 
 GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k,
-                   kernels::ElemType wt, bool bias, bool accumulate) {
+                   kernels::ElemType wt, std::optional<kernels::BlockFormat> blocks, bool bias,
+                   bool accumulate) {
   kernels::GemmConfig base;
   base.n = static_cast<int>(n);
   base.k = static_cast<int>(k);
@@ -29,6 +30,19 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
     g.cfg[f] = kernels::GemmConfigFor(base, kGemmFormRows[f], sm_count);
     g.slot[f] = MakeSlot(g.cfg[f]);
   }
+  if (!blocks) return g;
+  kernels::QuantGemmConfig qbase;
+  qbase.n = base.n;
+  qbase.k = base.k;
+  qbase.format = *blocks;
+  qbase.has_bias = bias;
+  qbase.accumulate = accumulate;
+  qbase.target = target;
+  g.quant.emplace();
+  for (int f = 0; f < kGemmForms; ++f) {
+    (*g.quant)[f] = kernels::QuantGemmConfigFor(qbase, kGemmFormRows[f]);
+    g.slot[f] = MakeSlot((*g.quant)[f]);
+  }
   return g;
 }
 
@@ -39,6 +53,20 @@ void AddGemm(GemmSlots& g, std::vector<KernelSlot*>* out) {
 }
 
 }  // namespace
+
+bool GemmSlots::Accumulates(int form) const {
+  return quant ? (*quant)[form].accumulate : cfg[form].accumulate;
+}
+
+kernels::LaunchDims GemmSlots::Launch(int form, int64_t m) const {
+  return quant ? kernels::QuantGemmLaunch((*quant)[form], m) : kernels::GemmLaunch(cfg[form], m);
+}
+
+int64_t GemmSlots::RowBytes() const {
+  if (!quant) return int64_t{cfg[0].k} * kernels::ElemSize(cfg[0].weight_dtype);
+  const kernels::QuantGemmConfig& q = (*quant)[0];
+  return q.k / kernels::kQuantBlockElems * kernels::BlockBytes(q.format);
+}
 
 kernels::ElemType ToElemType(DType t) {
   switch (t) {
@@ -94,19 +122,19 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   k.norm = MakeSlot(k.norm_cfg);
 
   const bool bias = c.attention_bias;
-  k.q = MakeGemm(target, sm_count, qd, H, w.q, bias, false);
-  k.k = MakeGemm(target, sm_count, kd, H, w.k, bias, false);
-  k.v = MakeGemm(target, sm_count, kd, H, w.v, bias, false);
-  k.o = MakeGemm(target, sm_count, H, qd, w.o, false, /*accumulate=*/true);
+  k.q = MakeGemm(target, sm_count, qd, H, w.q, w.q_blocks, bias, false);
+  k.k = MakeGemm(target, sm_count, kd, H, w.k, w.k_blocks, bias, false);
+  k.v = MakeGemm(target, sm_count, kd, H, w.v, w.v_blocks, bias, false);
+  k.o = MakeGemm(target, sm_count, H, qd, w.o, w.o_blocks, false, /*accumulate=*/true);
   k.fused_gate_up = I % 4 == 0;  // silu_mul's fused form reads 4-element chunks of a row
   if (k.fused_gate_up) {
-    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, false, false);
+    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, w.gate_up_blocks, false, false);
   } else {
-    k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, false, false);
+    k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, w.gate_up_blocks, false, false);
     k.up = k.gate;  // same shape and dtype: the same kernels
   }
-  k.down = MakeGemm(target, sm_count, H, I, w.down, false, /*accumulate=*/true);
-  k.lm_head = MakeGemm(target, sm_count, V, H, w.lm_head, false, false);
+  k.down = MakeGemm(target, sm_count, H, I, w.down, w.down_blocks, false, /*accumulate=*/true);
+  k.lm_head = MakeGemm(target, sm_count, V, H, w.lm_head, w.lm_head_blocks, false, false);
 
   k.rope_cfg.num_heads = static_cast<int>(c.num_heads);
   k.rope_cfg.num_kv_heads = static_cast<int>(c.num_kv_heads);

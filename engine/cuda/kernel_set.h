@@ -8,6 +8,8 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,8 +43,26 @@ struct WeightTypes {
   kernels::ElemType v = kernels::ElemType::kF32, o = kernels::ElemType::kF32;
   kernels::ElemType gate_up = kernels::ElemType::kF32, down = kernels::ElemType::kF32;
 
+  // Linear roles uploaded as GGML blocks, as a GGUF stores them (kernels/gemm_quant.h); the
+  // role's element type above is then unused. The embedding gather never reads blocks.
+  std::optional<kernels::BlockFormat> q_blocks, k_blocks, v_blocks, o_blocks, gate_up_blocks,
+      down_blocks, lm_head_blocks;
+
   // Every role in `t`: a model whose tensors share one dtype, as most files do.
-  static WeightTypes Uniform(kernels::ElemType t) { return {t, t, t, t, t, t, t, t}; }
+  static WeightTypes Uniform(kernels::ElemType t) {
+    WeightTypes w;
+    w.embed = w.lm_head = w.q = w.k = w.v = w.o = w.gate_up = w.down = t;
+    return w;
+  }
+  // Every matrix in blocks of `f`, as a GGUF of `ptxserve quantize` loads (device_weights.cc):
+  // the embedding decoded to f32 for the gather, and with `padded_heads` (head_dim not a
+  // multiple of 32) the o projection too, whose blocks cannot be split per head.
+  static WeightTypes Blocks(kernels::BlockFormat f, bool padded_heads) {
+    WeightTypes w = Uniform(kernels::ElemType::kF32);
+    w.q_blocks = w.k_blocks = w.v_blocks = w.gate_up_blocks = w.down_blocks = w.lm_head_blocks = f;
+    if (!padded_heads) w.o_blocks = f;
+    return w;
+  }
 };
 
 // Top entries per log-prob record: the most SamplingParams::logprobs allows (20).
@@ -69,7 +89,15 @@ inline int GemmForm(int64_t m) {
 }
 struct GemmSlots {
   std::array<kernels::GemmConfig, kGemmForms> cfg;
+  // Set for block-quantized weights: the forms are these instead of cfg's.
+  std::optional<std::array<kernels::QuantGemmConfig, kGemmForms>> quant;
   std::array<KernelSlot, kGemmForms> slot;
+
+  bool Accumulates(int form) const;
+  const std::string& Key(int form) const { return slot[form].spec.key; }
+  kernels::LaunchDims Launch(int form, int64_t m) const;
+  // Bytes of one weight row (k elements or their blocks).
+  int64_t RowBytes() const;
 };
 
 struct KernelSet {

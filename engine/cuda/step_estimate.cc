@@ -120,14 +120,23 @@ StepEstimate Summarise(const cost::DeviceSpec& d, CountedStep counted, int64_t n
   return s;
 }
 
-// Every linear weight and the LM head, in bytes of the model's weight dtype.
-double WeightBytes(const ModelConfig& c, size_t elem) {
+// Bytes per element of the model's linear weights: a block format's share of its blocks
+// (q8_0: 34 / 32), else the dtype's size.
+double WeightElemBytes(const Model& m) {
+  const Tensor& t = m.tensors.layers.at(0).wq;
+  if (t.quant == QuantType::kNone) return static_cast<double>(DTypeSize(t.dtype));
+  const QuantLayout& q = LayoutOf(t.quant);
+  return static_cast<double>(q.block_bytes) / q.block_elems;
+}
+
+// Every linear weight and the LM head, in bytes at `elem` bytes per element.
+double WeightBytes(const ModelConfig& c, double elem) {
   const double h = static_cast<double>(c.hidden_size);
   const double per_layer =
       h * (2.0 * static_cast<double>(c.q_dim()) + 2.0 * static_cast<double>(c.kv_dim()) +
            3.0 * static_cast<double>(c.intermediate_size));
   return (per_layer * static_cast<double>(c.num_layers) + h * static_cast<double>(c.vocab_size)) *
-         static_cast<double>(elem);
+         elem;
 }
 
 }  // namespace
@@ -145,6 +154,7 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
   }
   out.model = name;
   out.dtype = model.tensors.embed.dtype;
+  out.weights = model.WeightFormat();
   out.sample_ctas = o.sample_ctas;
   ModelConfig c = model.config;
   if (o.num_layers > 0) c.num_layers = o.num_layers;
@@ -153,7 +163,8 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
   one_layer.config.num_layers = 1;
 
   const cost::DeviceSpec& d = *out.device;
-  const double weights = WeightBytes(c, DTypeSize(out.dtype));
+  const double elem_bytes = WeightElemBytes(model);
+  const double weights = WeightBytes(c, elem_bytes);
   // K and V of one token over all layers, as the ideal reads them (head_dim unpadded).
   const double kv_per_token = 2.0 * static_cast<double>(c.num_layers) *
                               static_cast<double>(c.kv_dim()) *
@@ -172,7 +183,7 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
     s.context = o.context;
     s.tokens = batch;
     s.ideal_bytes = static_cast<uint64_t>(weights + kv_per_token * batch * o.context);
-    s.flops = 2.0 * weights / static_cast<double>(DTypeSize(out.dtype)) * batch +
+    s.flops = 2.0 * weights / elem_bytes * batch +
               4.0 * static_cast<double>(c.num_layers * c.q_dim()) * o.context * batch;
     s.roofline_s = static_cast<double>(s.ideal_bytes) / d.dram_bytes_per_s;
     out.steps.push_back(std::move(s));
@@ -192,7 +203,7 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
     s.tokens = n;
     s.ideal_bytes = static_cast<uint64_t>(weights + kv_per_token * n);
     const double lm_head = 2.0 * static_cast<double>(c.hidden_size * c.vocab_size);
-    const double linear = 2.0 * weights / static_cast<double>(DTypeSize(out.dtype)) - lm_head;
+    const double linear = 2.0 * weights / elem_bytes - lm_head;
     // QK^T and PV over the causal triangle: 2 x 2 x q_dim per (query, key) pair.
     const double attention = 4.0 * static_cast<double>(c.num_layers * c.q_dim()) * n * (n + 1) / 2;
     s.flops = linear * n + attention + lm_head;

@@ -9,7 +9,8 @@
 // per layer; the embedding and the head (gather, final norm, LM head, greedy sampling)
 // count once. The K/V pools hold exactly the step's blocks, zero-filled.
 //
-// Rooflines: a decode step against (every weight + the context's K and V bytes) / the
+// Rooflines: a decode step against (every weight, as stored: blocks for q8_0/q4_0, + the
+// context's K and V bytes) / the
 // datasheet DRAM bandwidth; a prefill against its FLOPs (the projections of every token,
 // causal attention, the LM head of the last token) / the dense f16 tensor-core peak.
 // A kernel's own roofline is the larger of its DRAM bytes over that bandwidth and its
@@ -77,6 +78,7 @@ struct ModelEstimate {
   const cost::DeviceSpec* device = nullptr;
   std::string model;  // the model's directory or preset name
   DType dtype = DType::kF16;
+  std::string weights;  // the linear weights' format (Model::WeightFormat: "f16", "q4_0", ...)
   uint64_t sample_ctas = 0;
   std::vector<StepEstimate> steps;  // decode steps by batch, then the prefill
 };

@@ -59,24 +59,4 @@ absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape
   return absl::OkStatus();
 }
 
-absl::Status CheckNotQuantized(const Tensor& t, const std::string& backend) {
-  if (t.quant == QuantType::kNone) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat("tensor ", t.name, " is ",
-                                               std::string(QuantName(t.quant)), "; ", backend,
-                                               " serves f32/f16/bf16 weights"));
-}
-
-absl::Status CheckNoQuantizedTensors(const ModelTensors& tensors, const std::string& backend) {
-  for (const Tensor* t : {&tensors.embed, &tensors.final_norm, &tensors.lm_head}) {
-    if (absl::Status s = CheckNotQuantized(*t, backend); !s.ok()) return s;
-  }
-  for (const LayerTensors& l : tensors.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
-                            &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (absl::Status s = CheckNotQuantized(*t, backend); !s.ok()) return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace ptxserve

@@ -21,10 +21,4 @@ absl::Status CheckModelShape(const ModelConfig& config, const ModelTensors& tens
 absl::Status CheckTensorShape(const Tensor& t, const std::vector<int64_t>& shape,
                               const std::string& what, bool blocks_ok = false);
 
-// Unimplemented naming the tensor and its block type when `t` is quantized, for a backend
-// (`backend`, e.g. "the GPU backend") that serves plain f32/f16/bf16 weights only.
-absl::Status CheckNotQuantized(const Tensor& t, const std::string& backend);
-// The same over every tensor of the model.
-absl::Status CheckNoQuantizedTensors(const ModelTensors& tensors, const std::string& backend);
-
 }  // namespace ptxserve

@@ -56,6 +56,8 @@ constexpr Form kForms[] = {
     {Op::kNot, "not", "ds", kPred | kBits, 20, 40},
     {Op::kShl, "shl", "dsu", kBits, 20, 40},
     {Op::kShr, "shr", "dsu", kBits | kInts, 20, 40},
+    {Op::kBfe, "bfe", "dsuu", B(Type::kU32) | B(Type::kS32) | B(Type::kU64) | B(Type::kS64), 20,
+     40},
     {Op::kEx2, "ex2.approx.ftz", "ds", kF32, 20, 40},
     {Op::kEx2, "ex2.approx", "ds", kH, 75, 70},
     {Op::kLg2, "lg2.approx.ftz", "ds", kF32, 20, 40},

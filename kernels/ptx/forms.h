@@ -34,6 +34,7 @@ enum class Op : uint8_t {
   kNot,
   kShl,
   kShr,
+  kBfe,    // bit-field extract: d = bits [b, b + c) of a, sign-extended for .s types
   kEx2,    // 2^x, approximate
   kLg2,    // log2(x), approximate
   kRcp,    // 1/x, approximate

@@ -195,4 +195,22 @@ Model ConvertTensors(const Model& m, bool vectors_too, const TensorConversion& c
   return out;
 }
 
+Model DequantizedModel(const Model& m) {
+  return ConvertTensors(m, /*vectors_too=*/false, [](Tensor& t, std::vector<uint8_t>& b) {
+    b.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+    auto* f = reinterpret_cast<float*>(b.data());
+    if (t.quant == QuantType::kNone) {
+      ConvertToFloat(t.dtype, t.data, static_cast<size_t>(t.numel()), f);
+    } else {
+      const int64_t row = t.shape.back(), row_bytes = QuantRowBytes(t.quant, row);
+      for (int64_t r = 0; r * row < t.numel(); ++r) {
+        DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data) + r * row_bytes, row,
+                      f + r * row);
+      }
+    }
+    t.quant = QuantType::kNone;
+    t.dtype = DType::kF32;
+  });
+}
+
 }  // namespace ptxserve::testing

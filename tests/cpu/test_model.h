@@ -46,6 +46,9 @@ using TensorConversion = std::function<void(Tensor& t, std::vector<uint8_t>& byt
 // (which keeps `m`'s alive too): the embedding, the LM head and the linear weights, and with
 // `vectors_too` the norms and biases. A tied LM head stays the embedding's bytes.
 Model ConvertTensors(const Model& m, bool vectors_too, const TensorConversion& convert);
+// A copy of `m` whose block-quantized (and f16/bf16) matrices are decoded to f32: the model a
+// quantized file stands for.
+Model DequantizedModel(const Model& m);
 
 // A sequence as a scheduler tracks it.
 struct Seq {

@@ -228,18 +228,36 @@ TEST_F(GpuBackendTest, CreationFailureLeaksNothing) {
   }
 }
 
-// Block-quantized weights (a GGUF's q4_0 matrices) are refused by name before anything
-// is allocated.
-TEST_F(GpuBackendTest, QuantizedWeightIsUnimplementedNamingTheTensor) {
+// Block formats the quantized GEMV does not read (a GGUF's q4_k/q6_k matrices) are refused
+// by name before anything is allocated.
+TEST_F(GpuBackendTest, UnreadBlockFormatIsUnimplementedNamingTheTensor) {
+  for (QuantType q : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+    Tensor& w_down = model_->tensors.layers[1].w_down;
+    w_down.name = "blk.1.ffn_down.weight";
+    w_down.quant = q;
+    auto b = testing::EmulatedBackend(*model_, kKv);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
+    EXPECT_THAT(
+        std::string(b.status().message()),
+        HasSubstr(absl::StrCat("tensor blk.1.ffn_down.weight is ", std::string(QuantName(q)),
+                               "; the GPU backend serves f32/f16/bf16 and q8_0/q4_0 "
+                               "weights")));
+    EXPECT_EQ(GetEmulatedDeviceCounters().live_allocations, 0);
+  }
+}
+
+// q8_0/q4_0 blocks are uploaded as stored, so every layer's matrix of a role is in one format.
+TEST_F(GpuBackendTest, BlockFormatsDifferingAcrossLayersAreRefusedNamingBoth) {
   Tensor& wq = model_->tensors.layers[0].wq;
   wq.name = "blk.0.attn_q.weight";
   wq.quant = QuantType::kQ4_0;
+  model_->tensors.layers[1].wq.name = "blk.1.attn_q.weight";
   auto b = testing::EmulatedBackend(*model_, kKv);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
   EXPECT_THAT(std::string(b.status().message()),
-              HasSubstr("tensor blk.0.attn_q.weight is q4_0; the GPU backend serves "
-                        "f32/f16/bf16 weights"));
+              HasSubstr("tensor blk.1.attn_q.weight is f32 but blk.0.attn_q.weight is q4_0"));
   EXPECT_EQ(GetEmulatedDeviceCounters().live_allocations, 0);
 }
 

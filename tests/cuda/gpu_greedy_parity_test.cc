@@ -5,10 +5,14 @@
 // step compares logits over the same context. Prompts come in chunks of up to 40 rows next
 // to decoding sequences: steps mix prefill chunks with decode rows, and contexts reach 100.
 //
+// The same for q8_0 and q4_0 GGUFs (`ptxserve quantize`'s encoding) of the models: the GPU
+// runs its quantized GEMV (kernels/gemm_quant.h) on the blocks as stored.
+//
 // Tolerance: testing::TensorCoreLogitsTolerance, (4 L + 1) u of the largest logit for L
-// layers and the weights' unit roundoff u (derived in gpu_test_util.h). A step may pick a
-// different token only where the CPU's best two logits lie within twice its absolute size
-// (a near-tie: every one is printed). The largest error seen is printed beside it.
+// layers and the weights' unit roundoff u, and for block weights
+// testing::QuantizedLogitsTolerance, (4 L + 1) / 254 (both derived in gpu_test_util.h). A step may
+// pick a different token only where the CPU's best two logits lie within twice its absolute size (a
+// near-tie: every one is printed). The largest error seen is printed beside it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,8 +26,11 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/emulated_driver.h"
 #include "engine/cuda/gpu_backend.h"
+#include "engine/model/gguf_export.h"
+#include "engine/model/gguf_writer.h"
 #include "gtest/gtest.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -63,7 +70,8 @@ TopTwo BestTwo(const float* v, int64_t n) {
 
 struct Outcome {
   int steps = 0, rows = 0, near_ties = 0;
-  double worst_error = 0;  // largest |gpu - cpu| / max |cpu| over the rows
+  double worst_error = 0;        // largest |gpu - cpu| / max |cpu| over the rows
+  double worst_exact_error = 0;  // the same against the decoded model (block weights)
 };
 
 Outcome RunTeacherForced(const Model& model, const std::string& name) {
@@ -81,18 +89,43 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   // Counters tell which launches ran on tensor cores.
   SetEmulatedKernelCounters(true);
   TakeEmulatedKernelCounters();
-  int64_t tensor_core_launches = 0;
+  int64_t tensor_core_launches = 0, quant_gemm_launches = 0;
+  const bool quantized = model.tensors.layers.at(0).wq.quant != QuantType::kNone;
   EXPECT_TRUE(gpu.ok()) << gpu.status();
   if (!cpu.ok() || !gpu.ok()) return o;
+  // Block weights: the CPU backend over the decoded model is also the GPU's exact reference,
+  // since the GPU's GEMV is the f32 GEMM over those values and differs from the CPU's f32
+  // GEMM only in f32 rounding (the order of its sums, the scale applied per block): at most
+  // about K 2^-24 of sum |x w| per GEMM of depth K, at
+  // the same 4 L + 1 points. That bound, with the deepest K, catches what the integer
+  // rounding's looser tolerance would hide.
+  const ModelConfig& c = model.config;
+  const int64_t deepest = std::max({c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim});
+  const double exact_tolerance =
+      (4.0 * static_cast<double>(c.num_layers) + 1) * static_cast<double>(deepest) * 0x1p-24;
+  const Model decoded = quantized ? ::ptxserve::testing::DequantizedModel(model) : Model{};
+  std::unique_ptr<CpuBackend> exact;
+  if (quantized) {
+    auto e = CpuBackend::Create(decoded, kv);
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return o;
+    exact = *std::move(e);
+  }
+  std::vector<float> exact_logits;
 
   const int64_t vocab = model.config.vocab_size;
-  const double tolerance = testing::TensorCoreLogitsTolerance(model);
+  const double tolerance = quantized ? testing::QuantizedLogitsTolerance(model)
+                                     : testing::TensorCoreLogitsTolerance(model);
   std::vector<float> gpu_logits;
   auto step = [&](const StepBatch& b, std::vector<float>* logits, std::vector<int32_t>* ids) {
     if (absl::Status s = (*cpu)->Step(b, logits); !s.ok()) return s;
     if (absl::Status s = (*gpu)->Step(b, &gpu_logits); !s.ok()) return s;
+    if (quantized) {
+      if (absl::Status s = exact->Step(b, &exact_logits); !s.ok()) return s;
+    }
     for (const emu::KernelCounters& c : TakeEmulatedKernelCounters()) {
       if (c.kernel == kernels::kGemmEntry && c.tensor_flops > 0) ++tensor_core_launches;
+      if (c.kernel == kernels::kQuantGemmEntry) ++quant_gemm_launches;
     }
     ++o.steps;
     ids->clear();
@@ -102,6 +135,11 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
       const double error = testing::RelErr(got, want, vocab);
       o.worst_error = std::max(o.worst_error, error);
       EXPECT_LE(error, tolerance) << name << " step " << o.steps << " row " << r;
+      if (quantized) {
+        const double exact_error = testing::RelErr(got, exact_logits.data() + r * vocab, vocab);
+        o.worst_exact_error = std::max(o.worst_exact_error, exact_error);
+        EXPECT_LE(exact_error, exact_tolerance) << name << " step " << o.steps << " row " << r;
+      }
       const TopTwo cpu_top = BestTwo(want, vocab);
       const int32_t gpu_top = testing::ArgMax(got, vocab);
       if (gpu_top != cpu_top.first) {
@@ -131,12 +169,22 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   std::printf(
       "[ parity ] %s: %d steps, %d rows, worst logit error %.2e of the largest logit "
       "(tolerance %.2e: %lld layers x 4 + 1 roundings), %d near-ties, %lld tensor-core GEMM "
-      "launches\n",
+      "launches, %lld quantized GEMV launches\n",
       name.c_str(), o.steps, o.rows, o.worst_error, tolerance,
       static_cast<long long>(model.config.num_layers), o.near_ties,
-      static_cast<long long>(tensor_core_launches));
+      static_cast<long long>(tensor_core_launches), static_cast<long long>(quant_gemm_launches));
+  if (quantized) {
+    std::printf(
+        "[ parity ] %s against the decoded f32 model: worst logit error %.2e (tolerance %.2e: "
+        "4 L + 1 sums of depth %lld)\n",
+        name.c_str(), o.worst_exact_error, exact_tolerance, static_cast<long long>(deepest));
+  }
   SetEmulatedKernelCounters(false);
-  EXPECT_GT(tensor_core_launches, 0) << name << ": no step ran the tensor-core GEMM";
+  if (quantized) {
+    EXPECT_GT(quant_gemm_launches, 0) << name << ": no step ran the quantized GEMV";
+  } else {
+    EXPECT_GT(tensor_core_launches, 0) << name << ": no step ran the tensor-core GEMM";
+  }
   return o;
 }
 
@@ -174,6 +222,52 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuGreedyParity,
                            std::string model = std::get<0>(info.param);
                            std::replace(model.begin(), model.end(), '-', '_');
                            return model + "_" + std::string(DTypeName(std::get<1>(info.param)));
+                         });
+
+// (model, block format): the model written as a GGUF of that format and loaded back, the
+// way `ptxserve quantize` makes one. tinystories-656k pads its 16-wide heads (q/k/v block
+// rows scattered, o decoded to f32); hd128 reads every projection as blocks (q4_0 only: the
+// emulator takes minutes on it, and the layout is the format's only difference).
+class GpuQuantGreedyParity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    if (std::string why = testing::Unavailable("emulated"); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(GpuQuantGreedyParity, SixtyTokens) {
+  const auto& [name, format] = GetParam();
+  absl::StatusOr<Model> m;
+  if (name == "tinystories-656k") {
+    const std::string dir = testing::SharedModelsDir() + "/" + name;
+    if (!std::filesystem::exists(dir + "/model.safetensors")) {
+      GTEST_SKIP() << "test model absent: " << dir;
+    }
+    m = LoadModel(dir);
+  } else {
+    m = testing::SyntheticModel(name, DType::kF32);
+  }
+  ASSERT_TRUE(m.ok()) << m.status();
+  GgufWriter w;
+  ASSERT_TRUE(AddModelToGguf(*m, *ParseGgufWeightType(format), name, &w).ok());
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/parity-", name, "-", format, ".gguf");
+  ASSERT_TRUE(w.Write(path).ok());
+  absl::StatusOr<Model> q = LoadModel(path);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(QuantName(q->tensors.layers.at(0).w_down.quant), format);
+  RunTeacherForced(*q, absl::StrCat(name, " ", format));
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuQuantGreedyParity,
+                         ::testing::Values(std::tuple{"tinystories-656k", "q8_0"},
+                                           std::tuple{"tinystories-656k", "q4_0"},
+                                           std::tuple{"hd128", "q4_0"}),
+                         [](const auto& info) {
+                           std::string model = std::get<0>(info.param);
+                           std::replace(model.begin(), model.end(), '-', '_');
+                           return model + "_" + std::get<1>(info.param);
                          });
 
 }  // namespace

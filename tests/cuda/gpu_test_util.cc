@@ -133,6 +133,10 @@ double TensorCoreLogitsTolerance(const Model& model) {
   return (4.0 * static_cast<double>(model.config.num_layers) + 1) * u;
 }
 
+double QuantizedLogitsTolerance(const Model& model) {
+  return (4.0 * static_cast<double>(model.config.num_layers) + 1) / 254;
+}
+
 double RelErr(const float* a, const float* b, int64_t n) {
   double diff = 0, mag = 0;
   for (int64_t i = 0; i < n; ++i) {

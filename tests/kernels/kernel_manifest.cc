@@ -27,10 +27,10 @@ namespace {
 // What the manifest covers. Profiles: every --emulated-device (EmulatedDeviceProfileNames;
 // a new profile belongs here). Their targets differ (sm_80, sm_90); their SM counts do not
 // enter the kernel set today, which is why small and a100 list the same kernels, and would
-// show here if they did. Dtypes: each model's
-// weights as the server may load them, and every K/V cache dtype the backend takes; a
-// kernel depends on one or the other, never both, but every pair is built anyway, so the
-// manifest does not rest on that. Block size and PTX ISA: the server's defaults.
+// show here if they did. Dtypes: each model's weights as the server may load them (and as
+// q8_0/q4_0 GGUFs where its rows are whole blocks of 32), and every K/V cache dtype the
+// backend takes; a kernel depends on one or the other, never both, but every pair is built anyway,
+// so the manifest does not rest on that. Block size and PTX ISA: the server's defaults.
 constexpr const char* kProfiles[] = {"small", "a100", "h100"};
 constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
@@ -84,12 +84,23 @@ absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
       absl::StatusOr<ptx::Target> target =
           KernelTarget(device->compute_major, device->compute_minor, default_options.ptx_version);
       if (!target.ok()) return target.status();
-      for (DType weights : m.weight_dtypes) {
+      // Each dtype, and the q8_0/q4_0 blocks `ptxserve quantize` makes of the model.
+      std::vector<WeightTypes> formats;
+      for (DType dt : m.weight_dtypes) formats.push_back(WeightTypes::Uniform(ToElemType(dt)));
+      const ModelConfig& c = m.config;
+      const bool padded = c.head_dim % 32 != 0;
+      if (c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0 &&
+          (padded || c.q_dim() % 32 == 0)) {
+        for (kernels::BlockFormat f : {kernels::BlockFormat::kQ8_0, kernels::BlockFormat::kQ4_0}) {
+          formats.push_back(WeightTypes::Blocks(f, padded));
+        }
+      }
+      for (const WeightTypes& weights : formats) {
         for (DType kv_dtype : kAllDTypes) {
           KvCacheConfig kv = default_kv;
           kv.dtype = kv_dtype;
-          absl::StatusOr<KernelSet> set = BuildKernelSet(
-              m.config, WeightTypes::Uniform(ToElemType(weights)), kv, *target, device->num_sms);
+          absl::StatusOr<KernelSet> set =
+              BuildKernelSet(m.config, weights, kv, *target, device->num_sms);
           if (!set.ok()) {
             return absl::Status(set.status().code(), absl::StrCat(m.name, " on ", profile, ": ",
                                                                   set.status().message()));

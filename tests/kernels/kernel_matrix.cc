@@ -103,6 +103,19 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       }
     }
   }
+  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+    for (int m_tile : full ? std::vector<int>{1, 4, 8} : std::vector<int>{8}) {
+      QuantGemmConfig q;  // Llama-3.2-1B's down projection (k 8192: two staging steps)
+      q.n = 2048;
+      q.k = 8192;
+      q.format = f;
+      q.m_tile = m_tile;
+      q.has_bias = m_tile == 4;
+      q.accumulate = m_tile != 4;
+      q.target = target;
+      Add(&out, q);
+    }
+  }
   for (int hd : head_dims) {
     for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
       RopeConfig r;
@@ -150,6 +163,12 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   tensor_core_gemm.SetMmaTile({32, 64, 2, 2, 1});
   tensor_core_gemm.target = target;
   Add(&out, tensor_core_gemm);
+  QuantGemmConfig odd_qgemm;  // one block per row (2-byte aligned rows), 3 columns a CTA
+  odd_qgemm.n = 33;
+  odd_qgemm.k = 32;
+  odd_qgemm.warps = 3;
+  odd_qgemm.target = target;
+  Add(&out, odd_qgemm);
   am.threads = 256;
   Add(&out, am);
   lp.max_top = 0;

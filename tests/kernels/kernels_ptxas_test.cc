@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
+#include "kernels/gemm_quant.h"
 #include "tests/kernels/kernel_matrix.h"
 #include "tests/kernels/ptxas_util.h"
 
@@ -65,6 +66,36 @@ TEST_F(PtxasTest, AttentionHeadDim128DoesNotSpill) {
     ASSERT_TRUE(r.ok) << r.log;
     for (const PtxasEntryInfo& e : r.entries) {
       std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
+                  e.spill_stores, e.spill_loads);
+      EXPECT_EQ(e.spill_stores, 0) << e.label;
+      EXPECT_EQ(e.spill_loads, 0) << e.label;
+      EXPECT_GT(e.registers, 0) << e.label;
+    }
+  }
+}
+
+// The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers.
+TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
+  for (int sm : {80, 90}) {
+    std::vector<PtxModule> modules;
+    for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+      for (int m_tile : {1, 8}) {
+        QuantGemmConfig c;
+        c.n = 2048;
+        c.k = 8192;
+        c.format = f;
+        c.m_tile = m_tile;
+        c.accumulate = true;
+        c.target = ptx::Target{sm, 78};
+        absl::StatusOr<std::string> ptx = GenerateQuantGemm(c);
+        ASSERT_TRUE(ptx.ok()) << ptx.status();
+        modules.push_back({c.Key(), *ptx});
+      }
+    }
+    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
+    ASSERT_TRUE(r.ok) << r.log;
+    for (const PtxasEntryInfo& e : r.entries) {
+      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
                   e.spill_stores, e.spill_loads);
       EXPECT_EQ(e.spill_stores, 0) << e.label;
       EXPECT_EQ(e.spill_loads, 0) << e.label;

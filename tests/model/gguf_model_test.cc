@@ -272,25 +272,6 @@ TEST(GgufRandomModelTest, Llama3ScalingTravelsAsPerFrequencyFactors) {
 
 // A copy of `m` whose block-quantized matrices are dequantized to f32 (the reference a
 // quantized model's logits are held to).
-Model Dequantized(const Model& m) {
-  return ptxserve::testing::ConvertTensors(
-      m, /*vectors_too=*/false, [](Tensor& t, std::vector<uint8_t>& b) {
-        b.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-        auto* f = reinterpret_cast<float*>(b.data());
-        if (t.quant == QuantType::kNone) {
-          ConvertToFloat(t.dtype, t.data, static_cast<size_t>(t.numel()), f);
-        } else {
-          const int64_t row = t.shape.back(), row_bytes = QuantRowBytes(t.quant, row);
-          for (int64_t r = 0; r * row < t.numel(); ++r) {
-            DequantizeRow(t.quant, static_cast<const uint8_t*>(t.data) + r * row_bytes, row,
-                          f + r * row);
-          }
-        }
-        t.quant = QuantType::kNone;
-        t.dtype = DType::kF32;
-      });
-}
-
 // `quantize --type q8_0|q4_0` then load: the CPU backend serves the blocks as stored and
 // gives the logits of the same model dequantized to f32, within the rounding its integer
 // GEMM adds (engine/cpu/ops.h: each activation block rounded to int8, at most 1/254 of its
@@ -303,7 +284,7 @@ TEST_F(TinyStoriesGgufTest, QuantizedGgufGivesTheDequantizedModelsLogits) {
     auto gguf = LoadModel(ExportTinyStories(dir, type));
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     EXPECT_EQ(gguf->tensors.layers[0].wq.quant, ParseGgufWeightType(type)->quant);
-    const Model reference = Dequantized(*gguf);
+    const Model reference = ptxserve::testing::DequantizedModel(*gguf);
     const auto got = GreedyLogits(*gguf, kPrompt, 6);
     const auto want = GreedyLogits(reference, kPrompt, 6);
     ASSERT_EQ(got.size(), want.size());
