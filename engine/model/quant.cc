@@ -92,10 +92,21 @@ void DequantizeQ6_K(const uint8_t* b, float* y) {
 }
 
 // fp8_e4m3 and int4_g128 (layouts in quant.h).
+// The 256 E4M3 values, so widening a row is a lookup per code rather than the formula.
+const std::array<float, 256>& E4M3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t;
+    for (int c = 0; c < 256; ++c) t[c] = E4M3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
 void DequantizeFp8E4M3(const uint8_t* b, float* y) {
+  const std::array<float, 256>& values = E4M3Table();
   float s;
   std::memcpy(&s, b, 4);
-  for (int i = 0; i < 32; ++i) y[i] = s * E4M3ToFloat(b[4 + i]);
+  for (int i = 0; i < 32; ++i) y[i] = s * values[b[4 + i]];
 }
 
 void DequantizeInt4G128(const uint8_t* b, float* y) {

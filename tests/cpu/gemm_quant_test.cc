@@ -100,7 +100,8 @@ TEST_P(QuantGemmTest, MatchesDequantizedF32Gemm) {
 
 std::vector<QuantGemmCase> Cases() {
   std::vector<QuantGemmCase> cases;
-  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ6_K,
+                      QuantType::kFp8E4M3, QuantType::kInt4G128}) {
     for (int64_t m : {1, 3, 8, 17}) {
       cases.push_back({t, m, 33, 256, false});
       cases.push_back({t, m, 7, 512, true});
