@@ -63,11 +63,6 @@ bool HfQuantSource::Contains(std::string_view hf_name) const {
   return files_.Contains(hf_name) || !QweightName(hf_name).empty();
 }
 
-std::string HfQuantSource::StoredName(std::string_view hf_name) const {
-  const std::string q = QweightName(hf_name);
-  return q.empty() ? std::string(hf_name) : q;
-}
-
 const std::string& HfQuantSource::PathOf(std::string_view hf_name) const {
   const std::string q = QweightName(hf_name);
   return files_.PathOf(q.empty() ? hf_name : std::string_view(q));

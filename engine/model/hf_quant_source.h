@@ -30,7 +30,9 @@ class HfQuantSource final : public TensorSource {
   // is not finite, a g_idx that reorders inputs.
   absl::StatusOr<Tensor> Get(std::string_view hf_name) const override;
   bool Contains(std::string_view hf_name) const override;
-  std::string StoredName(std::string_view hf_name) const override;
+  // A repacked layer keeps its Hugging Face name ("<p>.weight"), so the model's tensors are
+  // named as an unquantized checkpoint's and convert (to GGUF, say) the same way.
+  std::string StoredName(std::string_view hf_name) const override { return std::string(hf_name); }
   const std::string& PathOf(std::string_view hf_name) const override;
   const std::string& source() const override { return files_.source(); }
 

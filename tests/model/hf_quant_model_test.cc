@@ -70,6 +70,7 @@ TEST_F(HfQuantModelTest, QuantizedCheckpointGivesTheDequantizedModelsLogits) {
       }
     }
     EXPECT_EQ(q->tensors.embed.quant, QuantType::kNone);
+    EXPECT_EQ(q->tensors.layers[1].w_down.name, "model.layers.1.mlp.down_proj.weight");
     EXPECT_EQ(q->WeightFormat(), QuantName(want));
     // The GPU backend refuses the blocks by name (engine/cuda/device_weights.cc).
     const absl::Status gpu = CheckNoQuantizedTensors(q->tensors, "the GPU backend");
@@ -173,7 +174,7 @@ TEST_F(HfQuantModelTest, AwqPartsOfTheWrongShapeOrDtypeAreRefusedByName) {
          c[kQ + ".scales"].shape = {1, 64};
          c[kQ + ".scales"].bytes.resize(64 * 2);
        },
-       "has shape [64, 128], expected [128, 128]"},
+       "tensor 'model.layers.0.self_attn.q_proj.weight' has shape [64, 128], expected [128, 128]"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what);
