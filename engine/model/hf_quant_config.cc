@@ -36,13 +36,18 @@ class QuantFields {
     *out = want;
     return absl::OkStatus();
   }
-  // A string field, lower-cased; `fallback` when absent.
-  absl::StatusOr<std::string> String(const std::string& key, const std::string& fallback) const {
+  // A string field, lower-cased, into *out; `fallback` when absent.
+  absl::Status String(const std::string& key, const std::string& fallback, std::string* out) const {
     const json* v = Get(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string())
+    if (v == nullptr) {
+      *out = fallback;
+      return absl::OkStatus();
+    }
+    if (!v->is_string()) {
       return Error(key, absl::StrCat("expected a string, got ", DescribeJson(*v)));
-    return absl::AsciiStrToLower(v->get<std::string>());
+    }
+    *out = absl::AsciiStrToLower(v->get<std::string>());
+    return absl::OkStatus();
   }
   absl::StatusOr<bool> Bool(const std::string& key, bool fallback) const {
     const json* v = Get(key);
@@ -57,18 +62,34 @@ class QuantFields {
   const std::string& file_;
 };
 
-absl::Status ParseFp8(const QuantFields& f) {
-  if (f.Get("weight_block_size") != nullptr) {
-    return f.Error("weight_block_size",
-                   "block-wise FP8 scales are not supported (per-tensor or per-channel only)");
+absl::Status ParseFp8(const QuantFields& f, HfQuantization* out) {
+  if (const json* b = f.Get("weight_block_size"); b != nullptr) {
+    // A tile's columns must be whole fp8_e4m3 blocks of 32, each taking one tile's scale.
+    const bool ok = b->is_array() && b->size() == 2 && (*b)[0].is_number_integer() &&
+                    (*b)[1].is_number_integer() && (*b)[0].get<int64_t>() > 0 &&
+                    (*b)[1].get<int64_t>() > 0 && (*b)[1].get<int64_t>() % 32 == 0;
+    if (!ok) {
+      const bool pair = b->is_array() && b->size() == 2 && (*b)[0].is_number_integer() &&
+                        (*b)[1].is_number_integer();
+      return f.Error("weight_block_size",
+                     absl::StrCat(pair ? absl::StrCat("[", (*b)[0].get<int64_t>(), ", ",
+                                                      (*b)[1].get<int64_t>(), "]")
+                                       : DescribeJson(*b),
+                                  " is not supported: expected [rows, cols], both positive, "
+                                  "cols a multiple of 32"));
+    }
+    out->fp8_block_rows = (*b)[0].get<int64_t>();
+    out->fp8_block_cols = (*b)[1].get<int64_t>();
   }
-  PTX_ASSIGN_OR_RETURN(const auto scheme, f.String("activation_scheme", "dynamic"));
+  std::string scheme;
+  PTX_RETURN_IF_ERROR(f.String("activation_scheme", "dynamic", &scheme));
   if (scheme != "dynamic" && scheme != "static") {
     return f.Error("activation_scheme",
                    absl::StrCat("'", scheme, "' is not supported (static or dynamic)"));
   }
   // vLLM's early checkpoints name the format; E5M2 weights are another code table.
-  PTX_ASSIGN_OR_RETURN(const auto fmt, f.String("fmt", "e4m3"));
+  std::string fmt;
+  PTX_RETURN_IF_ERROR(f.String("fmt", "e4m3", &fmt));
   if (fmt != "e4m3") return f.Error("fmt", absl::StrCat("'", fmt, "' is not supported (e4m3)"));
   return absl::OkStatus();
 }
@@ -78,7 +99,8 @@ absl::Status ParseAwq(const QuantFields& f, HfQuantization* out) {
   PTX_RETURN_IF_ERROR(f.RequireInt("group_size", 128, &out->group_size));
   PTX_ASSIGN_OR_RETURN(const auto zero_point, f.Bool("zero_point", true));
   if (!zero_point) return f.Error("zero_point", "false is not supported (AWQ with zeros only)");
-  PTX_ASSIGN_OR_RETURN(const auto version, f.String("version", "gemm"));
+  std::string version;
+  PTX_RETURN_IF_ERROR(f.String("version", "gemm", &version));
   if (version != "gemm") {
     return f.Error("version", absl::StrCat("'", version, "' is not supported (only \"gemm\")"));
   }
@@ -89,7 +111,8 @@ absl::Status ParseGptq(const QuantFields& f, HfQuantization* out) {
   PTX_RETURN_IF_ERROR(f.RequireInt("bits", 4, &out->bits));
   PTX_RETURN_IF_ERROR(f.RequireInt("group_size", 128, &out->group_size));
   for (const char* key : {"sym", "desc_act"}) PTX_RETURN_IF_ERROR(f.Bool(key, false).status());
-  PTX_ASSIGN_OR_RETURN(const auto format, f.String("checkpoint_format", "gptq"));
+  std::string format;
+  PTX_RETURN_IF_ERROR(f.String("checkpoint_format", "gptq", &format));
   if (format != "gptq" && format != "gptq_v2") {
     return f.Error("checkpoint_format",
                    absl::StrCat("'", format, "' is not supported (gptq or gptq_v2)"));
@@ -120,11 +143,12 @@ absl::StatusOr<HfQuantization> ParseHfQuantization(const json& q, const std::str
     return absl::InvalidArgumentError(absl::StrCat(
         file, ": field 'quantization_config': expected an object, got ", DescribeJson(q)));
   }
-  PTX_ASSIGN_OR_RETURN(const auto method, f.String("quant_method", ""));
+  std::string method;
+  PTX_RETURN_IF_ERROR(f.String("quant_method", "", &method));
   HfQuantization out;
   if (method == "fp8") {
     out.method = HfQuantization::Method::kFp8;
-    PTX_RETURN_IF_ERROR(ParseFp8(f));
+    PTX_RETURN_IF_ERROR(ParseFp8(f, &out));
   } else if (method == "awq") {
     out.method = HfQuantization::Method::kAwq;
     PTX_RETURN_IF_ERROR(ParseAwq(f, &out));

@@ -19,6 +19,10 @@ struct HfQuantization {
   // GPTQ: each stored zero is the true zero minus one (AutoGPTQ's "gptq" checkpoint
   // format); false for "gptq_v2", which stores the zero itself.
   bool gptq_zero_minus_one = true;
+  // FP8 with weight_block_size [rows, cols]: one scale (weight_scale_inv) per tile of the
+  // weight; 0 for per-tensor or per-channel scales (weight_scale).
+  int64_t fp8_block_rows = 0;
+  int64_t fp8_block_cols = 0;
 };
 
 // "fp8", "awq", "gptq"; "none" for kNone.
@@ -28,7 +32,8 @@ std::string_view HfQuantMethodName(HfQuantization::Method m);
 // `file`. Accepted:
 //   fp8:  E4M3 weights with a per-tensor or per-output-channel weight_scale (vLLM's and
 //         transformers' "fp8"; activation_scheme static or dynamic, activations stay f32);
-//         block-wise scales (weight_block_size) are refused;
+//         block-wise scales (weight_block_size [rows, cols], transformers' fine-grained
+//         FP8 of DeepSeek-V3 and Qwen3) with cols a multiple of 32;
 //   awq:  bits 4, group_size 128, zero_point true, version "gemm";
 //   gptq: bits 4, group_size 128, checkpoint_format "gptq" or "gptq_v2"; desc_act is
 //         accepted only when g_idx is the identity order (checked per tensor at load).

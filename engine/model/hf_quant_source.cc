@@ -78,7 +78,9 @@ absl::StatusOr<Tensor> HfQuantSource::Get(std::string_view hf_name) const {
 }
 
 // vLLM's and transformers' fp8 checkpoints scale a weight per tensor (weight_scale of
-// shape [] or [1]); FBGEMM-style ones per output channel ([out] or [out, 1]).
+// shape [] or [1]); FBGEMM-style ones per output channel ([out] or [out, 1]); fine-grained
+// ones (weight_block_size) per tile (weight_scale_inv [ceil(out / rows), ceil(in / cols)],
+// a multiplier despite its name). Each becomes the scale of every block of 32 it covers.
 absl::StatusOr<Tensor> HfQuantSource::GetFp8(std::string_view hf_name,
                                              const WeightFiles::Stored& w) const {
   const std::string name(hf_name);
@@ -91,23 +93,27 @@ absl::StatusOr<Tensor> HfQuantSource::GetFp8(std::string_view hf_name,
         "; FP8 weights must be matrices whose rows are a multiple of ", block, " elements"));
   }
   const int64_t out = shape[0], in = shape[1];
-  const std::string scale_name = name + "_scale";
+  const bool tiled = q_.fp8_block_rows > 0;
+  const int64_t tile_rows = tiled ? q_.fp8_block_rows : 1;
+  const int64_t tile_cols = tiled ? q_.fp8_block_cols : in;
+  const std::vector<int64_t> tiles = {(out + tile_rows - 1) / tile_rows,
+                                      (in + tile_cols - 1) / tile_cols};
+  const std::string scale_name = name + (tiled ? "_scale_inv" : "_scale");
   PTX_ASSIGN_OR_RETURN(WeightFiles::Stored s, files_.GetStored(scale_name));
-  DType scale_dtype;
   int64_t numel = 1;
   for (int64_t d : s.entry->shape) numel *= d;
-  const bool per_tensor = numel == 1 && s.entry->shape.size() <= 1;
-  const bool per_channel =
-      s.entry->shape == std::vector<int64_t>{out} || s.entry->shape == std::vector<int64_t>{out, 1};
-  if (!ParseDType(s.entry->dtype, &scale_dtype) || (!per_tensor && !per_channel)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(files_.PathOf(scale_name), ": tensor '", scale_name, "' is ", s.entry->dtype,
-                     " ", Shape(s.entry->shape),
-                     "; an FP8 weight scale must be F32, F16 or BF16 of shape [], [1] "
-                     "(per tensor), [",
-                     out, "] or [", out,
-                     ", 1] (per output channel; block-wise scales are "
-                     "not supported)"));
+  const bool per_tensor = !tiled && numel == 1 && s.entry->shape.size() <= 1;
+  const bool per_row = !tiled && (s.entry->shape == std::vector<int64_t>{out} ||
+                                  s.entry->shape == std::vector<int64_t>{out, 1});
+  DType scale_dtype;
+  if (!ParseDType(s.entry->dtype, &scale_dtype) ||
+      (tiled ? s.entry->shape != tiles : !per_tensor && !per_row)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        files_.PathOf(scale_name), ": tensor '", scale_name, "' is ", s.entry->dtype, " ",
+        Shape(s.entry->shape), "; an FP8 weight scale must be F32, F16 or BF16 of shape ",
+        tiled ? Shape(tiles) + " (one per weight_block_size tile)"
+              : absl::StrCat("[], [1] (per tensor), [", out, "] or [", out,
+                             ", 1] (per output channel)")));
   }
   std::vector<float> scales(numel);
   ConvertToFloat(scale_dtype, s.data, numel, scales.data());
@@ -121,8 +127,10 @@ absl::StatusOr<Tensor> HfQuantSource::GetFp8(std::string_view hf_name,
   const int64_t row_bytes = QuantRowBytes(QuantType::kFp8E4M3, in);
   uint8_t* blocks = Allocate(static_cast<size_t>(out * row_bytes));
   for (int64_t r = 0; r < out; ++r) {
-    const float scale = scales[per_tensor ? 0 : r];
     for (int64_t b = 0; b < in / block; ++b) {
+      const float scale = per_tensor ? scales[0]
+                          : per_row  ? scales[r]
+                                     : scales[(r / tile_rows) * tiles[1] + b * block / tile_cols];
       uint8_t* dst = blocks + r * row_bytes + b * (4 + block);
       std::memcpy(dst, &scale, 4);
       std::memcpy(dst + 4, w.data + r * in + b * block, block);

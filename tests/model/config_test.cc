@@ -275,11 +275,11 @@ std::vector<BadConfig> BadConfigs() {
                                      {"checkpoint_format", "marlin"}};
        },
        "quantization_config.checkpoint_format", "'marlin' is not supported"},
-      {"fp8_block_scales",
+      {"fp8_block_cols_not_whole_blocks",
        [](json& j) {
-         j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+         j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 100}}};
        },
-       "quantization_config.weight_block_size", "block-wise FP8 scales are not supported"},
+       "quantization_config.weight_block_size", "[128, 100] is not supported"},
       {"fp8_e5m2",
        [](json& j) {
          j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e5m2"}};
@@ -357,6 +357,12 @@ TEST(ModelConfigTest, QuantizationConfigs) {
   auto c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->quantization.method, HfQuantization::Method::kFp8);
+  EXPECT_EQ(c->quantization.fp8_block_rows, 0);
+  j["quantization_config"]["weight_block_size"] = {128, 128};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quantization.fp8_block_rows, 128);
+  EXPECT_EQ(c->quantization.fp8_block_cols, 128);
   j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},
                               {"group_size", 128},     {"zero_point", true},
                               {"version", "GEMM"},     {"modules_to_not_convert", nullptr}};

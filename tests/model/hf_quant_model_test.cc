@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -226,7 +227,7 @@ TEST_F(HfQuantModelTest, Fp8PerChannelScalesLoadAndBadScalesAreRefused) {
     const char* error;
   };
   const std::vector<Case> cases = {
-      {"block-wise scale",
+      {"tile scales without weight_block_size",
        [](Checkpoint& c) {
          SetFloats(c[kQ + ".weight_scale"], {2, 2}, {1, 1, 1, 1});
        },
@@ -249,6 +250,69 @@ TEST_F(HfQuantModelTest, Fp8PerChannelScalesLoadAndBadScalesAreRefused) {
     EXPECT_NE(s.code(), absl::StatusCode::kOk);
     EXPECT_THAT(s.message(), HasSubstr(k.error));
   }
+}
+
+// transformers' fine-grained FP8 (weight_block_size [128, 64] here): weight_scale_inv holds
+// one scale per tile; powers of two so the expected values are exact.
+TEST_F(HfQuantModelTest, Fp8TileScalesCoverTheirTiles) {
+  auto per_tensor = LoadModel(Quantize(Method::kFp8));
+  ASSERT_TRUE(per_tensor.ok()) << per_tensor.status();
+  const std::string config_path = dir_.path() + "/config.json";
+  std::ifstream in(config_path);
+  nlohmann::json config = nlohmann::json::parse(in);
+  in.close();
+  config["quantization_config"]["weight_block_size"] = {128, 64};
+  std::ofstream(config_path) << config.dump();
+  auto edit = [](bool wrong_shape) {
+    return [wrong_shape](Checkpoint& c) {
+      std::vector<TensorToWrite> inv;
+      for (const TensorToWrite& t : c.tensors) {
+        if (!t.name.ends_with(".weight_scale")) continue;
+        const std::string weight = t.name.substr(0, t.name.size() - 6);
+        const auto w = std::find_if(c.tensors.begin(), c.tensors.end(),
+                                    [&](const TensorToWrite& x) { return x.name == weight; });
+        float scale;
+        std::memcpy(&scale, t.bytes.data(), 4);
+        const int64_t rows = (w->shape[0] + 127) / 128, cols = (w->shape[1] + 63) / 64;
+        const int64_t stored_cols = wrong_shape ? cols + 1 : cols;
+        std::vector<float> v(rows * stored_cols);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(scale, static_cast<int>(i));
+        TensorToWrite& s = inv.emplace_back();
+        s.name = t.name + "_inv";
+        s.raw_dtype = "F32";
+        s.raw_element_size = 4;
+        SetFloats(s, {rows, stored_cols}, v);
+      }
+      std::erase_if(c.tensors,
+                    [](const TensorToWrite& t) { return t.name.ends_with(".weight_scale"); });
+      c.tensors.insert(c.tensors.end(), inv.begin(), inv.end());
+    };
+  };
+  ASSERT_TRUE(LoadEdited(dir_.path(), edit(false)).ok());
+  auto tiled = LoadModel(dir_.path());
+  ASSERT_TRUE(tiled.ok()) << tiled.status();
+  // w_down [128, 384]: 1 x 6 tiles of 128 x 64, tile i scaled by 2^i.
+  const Tensor& a = per_tensor->tensors.layers[0].w_down;
+  const Tensor& b = tiled->tensors.layers[0].w_down;
+  const int64_t row_bytes = QuantRowBytes(QuantType::kFp8E4M3, 384);
+  std::vector<float> ra(384), rb(384);
+  for (int64_t r = 0; r < 128; r += 37) {
+    DequantizeRow(QuantType::kFp8E4M3, static_cast<const uint8_t*>(a.data) + r * row_bytes, 384,
+                  ra.data());
+    DequantizeRow(QuantType::kFp8E4M3, static_cast<const uint8_t*>(b.data) + r * row_bytes, 384,
+                  rb.data());
+    for (int64_t i = 0; i < 384; ++i) {
+      ASSERT_EQ(rb[i], std::ldexp(ra[i], static_cast<int>(i / 64))) << r << " " << i;
+    }
+  }
+  ASSERT_TRUE(LoadEdited(dir_.path(), [](Checkpoint& c) {
+                const std::string name = kQ + ".weight_scale_inv";
+                c[name].shape = {1, 3};
+                c[name].bytes.resize(12);
+              }).code() == absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadModel(dir_.path()).status().message(),
+              HasSubstr("q_proj.weight_scale_inv' is F32 [1, 3]; an FP8 weight scale must be F32, "
+                        "F16 or BF16 of shape [1, 2] (one per weight_block_size tile)"));
 }
 
 }  // namespace
