@@ -1,7 +1,7 @@
 // The CPU GEMM over f16 and block-quantized weights on Llama-3.2-1B's projection shapes,
 // for a decode step (1 row), batches (8, 64) and a prefill chunk (512), with each
 // q8_0/q4_0 kernel (widening in registers, widened rows, integer dot products) named
-// explicitly. GB/s is
+// explicitly, and the Hugging Face formats fp8_e4m3 and int4_g128. GB/s is
 // weight bytes read per second (the weights once per GEMM), the figure decode is bound by.
 // Iterations cycle through copies of the weights filling kColdBytes, more than the
 // last-level cache, so the weights come from memory as a whole model's do in decode.
@@ -109,6 +109,15 @@ BENCHMARK_CAPTURE(RunGemm, q4_0_integer, QuantType::kQ4_0, BlockKernel::kInteger
 BENCHMARK_CAPTURE(RunGemm, q8_0_chosen, QuantType::kQ8_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_chosen, QuantType::kQ4_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_k, QuantType::kQ4_K, BlockKernel::kChosen)->Apply(Shapes);
+// Hugging Face checkpoints' formats as loaded (fp8, awq/gptq): both exact kernels.
+BENCHMARK_CAPTURE(RunGemm, fp8_e4m3_widening, QuantType::kFp8E4M3, BlockKernel::kWidening)
+    ->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, fp8_e4m3_widened_rows, QuantType::kFp8E4M3, BlockKernel::kWidenedRows)
+    ->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, int4_g128_widening, QuantType::kInt4G128, BlockKernel::kWidening)
+    ->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, int4_g128_widened_rows, QuantType::kInt4G128, BlockKernel::kWidenedRows)
+    ->Apply(Shapes);
 
 }  // namespace
 }  // namespace ptxserve

@@ -5,9 +5,10 @@
 //
 // Three kernels (ChooseBlockKernel picks per format and batch size, from the
 // measurements of bench/quant_gemm_bench.cc):
-//  - widening (q8_0, q4_0): each 8 codes become f32 weights d * q in registers (exact:
-//    an f16 scale times a small integer) and go through gemm.cc's FMA chain in its
-//    order, so the result is the f32 GEMM's over the dequantized matrix, bit for bit;
+//  - widening (q8_0, q4_0, fp8_e4m3, int4_g128): each 8 codes become f32 weights d * q in
+//    registers (exact: a scale times a small integer or an E4M3 value, rounded once as
+//    DequantizeRow does) and go through gemm.cc's FMA chain in its order, so the result
+//    is the f32 GEMM's over the dequantized matrix, bit for bit;
 //  - widened rows (every format): kWidenRows rows at a time are dequantized into an f32
 //    buffer that gemm.cc's own kernel runs over for all rows of x: also bit for bit, and
 //    the widening is paid once per weight row, not once per MR rows of x;
@@ -48,6 +49,8 @@ inline float Scale(const uint8_t* p) {
 // 4l..4l+3).
 struct Q8_0 {
   static constexpr int kBytes = 34;
+  static constexpr int kElems = 32;
+  static float BlockScale(const uint8_t* b) { return Scale(b); }
   static __m256 Widen(const uint8_t* b, int s, __m256 d) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * s));
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
@@ -68,6 +71,8 @@ struct Q8_0 {
 };
 struct Q4_0 {
   static constexpr int kBytes = 18;
+  static constexpr int kElems = 32;
+  static float BlockScale(const uint8_t* b) { return Scale(b); }
   // Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
   static __m256 Widen(const uint8_t* b, int s, __m256 d) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * (s & 1)));
@@ -91,6 +96,46 @@ struct Q4_0 {
     const __m256i dot =
         _mm256_madd_epi16(_mm256_maddubs_epi16(w.nibbles, xq), _mm256_set1_epi16(1));
     return _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(eights)));
+  }
+};
+
+// The Hugging Face formats (widening only): fp8_e4m3 (f32 scale, 32 E4M3 codes) and
+// int4_g128 (f16 scale, zero, 64 bytes of nibbles for 128 elements).
+struct Fp8E4M3 {
+  static constexpr int kBytes = 36;
+  static constexpr int kElems = 32;
+  static float BlockScale(const uint8_t* b) {
+    float s;
+    std::memcpy(&s, b, 4);
+    return s;
+  }
+  // A code's magnitude bits eeee.mmm placed at f32's exponent and mantissa and scaled by
+  // 2^(127 - 7) is its value, normals and subnormals alike (f32 subnormals, which this
+  // project never flushes), so every code widens exactly; S.1111.111 becomes NaN.
+  static __m256 Widen(const uint8_t* b, int s, __m256 d) {
+    const __m256i c =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4 + 8 * s)));
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    const __m256 bits = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(mag, 20), sign));
+    const __m256 v = _mm256_mul_ps(bits, _mm256_set1_ps(0x1p120f));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+    return _mm256_mul_ps(d, _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), nan));
+  }
+};
+struct Int4G128 {
+  static constexpr int kBytes = 68;
+  static constexpr int kElems = 128;
+  static float BlockScale(const uint8_t* b) { return Scale(b); }
+  // Elements 8s..8s+7 are the eight nibbles of bytes 4s..4s+3 read as one little-endian
+  // word, lowest nibble first.
+  static __m256 Widen(const uint8_t* b, int s, __m256 d) {
+    int32_t word;
+    std::memcpy(&word, b + 4 + 4 * s, 4);
+    __m256i v =
+        _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    v = _mm256_sub_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xF)), _mm256_set1_epi32(b[2]));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
   }
 };
 
@@ -184,13 +229,13 @@ void WideningKernel<MR, NR, F>::Run(const TileArgs& a) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
   }
-  for (int64_t blk = 0; blk < a.K / 32; ++blk) {
-    const float* xb = a.x + blk * 32;
+  for (int64_t blk = 0; blk < a.K / F::kElems; ++blk) {
+    const float* xb = a.x + blk * F::kElems;
     __m256 d[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) d[j] = _mm256_set1_ps(Scale(wr[j] + blk * F::kBytes));
+    for (int j = 0; j < NR; ++j) d[j] = _mm256_set1_ps(F::BlockScale(wr[j] + blk * F::kBytes));
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
+    for (int s = 0; s < F::kElems / 8; ++s) {
       __m256 xv[MR];
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xb + i * a.K + 8 * s);
@@ -352,10 +397,18 @@ void GemmBlocks(const Problem& problem, bool integer) {
 // and for q8_0 at 1, 8 and 64; at 512 rows q8_0 ran faster as widened rows (exact). The
 // widening-in-registers kernel never won: it widens each block once per MR rows of x.
 constexpr int64_t kQ8_0IntegerRows = 64;
+// fp8_e4m3 and int4_g128 (no integer kernel; 2048 x 2048, same VM, a loaded moment): widening
+// in registers took 1.45 / 0.90 ms at 1 row against 3.7 / 4.8 ms as widened rows (whose
+// scalar decode dominates a single row), 5.6 / 3.5 ms against 5.6 / 7.0 at 8 rows, and lost
+// at 64 rows (41 / 30 ms against 17 / 18).
+constexpr int64_t kHfWideningRows = 8;
 
 BlockKernel ChooseBlockKernel(QuantType t, int64_t M) {
   if (t == QuantType::kQ4_0) return BlockKernel::kInteger;
   if (t == QuantType::kQ8_0 && M <= kQ8_0IntegerRows) return BlockKernel::kInteger;
+  if ((t == QuantType::kFp8E4M3 || t == QuantType::kInt4G128) && M <= kHfWideningRows) {
+    return BlockKernel::kWidening;
+  }
   return BlockKernel::kWidenedRows;
 }
 
@@ -370,6 +423,10 @@ void GemmQuantized(const float* x, WeightMatrix w, const float* bias, int64_t M,
     GemmBlocks<Q8_0>(p, integer);
   } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kQ4_0) {
     GemmBlocks<Q4_0>(p, integer);
+  } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kFp8E4M3) {
+    RunPanels(p, [&](int64_t b, int64_t e) { BlockPanel<WideningKernel, Fp8E4M3>(p, b, e); });
+  } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kInt4G128) {
+    RunPanels(p, [&](int64_t b, int64_t e) { BlockPanel<WideningKernel, Int4G128>(p, b, e); });
   } else {
     RunPanels(p, [&](int64_t b, int64_t e) { WidenedRowsPanel(p, w.quant, b, e); });
   }

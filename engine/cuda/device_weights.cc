@@ -61,6 +61,8 @@ absl::StatusOr<std::optional<kernels::BlockFormat>> BlocksOf(const Tensor& t) {
       return kernels::BlockFormat::kQ4_0;
     case QuantType::kQ4_K:
     case QuantType::kQ6_K:
+    case QuantType::kFp8E4M3:
+    case QuantType::kInt4G128:
       break;
   }
   return absl::UnimplementedError(absl::StrCat("tensor ", t.name, " is ", FormatOf(t),

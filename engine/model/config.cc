@@ -36,6 +36,7 @@ class FieldReader {
 
   const json* Get(const std::string& key) const { return GetField(root_, key); }
   const json& root() const { return root_; }
+  const std::string& file() const { return file_; }
 
   // Integers must be JSON integers: 128.0 or "128" is a broken config, not a size.
   absl::StatusOr<std::optional<int64_t>> Int(const json& obj, const std::string& key,
@@ -283,13 +284,7 @@ absl::Status ParseFields(const FieldReader& r, ModelConfig* c) {
   // A quantized Hugging Face checkpoint (AWQ, GPTQ, FP8, bitsandbytes, ...) stores other
   // tensors than the weights' own; say so by its method rather than by a missing tensor.
   if (const json* q = r.Get("quantization_config"); q != nullptr && !q->is_null()) {
-    const json* method =
-        q->is_object() && q->contains("quant_method") ? &(*q)["quant_method"] : nullptr;
-    return r.Error("quantization_config",
-                   absl::StrCat("quantization method ",
-                                method != nullptr ? DescribeJson(*method) : "(unnamed)",
-                                " is not supported: ptxserve loads f32/f16/bf16 safetensors, and "
-                                "q8_0/q4_0/q4_k/q6_k weights from GGUF files"));
+    PTX_ASSIGN_OR_RETURN(c->quantization, ParseHfQuantization(*q, r.file()));
   }
   if (const json* act = r.Get("hidden_act"); act != nullptr) {
     if (!act->is_string() || act->get<std::string>() != "silu") {

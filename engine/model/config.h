@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/dtype.h"
+#include "engine/model/hf_quant_config.h"
 
 namespace ptxserve {
 
@@ -49,6 +50,8 @@ struct ModelConfig {
   int32_t bos_token_id = -1;
   int32_t eos_token_id = -1;
   DType torch_dtype = DType::kF32;  // as declared; the tensors' own dtypes are authoritative
+  // quantization_config: how the linear weights are stored (hf_quant_source.h).
+  HfQuantization quantization;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

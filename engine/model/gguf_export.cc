@@ -142,7 +142,8 @@ absl::Status CheckExportable(const ModelConfig& c) {
 
 std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name) {
   for (const QuantLayout& l : kQuantLayouts) {
-    if (l.type != QuantType::kNone && l.type != QuantType::kQ6_K && l.name == name) {
+    if (l.type != QuantType::kNone && l.type != QuantType::kQ6_K && l.ggml_type != kNoGgmlType &&
+        l.name == name) {
       return GgufWeightType{l.type, DType::kF32};
     }
   }

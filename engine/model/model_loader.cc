@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_model.h"
+#include "engine/model/hf_quant_source.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_files.h"
@@ -21,7 +22,8 @@ namespace ptxserve {
 namespace {
 
 // What Model::storage owns: the mappings, plus aligned copies of any tensor whose
-// offset in its file is not a multiple of its element size.
+// offset in its file is not a multiple of its element size, and the repacked weights of
+// a quantized Hugging Face checkpoint.
 struct ModelStorage {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::unique_ptr<GgufFile> gguf;
@@ -213,7 +215,13 @@ absl::Status LoadHfModel(const std::string& dir, Model* model, ModelStorage* sto
   PTX_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
   PTX_ASSIGN_OR_RETURN(model->config, ParseModelConfig(text, config_path));
   PTX_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::Open(dir));
-  PTX_RETURN_IF_ERROR(MapTensors(model->config, files, config_path, storage, &model->tensors));
+  if (model->config.quantization.method != HfQuantization::Method::kNone) {
+    const HfQuantSource quantized(files, model->config.quantization, &storage->copies);
+    PTX_RETURN_IF_ERROR(
+        MapTensors(model->config, quantized, config_path, storage, &model->tensors));
+  } else {
+    PTX_RETURN_IF_ERROR(MapTensors(model->config, files, config_path, storage, &model->tensors));
+  }
   storage->files = files.TakeFiles();
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "engine/model/dtype.h"
@@ -87,6 +88,34 @@ void DequantizeQ6_K(const uint8_t* b, float* y) {
       y[l + 64] = d * static_cast<float>(sc[is + 4] * q3);
       y[l + 96] = d * static_cast<float>(sc[is + 6] * q4);
     }
+  }
+}
+
+// fp8_e4m3 and int4_g128 (layouts in quant.h).
+// The 256 E4M3 values, so widening a row is a lookup per code rather than the formula.
+const std::array<float, 256>& E4M3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t;
+    for (int c = 0; c < 256; ++c) t[c] = E4M3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
+void DequantizeFp8E4M3(const uint8_t* b, float* y) {
+  const std::array<float, 256>& values = E4M3Table();
+  float s;
+  std::memcpy(&s, b, 4);
+  for (int i = 0; i < 32; ++i) y[i] = s * values[b[4 + i]];
+}
+
+void DequantizeInt4G128(const uint8_t* b, float* y) {
+  const float s = ReadHalf(b);
+  const int z = b[2];
+  const uint8_t* qs = b + 4;
+  for (int i = 0; i < 64; ++i) {
+    y[2 * i] = s * static_cast<float>((qs[i] & 0xF) - z);
+    y[2 * i + 1] = s * static_cast<float>((qs[i] >> 4) - z);
   }
 }
 
@@ -213,6 +242,43 @@ void QuantizeQ6_K(const float* x, uint8_t* b) {
   }
 }
 
+// One row of fp8_e4m3: every block carries the row's scale max |x| / 448.
+void QuantizeFp8E4M3Row(const float* x, int64_t n, uint8_t* out) {
+  float amax = 0;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s = amax / 448;
+  for (int64_t i = 0; i < n; i += 32, out += 36) {
+    std::memcpy(out, &s, 4);
+    for (int j = 0; j < 32; ++j) out[4 + j] = s > 0 ? FloatToE4M3(x[i + j] / s) : 0;
+  }
+}
+
+// The span [lo, hi] always holds 0, so a group of zeros (padding, pruned rows) stays
+// exact, and s = (hi - lo) / 15 is rounded up to f16 so no code clamps by more than
+// half a step. The zero is kept at 1 or more (a group with nothing below zero spans
+// [-s, 14 s]): GPTQ's classic checkpoints store zero - 1 in a nibble, where 0 wraps.
+void QuantizeInt4G128(const float* x, uint8_t* b) {
+  const float lo = std::min(0.0f, *std::min_element(x, x + 128));
+  const float hi = std::max(0.0f, *std::max_element(x, x + 128));
+  uint16_t sh = HalfAtLeast((hi - lo) / 15);
+  float s = HalfToFloat(sh);
+  int z = s > 0 ? std::clamp(static_cast<int>(roundf(-lo / s)), 0, 15) : 1;
+  if (z == 0) {
+    sh = HalfAtLeast(hi / 14);
+    s = HalfToFloat(sh);
+    z = 1;
+  }
+  WriteU16(b, sh);
+  b[2] = static_cast<uint8_t>(z);
+  b[3] = 0;
+  auto code = [&](float v) {
+    return s > 0 ? std::clamp(static_cast<int>(roundf(v / s)) + z, 0, 15) : z;
+  };
+  for (int i = 0; i < 64; ++i) {
+    b[4 + i] = static_cast<uint8_t>(code(x[2 * i]) | (code(x[2 * i + 1]) << 4));
+  }
+}
+
 // The largest |scale| a block of `x` would store, to refuse what f16 cannot hold.
 float LargestScale(QuantType t, const float* x, int n) {
   float amax = 0;
@@ -224,6 +290,10 @@ float LargestScale(QuantType t, const float* x, int n) {
       return amax / 8;
     case QuantType::kQ6_K:
       return amax / (32 * 127);
+    case QuantType::kFp8E4M3:
+      return 0;  // an f32 scale
+    case QuantType::kInt4G128:
+      return 2 * amax / 15;
     default:  // q4_k: dmin = largest min / 63 <= amax / 63 exceeds d <= 2 amax / 945
       return amax / 63;
   }
@@ -232,6 +302,38 @@ float LargestScale(QuantType t, const float* x, int n) {
 constexpr float kHalfMax = 65504.0f;
 
 }  // namespace
+
+float E4M3ToFloat(uint8_t code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  float v;
+  if (e == 0xF && m == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), -9);
+  } else {
+    v = std::ldexp(static_cast<float>(8 + m), e - 10);
+  }
+  return (code & 0x80) != 0 ? -v : v;
+}
+
+uint8_t FloatToE4M3(float x) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const float a = std::fabs(x);
+  if (a >= 448) return sign | 0x7E;
+  // Below 2^-6 codes are multiples of 2^-9, and code 8 is 2^-6 itself: the rounded
+  // multiple is the code.
+  if (a < 0x1p-6f) return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(a, 9)));
+  int e;
+  const float frac = std::frexp(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
+  int m = static_cast<int>(std::nearbyint((frac * 2 - 1) * 8));
+  --e;  // a = (1 + m / 8) * 2^e
+  if (m == 8) {
+    m = 0;
+    ++e;
+  }
+  return sign | static_cast<uint8_t>(((e + 7) << 3) | m);
+}
 
 int64_t QuantRowBytes(QuantType t, int64_t n) {
   const QuantLayout& l = LayoutOf(t);
@@ -253,6 +355,12 @@ void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out) {
         break;
       case QuantType::kQ6_K:
         DequantizeQ6_K(blocks, out + i);
+        break;
+      case QuantType::kFp8E4M3:
+        DequantizeFp8E4M3(blocks, out + i);
+        break;
+      case QuantType::kInt4G128:
+        DequantizeInt4G128(blocks, out + i);
         break;
       case QuantType::kNone:
         return;
@@ -276,6 +384,10 @@ absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
           absl::StrFormat("%s: element %d is %f, not a finite number", l.name, i, x[i]));
     }
   }
+  if (t == QuantType::kFp8E4M3) {
+    QuantizeFp8E4M3Row(x, n, out);
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < n; i += l.block_elems, out += l.block_bytes) {
     if (LargestScale(t, x + i, l.block_elems) > kHalfMax) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -285,6 +397,7 @@ absl::Status QuantizeRow(QuantType t, const float* x, int64_t n, uint8_t* out) {
     if (t == QuantType::kQ4_0) QuantizeQ4_0(x + i, out);
     if (t == QuantType::kQ4_K) QuantizeQ4_K(x + i, out);
     if (t == QuantType::kQ6_K) QuantizeQ6_K(x + i, out);
+    if (t == QuantType::kInt4G128) QuantizeInt4G128(x + i, out);
   }
   return absl::OkStatus();
 }

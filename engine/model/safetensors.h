@@ -57,6 +57,9 @@ class SafetensorsFile {
   // ("unsupported dtype X for tensor T in FILE") unless its dtype is F32, F16 or BF16.
   // The view may be unaligned for its dtype when the file's offsets are.
   absl::StatusOr<Tensor> GetTensor(std::string_view name) const;
+  // The bytes of `e` (an entry of this file), whatever its dtype: e.end - e.begin bytes,
+  // aligned only as the file's offsets are.
+  const uint8_t* DataOf(const SafetensorsEntry& e) const { return base_ + data_offset_ + e.begin; }
 
  private:
   SafetensorsFile() = default;

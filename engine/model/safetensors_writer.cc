@@ -19,7 +19,9 @@ struct FileCloser {
 
 // Tensors in the order their bytes are laid out. The reference implementation orders by
 // dtype alignment, then name; for the single-dtype files we write, that is name order, and
-// name order is what keeps the output independent of the caller's vector order.
+// name order is what keeps the output independent of the caller's vector order. (Mixed
+// files, quantized checkpoints, are read through memcpy or aligned copies, so their
+// tensors need no alignment.)
 std::vector<const TensorToWrite*> LayoutOrder(const std::vector<TensorToWrite>& tensors) {
   std::vector<const TensorToWrite*> order;
   order.reserve(tensors.size());
@@ -75,9 +77,9 @@ absl::StatusOr<std::string> SafetensorsHeader(const std::vector<TensorToWrite>& 
                                                      t.nbytes()));
     }
     const uint64_t end = offset + t.nbytes();
-    header[t.name] = {{"dtype", SpellingOf(t.dtype).safetensors},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, end}}};
+    const std::string_view dtype =
+        t.raw_dtype.empty() ? SpellingOf(t.dtype).safetensors : std::string_view(t.raw_dtype);
+    header[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   return header.dump();

@@ -19,15 +19,21 @@ namespace ptxserve {
 struct TensorToWrite {
   std::string name;
   DType dtype = DType::kF32;
+  // Set for an element type outside DType (a quantized checkpoint's "I32" or "F8_E4M3"):
+  // the header's dtype, with raw_element_size bytes per element; `dtype` is then unused.
+  std::string raw_dtype;
+  size_t raw_element_size = 0;
   std::vector<int64_t> shape;
   // The tensor's bytes (little-endian, row-major), used when `fill` is empty.
   std::vector<uint8_t> bytes;
   // When set, called once right before the tensor is written with a buffer of exactly
-  // numel * DTypeSize(dtype) bytes to fill, so large files never hold all tensors in memory.
+  // nbytes() bytes to fill, so large files never hold all tensors in memory.
   std::function<absl::Status(std::span<uint8_t>)> fill;
 
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel()) * (raw_dtype.empty() ? DTypeSize(dtype) : raw_element_size);
+  }
 };
 
 // Builds the JSON header text (without the length prefix and padding) for `tensors`

@@ -148,4 +148,14 @@ absl::StatusOr<Tensor> WeightFiles::Get(std::string_view name) const {
   return file->GetTensor(stored);
 }
 
+absl::StatusOr<WeightFiles::Stored> WeightFiles::GetStored(std::string_view name) const {
+  auto [file, stored] = Locate(name);
+  if (file == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", std::string(name), "' not found in ", source_));
+  }
+  const SafetensorsEntry* e = file->Find(stored);
+  return Stored{e, file->DataOf(*e)};
+}
+
 }  // namespace ptxserve

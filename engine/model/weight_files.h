@@ -28,6 +28,13 @@ class WeightFiles final : public TensorSource {
   // tied weights saved once. NotFound names the tensor and where it was looked for;
   // Unimplemented for a dtype other than F32/F16/BF16. tensor.name is the stored name.
   absl::StatusOr<Tensor> Get(std::string_view name) const override;
+  // Tensor `name` as stored, for the dtypes Get refuses (quantized checkpoints' "I32" and
+  // "F8_E4M3"): its header entry and its bytes. NotFound as Get.
+  struct Stored {
+    const SafetensorsEntry* entry;
+    const uint8_t* data;
+  };
+  absl::StatusOr<Stored> GetStored(std::string_view name) const;
   // Whether Get(name) would find a tensor (whatever its dtype).
   bool Contains(std::string_view name) const override;
   // Safetensors files use the Hugging Face names themselves.

@@ -29,7 +29,8 @@ ABSL_FLAG(uint64_t, seed, 0,
           "same output");
 
 ABSL_FLAG(std::string, out, "",
-          "output: the model directory (make-model), the .gguf file (quantize), a PTX file "
+          "output: the model directory (make-model), the .gguf file or checkpoint directory "
+          "(quantize), a PTX file "
           "(ptx --kernel) or directory (ptx --all)");
 
 ABSL_FLAG(int32_t, kv_blocks, 0,

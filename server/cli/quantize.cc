@@ -1,21 +1,30 @@
 // `ptxserve quantize`: write a llama.cpp-compatible GGUF from a model ptxserve loads (a
-// Hugging Face directory, or a GGUF of f32/f16/bf16 tensors to re-encode).
+// Hugging Face directory, or a GGUF of f32/f16/bf16 tensors to re-encode), or, for
+// --type fp8|awq|gptq, a Hugging Face quantized checkpoint directory from a model directory.
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_export.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/hf_quant_export.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/gguf_vocab.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
 
-ABSL_FLAG(std::string, type, "f16", "quantize: the matrices' type (see --help)");
+ABSL_FLAG(std::string, type, "f16",
+          "quantize: the matrices' type: a GGUF type (f32, f16, bf16, q8_0, q4_0, q4_k; --out "
+          "names a .gguf file) or a Hugging Face quantized checkpoint (fp8, awq, gptq; --out "
+          "names a directory, created when missing, that gets config.json with its "
+          "quantization_config, model.safetensors and the tokenizer files)");
 
 namespace ptxserve::cli {
 namespace {
@@ -28,10 +37,24 @@ std::string ModelName(const std::string& path) {
   return name;
 }
 
-// Whether --out can be created: a .gguf name in an existing directory.
-std::string OutProblem(const std::string& out) {
+constexpr const char* kHfTypes[] = {"fp8", "awq", "gptq"};
+
+// The Hugging Face checkpoint kind --type names, or nullopt for a GGUF type.
+std::optional<HfQuantization::Method> HfMethod(const std::string& type) {
+  if (type == "fp8") return HfQuantization::Method::kFp8;
+  if (type == "awq") return HfQuantization::Method::kAwq;
+  if (type == "gptq") return HfQuantization::Method::kGptq;
+  return std::nullopt;
+}
+
+// Whether --out can be created: a .gguf name (a directory for a Hugging Face checkpoint)
+// in an existing directory.
+std::string OutProblem(const std::string& out, bool hf) {
   if (out.empty()) return "--out is required";
-  if (!out.ends_with(".gguf")) return "--out must name a .gguf file, got '" + out + "'";
+  if (hf && out.ends_with(".gguf")) {
+    return "--out names the checkpoint directory for fp8, awq and gptq, got '" + out + "'";
+  }
+  if (!hf && !out.ends_with(".gguf")) return "--out must name a .gguf file, got '" + out + "'";
   const std::filesystem::path parent = std::filesystem::path(out).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
@@ -54,25 +77,47 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// Writes the Hugging Face checkpoint of `method` into the directory `out`.
+int QuantizeToHf(const std::string& model_path, HfQuantization::Method method,
+                 const std::string& out) {
+  auto model = LoadModel(model_path);
+  if (!model.ok()) return Fail(model.status());
+  if (absl::Status s = WriteHfQuantized(*model, method, out); !s.ok()) return Fail(s);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(out + "/model.safetensors", ec);
+  std::fprintf(stderr, "quantize: wrote %s/ (%s, model.safetensors %llu bytes)\n", out.c_str(),
+               std::string(HfQuantMethodName(method)).c_str(),
+               static_cast<unsigned long long>(bytes));
+  return 0;
+}
+
 }  // namespace
 
 int RunQuantize(int argc, char** argv) {
-  const std::string usage = "ptxserve quantize --model DIR|FILE.gguf --out PATH.gguf --type " +
-                            absl::StrJoin(GgufWeightTypeNames(), "|");
+  std::vector<std::string> types = GgufWeightTypeNames();
+  types.insert(types.end(), std::begin(kHfTypes), std::end(kHfTypes));
+  const std::string usage =
+      "ptxserve quantize --model DIR|FILE.gguf --out PATH.gguf|DIR --type " +
+      absl::StrJoin(types, "|") +
+      "\n  GGUF types write --out PATH.gguf; fp8, awq and gptq write a Hugging Face checkpoint "
+      "directory --out DIR (from a model directory)";
   SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string model_path = absl::GetFlag(FLAGS_model);
   const std::string out = absl::GetFlag(FLAGS_out);
+  const std::optional<HfQuantization::Method> hf = HfMethod(absl::GetFlag(FLAGS_type));
   const auto type = ParseGgufWeightType(absl::GetFlag(FLAGS_type));
-  std::string problem = model_path.empty() ? "--model is required" : OutProblem(out);
-  if (problem.empty() && !type.has_value()) {
-    problem = "--type must be one of " + absl::StrJoin(GgufWeightTypeNames(), ", ") + ", got '" +
+  std::string problem =
+      model_path.empty() ? "--model is required" : OutProblem(out, hf.has_value());
+  if (problem.empty() && !type.has_value() && !hf.has_value()) {
+    problem = "--type must be one of " + absl::StrJoin(types, ", ") + ", got '" +
               absl::GetFlag(FLAGS_type) + "'";
   }
   if (!problem.empty()) {
     std::fprintf(stderr, "quantize: %s\n%s\n", problem.c_str(), usage.c_str());
     return 2;
   }
+  if (hf.has_value()) return QuantizeToHf(model_path, *hf, out);
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
   GgufWriter w;

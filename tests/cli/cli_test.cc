@@ -278,8 +278,9 @@ double Perplexity(const std::string& args) {
 }
 
 // Perplexity on tests/cli/story.txt (a short children's story written for these tests):
-// the same from the directory and from its f32 GGUF, within 1% of it in q8_0; q4_0 is
-// printed (8.8% above f32 at this commit: 4 bits cost a model this small more).
+// the same from the directory and from its f32 GGUF, within 1% of it in q8_0 and in fp8;
+// q4_0, awq and gptq are printed (8.8% above f32 for q4_0 at this commit: 4 bits cost a
+// model this small more).
 TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
     GTEST_SKIP() << "shared test model absent";
@@ -304,6 +305,23 @@ TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
     } else if (std::string(type) == "q8_0") {
       EXPECT_NEAR(ppl, f32, 0.01 * f32);
     }
+  }
+  // Hugging Face quantized checkpoints (a directory each): fp8 within 1% of f32 like
+  // q8_0; awq and gptq (the same 4-bit groups of 128, packed two ways) printed.
+  for (const char* type : {"fp8", "awq", "gptq"}) {
+    const std::string dir = (base / type).string();
+    ASSERT_EQ(RunPtxserve("quantize --model " + kTinyStories + " --out " + dir + " --type " + type)
+                  .exit_code,
+              0);
+    EXPECT_TRUE(std::filesystem::exists(dir + "/config.json"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/tokenizer.json"));
+    const double ppl = Perplexity("--model " + dir + " --text " + text);
+    std::printf("[ perplexity ] %s: %.4f (f32 %.4f, %+.2f%%)\n", type, ppl, f32,
+                100 * (ppl / f32 - 1));
+    if (std::string(type) == "fp8") {
+      EXPECT_NEAR(ppl, f32, 0.01 * f32);
+    }
+    EXPECT_GT(ppl, 1.0);
   }
   for (const auto& [args, code, want] : std::vector<std::tuple<std::string, int, std::string>>{
            {"--model " + kTinyStories, 2, "--text is required"},
@@ -332,7 +350,9 @@ TEST(CliTest, QuantizeRefusesBadInputWithAnError) {
            {"quantize" + model + " --out /nonexistent/dir/m.gguf", 2,
             "directory '/nonexistent/dir' does not exist"},
            {"quantize" + model + " --out " + out + " --type q5_1", 2,
-            "--type must be one of f32, f16, bf16, q8_0, q4_0, q4_k, got 'q5_1'"},
+            "--type must be one of f32, f16, bf16, q8_0, q4_0, q4_k, fp8, awq, gptq, got 'q5_1'"},
+           {"quantize" + model + " --out " + out + " --type awq", 2,
+            "--out names the checkpoint directory for fp8, awq and gptq"},
            {"quantize --model /nonexistent/model --out " + out, 1, "/nonexistent/model"},
        }) {
     const CliRun r = RunPtxserve(args);

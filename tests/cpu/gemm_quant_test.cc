@@ -98,9 +98,38 @@ TEST_P(QuantGemmTest, MatchesDequantizedF32Gemm) {
   EXPECT_EQ(chosen, ChooseBlockKernel(t, M) == BlockKernel::kInteger ? integer : want);
 }
 
+// Every E4M3 code but the two NaNs (which compare unequal), subnormals included, through
+// the widening kernel's bit arithmetic and through DequantizeRow's table: the same sums.
+TEST(QuantGemmFp8Test, WideningDecodesEveryCode) {
+  const int64_t K = 256, N = 3;
+  const int64_t row_bytes = QuantRowBytes(QuantType::kFp8E4M3, K);
+  std::vector<uint8_t> w(N * row_bytes);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < K / 32; ++b) {
+      uint8_t* block = w.data() + n * row_bytes + b * 36;
+      const float s = 0.5f * static_cast<float>(n + 1);
+      std::memcpy(block, &s, 4);
+      for (int i = 0; i < 32; ++i) {
+        const int code = static_cast<int>((b * 32 + i + 37 * n) % 256);
+        block[4 + i] = static_cast<uint8_t>((code & 0x7F) == 0x7F ? 0 : code);
+      }
+    }
+  }
+  const std::vector<float> x = RandomVec(2 * K, 5);
+  std::vector<float> wf(N * K), want(2 * N), got(2 * N);
+  for (int64_t n = 0; n < N; ++n) {
+    DequantizeRow(QuantType::kFp8E4M3, w.data() + n * row_bytes, K, wf.data() + n * K);
+  }
+  Gemm(x.data(), wf.data(), nullptr, 2, N, K, want.data());
+  GemmQuantized(x.data(), {w.data(), DType::kF32, QuantType::kFp8E4M3}, nullptr, 2, N, K,
+                got.data(), BlockKernel::kWidening);
+  EXPECT_EQ(got, want);
+}
+
 std::vector<QuantGemmCase> Cases() {
   std::vector<QuantGemmCase> cases;
-  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ6_K,
+                      QuantType::kFp8E4M3, QuantType::kInt4G128}) {
     for (int64_t m : {1, 3, 8, 17}) {
       cases.push_back({t, m, 33, 256, false});
       cases.push_back({t, m, 7, 512, true});

@@ -228,10 +228,12 @@ TEST_F(GpuBackendTest, CreationFailureLeaksNothing) {
   }
 }
 
-// Block formats the quantized GEMV does not read (a GGUF's q4_k/q6_k matrices) are refused
-// by name before anything is allocated.
+// Block formats the quantized GEMV does not read (a GGUF's q4_k/q6_k matrices, a Hugging
+// Face fp8/awq/gptq checkpoint's repacked blocks) are refused by name before anything is
+// allocated.
 TEST_F(GpuBackendTest, UnreadBlockFormatIsUnimplementedNamingTheTensor) {
-  for (QuantType q : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType q :
+       {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kFp8E4M3, QuantType::kInt4G128}) {
     Tensor& w_down = model_->tensors.layers[1].w_down;
     w_down.name = "blk.1.ffn_down.weight";
     w_down.quant = q;

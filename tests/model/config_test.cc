@@ -235,13 +235,65 @@ std::vector<BadConfig> BadConfigs() {
        "expected a token id"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act", "unsupported activation"},
       {"mlp_bias", [](json& j) { j["mlp_bias"] = true; }, "mlp_bias", "not supported"},
-      {"awq_checkpoint",
+      {"awq_3_bits",
        [](json& j) {
-         j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}};
+         j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 3}, {"group_size", 128}};
        },
-       "quantization_config", "quantization method \"awq\" is not supported"},
+       "quantization_config.bits", "3 is not supported (only 4)"},
+      {"awq_group_64",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 64}};
+       },
+       "quantization_config.group_size", "64 is not supported (only 128)"},
+      {"awq_gemv",
+       [](json& j) {
+         j["quantization_config"] = {
+             {"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "gemv"}};
+       },
+       "quantization_config.version", "'gemv' is not supported"},
+      {"awq_no_zero_point",
+       [](json& j) {
+         j["quantization_config"] = {
+             {"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", false}};
+       },
+       "quantization_config.zero_point", "false is not supported"},
+      {"gptq_8_bits",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 8}, {"group_size", 128}};
+       },
+       "quantization_config.bits", "8 is not supported"},
+      {"gptq_no_groups",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", -1}};
+       },
+       "quantization_config.group_size", "-1 is not supported"},
+      {"gptq_marlin_format",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"},
+                                     {"bits", 4},
+                                     {"group_size", 128},
+                                     {"checkpoint_format", "marlin"}};
+       },
+       "quantization_config.checkpoint_format", "'marlin' is not supported"},
+      {"fp8_block_cols_not_whole_blocks",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 100}}};
+       },
+       "quantization_config.weight_block_size", "[128, 100] is not supported"},
+      {"fp8_e5m2",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e5m2"}};
+       },
+       "quantization_config.fmt", "'e5m2' is not supported"},
+      {"bitsandbytes",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+       },
+       "quantization_config.quant_method", "'bitsandbytes' is not supported"},
       {"unnamed_quantization", [](json& j) { j["quantization_config"] = json::object(); },
-       "quantization_config", "quantization method (unnamed) is not supported"},
+       "quantization_config.quant_method", "missing is not supported"},
+      {"quantization_not_object", [](json& j) { j["quantization_config"] = 4; },
+       "quantization_config", "expected an object"},
       {"rope_yarn",
        [](json& j) {
          j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
@@ -297,6 +349,49 @@ TEST_P(BadConfigTest, IsRejectedNamingFileAndField) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadConfigTest, ::testing::ValuesIn(BadConfigs()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The quantization_config variants the loader repacks, as their libraries write them.
+TEST(ModelConfigTest, QuantizationConfigs) {
+  json j = BaseConfig();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quantization.method, HfQuantization::Method::kFp8);
+  EXPECT_EQ(c->quantization.fp8_block_rows, 0);
+  j["quantization_config"]["weight_block_size"] = {128, 128};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quantization.fp8_block_rows, 128);
+  EXPECT_EQ(c->quantization.fp8_block_cols, 128);
+  j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},
+                              {"group_size", 128},     {"zero_point", true},
+                              {"version", "GEMM"},     {"modules_to_not_convert", nullptr}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quantization.method, HfQuantization::Method::kAwq);
+  EXPECT_EQ(c->quantization.group_size, 128);
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4},
+                              {"group_size", 128},      {"sym", true},
+                              {"desc_act", false},      {"damp_percent", 0.01}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quantization.method, HfQuantization::Method::kGptq);
+  EXPECT_TRUE(c->quantization.gptq_zero_minus_one);
+  j["quantization_config"]["checkpoint_format"] = "gptq_v2";
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->quantization.gptq_zero_minus_one);
+  // What quantize writes parses back to itself.
+  for (auto m : {HfQuantization::Method::kFp8, HfQuantization::Method::kAwq,
+                 HfQuantization::Method::kGptq}) {
+    HfQuantization q;
+    q.method = m;
+    j["quantization_config"] = HfQuantizationJson(q);
+    c = Parse(j);
+    ASSERT_TRUE(c.ok()) << HfQuantMethodName(m) << ": " << c.status();
+    EXPECT_EQ(c->quantization.method, m);
+  }
+}
 
 TEST(ModelConfigTest, BadJsonNamesTheByteOffset) {
   auto c = ParseModelConfig("{\n  \"hidden_size\": 8,\n  oops\n}", kFile);

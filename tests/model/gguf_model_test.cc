@@ -20,11 +20,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cpu/test_model.h"
+#include "tests/model/cpu_logits.h"
 #include "tests/model/test_files.h"
 
 namespace ptxserve {
 namespace {
 
+using test_files::GreedyLogits;
 using test_files::TempDir;
 using ::testing::HasSubstr;
 
@@ -86,42 +88,6 @@ TEST(GgufExportTest, PermutesRowsToInterleavedOrderPerHead) {
   // 2 heads of head_dim 4, one element per row: rows 0..7.
   const std::vector<float> rows = {0, 1, 2, 3, 4, 5, 6, 7};
   EXPECT_EQ(PermuteRopeRows(rows, 2, 4, 1), (std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7}));
-}
-
-// Logits of the prompt's last token, then of each of `steps` greedy decode steps.
-std::vector<std::vector<float>> GreedyLogits(const Model& model, std::vector<int32_t> tokens,
-                                             int steps) {
-  auto backend = CpuBackend::Create(model, {64, 16, DType::kF32});
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return {};
-  KvBlockManager blocks(64, 16);
-  std::vector<int32_t> table;
-  std::vector<std::vector<float>> out;
-  int64_t cached = 0;
-  for (int step = 0; step <= steps; ++step) {
-    const int64_t total = static_cast<int64_t>(tokens.size());
-    EXPECT_TRUE(blocks.EnsureCapacity(&table, total).ok());
-    StepBatch b;
-    for (int64_t p = cached; p < total; ++p) {
-      b.token_ids.push_back(tokens[p]);
-      b.positions.push_back(static_cast<int32_t>(p));
-      b.slot_mapping.push_back(int64_t{table[p / 16]} * 16 + p % 16);
-    }
-    b.query_start = {0, b.num_tokens()};
-    b.seq_lens = {static_cast<int32_t>(total)};
-    b.block_tables = table;
-    b.max_blocks_per_seq = static_cast<int32_t>(table.size());
-    b.logits_rows = {b.num_tokens() - 1};
-    std::vector<float> logits;
-    const absl::Status s = (*backend)->Step(b, &logits);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return out;
-    cached = total;
-    tokens.push_back(
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    out.push_back(std::move(logits));
-  }
-  return out;
 }
 
 // The GGUF model's logits against the original's, step by step. Not bit-exact: the
@@ -270,8 +236,6 @@ TEST(GgufRandomModelTest, Llama3ScalingTravelsAsPerFrequencyFactors) {
   EXPECT_EQ(reloaded->config.rope_scaling.factors, rs.factors);
 }
 
-// A copy of `m` whose block-quantized matrices are dequantized to f32 (the reference a
-// quantized model's logits are held to).
 // `quantize --type q8_0|q4_0` then load: the CPU backend serves the blocks as stored and
 // gives the logits of the same model dequantized to f32, within the rounding its integer
 // GEMM adds (engine/cpu/ops.h: each activation block rounded to int8, at most 1/254 of its
