@@ -110,7 +110,10 @@ absl::StatusOr<std::string> GenerateFlashAttention(const FlashAttentionConfig& c
     const Reg window =
         kb.Emit(Op::kMulLo, Type::kU32, {kb.Emit(Op::kSub, Type::kU32, {cta, seq}), T});
     const Reg row0 = kb.Emit(Op::kMax, Type::kU32, {seq_begin, window});
-    const Reg row_end = kb.Emit(Op::kMin, Type::kU32, {seq_end, gen::UAdd(kb, window, T)});
+    // Rows past num_rows (a query_start past the step's rows) are never touched.
+    const Reg row_end =
+        kb.Emit(Op::kMin, Type::kU32,
+                {kb.Emit(Op::kMin, Type::kU32, {seq_end, p.num_rows}), gen::UAdd(kb, window, T)});
     kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, row0, row_end), exit);
     const Reg ntok = kb.Emit(Op::kSub, Type::kU32, {row_end, row0});
 
