@@ -14,6 +14,7 @@
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
+#include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/kv_scatter.h"
@@ -50,10 +51,11 @@ struct KernelList {
 
 using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateAttentionMerge>,
-               Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>, Kernel<&GenerateGemm>,
-               Kernel<&GenerateQuantGemm>, Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>,
-               Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>,
-               Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>,
+               Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateQuantGemm>,
+               Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
+               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>, Kernel<&GenerateSampling>,
+               Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

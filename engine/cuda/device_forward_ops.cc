@@ -174,21 +174,36 @@ absl::Status DeviceForwardOps::RopeAndWriteKv(int layer) {
 absl::Status DeviceForwardOps::Attention(int layer) {
   const DeviceStep& p = step_;
   const CUdeviceptr attn = buffers_.attn.ptr();
-  const kernels::DecodeAttentionArgs args{
-      .q = buffers_.q.ptr(),
-      .k_pool = kv_.k[layer].ptr(),
-      .v_pool = kv_.v[layer].ptr(),
-      .block_tables = p.block_tables,
-      .seq_lens = p.seq_lens,
-      .query_start = p.query_start,
-      .positions = p.positions,
-      .out = p.split ? buffers_.partial.ptr() : attn,
-      .partial_lse = p.split ? buffers_.lse.ptr() : 0,
-      .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
-      .num_seqs = static_cast<uint32_t>(p.seqs),
-      .num_rows = static_cast<uint32_t>(p.tokens),
-      .scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim)),
-      .partition = static_cast<uint32_t>(p.partition)};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  if (p.flash) {
+    return LaunchSlot(
+        cache_, kernels_.flash, kernels::FlashAttentionLaunch(kernels_.flash_cfg, p.tokens, p.seqs),
+        kernels::FlashAttentionArgs{.q = buffers_.q.ptr(),
+                                    .k_pool = kv_.k[layer].ptr(),
+                                    .v_pool = kv_.v[layer].ptr(),
+                                    .block_tables = p.block_tables,
+                                    .query_start = p.query_start,
+                                    .positions = p.positions,
+                                    .out = attn,
+                                    .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+                                    .num_seqs = static_cast<uint32_t>(p.seqs),
+                                    .num_rows = static_cast<uint32_t>(p.tokens),
+                                    .scale = scale});
+  }
+  const kernels::DecodeAttentionArgs args{.q = buffers_.q.ptr(),
+                                          .k_pool = kv_.k[layer].ptr(),
+                                          .v_pool = kv_.v[layer].ptr(),
+                                          .block_tables = p.block_tables,
+                                          .seq_lens = p.seq_lens,
+                                          .query_start = p.query_start,
+                                          .positions = p.positions,
+                                          .out = p.split ? buffers_.partial.ptr() : attn,
+                                          .partial_lse = p.split ? buffers_.lse.ptr() : 0,
+                                          .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+                                          .num_seqs = static_cast<uint32_t>(p.seqs),
+                                          .num_rows = static_cast<uint32_t>(p.tokens),
+                                          .scale = scale,
+                                          .partition = static_cast<uint32_t>(p.partition)};
   absl::Status s = LaunchSlot(cache_, kernels_.attn[p.ragged][p.split],
                               kernels::DecodeAttentionLaunch(kernels_.attn_shape[p.ragged][p.split],
                                                              static_cast<int>(config_.num_kv_heads),

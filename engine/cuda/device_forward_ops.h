@@ -37,7 +37,8 @@ class DeviceForwardOps final : public ForwardOps {
   // epilogue (GemmConfig::accumulate).
   absl::Status Linear(Act in, std::initializer_list<Projection> projections) override;
   absl::Status RopeAndWriteKv(int layer) override;
-  // Decode or ragged attention by the step's plan, split and merged when it says so.
+  // Flash attention for a ragged step when the kernel set has it; else decode or ragged
+  // attention by the step's plan, split and merged when it says so.
   absl::Status Attention(int layer) override;
   absl::Status SiluMul() override;
   absl::Status GatherRows() override;

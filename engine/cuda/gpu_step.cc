@@ -36,7 +36,17 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
     if (batch.query_start[s + 1] - batch.query_start[s] != 1) p.ragged = true;
     max_context = std::max<int64_t>(max_context, batch.seq_lens[s]);
   }
-  if (options_.attention_partition > 0) {
+  // Ragged steps run flash attention when the kernel set has it, never split: one launch for
+  // every row, decode rows of a mixed step included. By the cost model (estimates that
+  // tests/kernels/flash_attention_estimate_test prints) that beats a second launch of decode
+  // attention for the decode rows up to a few dozen of them beside a chunk, and stays within
+  // 1.3x of it at 64; a step's rows need no reordering or second row map either.
+  p.flash = p.ragged && kernels_->flash.used();
+  if (p.flash) {
+    p.split = false;
+    p.partition = 0;
+    p.num_splits = 1;
+  } else if (options_.attention_partition > 0) {
     const int64_t part =
         (options_.attention_partition + kv_.block_size - 1) / kv_.block_size * kv_.block_size;
     p.split = max_context > part;

@@ -90,8 +90,8 @@ absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_ver
 }
 
 std::vector<KernelSlot*> KernelSet::All() {
-  std::vector<KernelSlot*> all = {&embed, &gather, &norm,     &rope,     &kv_scatter, &merge,
-                                  &silu,  &argmax, &sampling, &logprobs, &penalties};
+  std::vector<KernelSlot*> all = {&embed, &gather, &norm,   &rope,     &kv_scatter, &merge,
+                                  &flash, &silu,   &argmax, &sampling, &logprobs,   &penalties};
   for (auto& by_ragged : attn) {
     for (KernelSlot& s : by_ragged) all.push_back(&s);
   }
@@ -149,6 +149,14 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   k.kv_cfg.kv_dtype = ToElemType(kv.dtype);
   k.kv_cfg.target = target;
   k.kv_scatter = MakeSlot(k.kv_cfg);
+  k.flash_cfg.num_heads = static_cast<int>(c.num_heads);
+  k.flash_cfg.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  k.flash_cfg.head_dim = static_cast<int>(dp);
+  k.flash_cfg.block_size = kv.block_size;
+  k.flash_cfg.kv_dtype = ToElemType(kv.dtype);
+  k.flash_cfg.target = target;
+  const bool flash = k.flash_cfg.Validate().ok();
+  if (flash) k.flash = MakeSlot(k.flash_cfg);
   for (int ragged = 0; ragged < 2; ++ragged) {
     for (int split = 0; split < 2; ++split) {
       kernels::DecodeAttentionConfig& a = k.attn_cfg[ragged][split];
@@ -163,7 +171,7 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
       absl::StatusOr<kernels::DecodeAttentionShape> shape = kernels::ShapeOf(a);
       if (!shape.ok()) return shape.status();
       k.attn_shape[ragged][split] = *shape;
-      k.attn[ragged][split] = MakeSlot(a);
+      if (!(ragged == 1 && flash)) k.attn[ragged][split] = MakeSlot(a);
     }
   }
   k.merge_cfg.num_heads = static_cast<int>(c.num_heads);

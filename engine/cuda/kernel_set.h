@@ -111,10 +111,14 @@ struct KernelSet {
   KernelSlot rope;
   kernels::KvScatterConfig kv_cfg;
   KernelSlot kv_scatter;
-  // [ragged][split]
+  // [ragged][split]; the ragged slots are unused when flash is.
   kernels::DecodeAttentionConfig attn_cfg[2][2];
   kernels::DecodeAttentionShape attn_shape[2][2];
   KernelSlot attn[2][2];
+  // Ragged steps (prefill chunks, mixed) on tensor cores: f16/bf16 K/V pools and head_dim
+  // (padded) up to 128; unused otherwise (f32 caches keep the ragged decode kernel).
+  kernels::FlashAttentionConfig flash_cfg;
+  KernelSlot flash;
   kernels::AttentionMergeConfig merge_cfg;
   KernelSlot merge;
   kernels::SiluMulConfig silu_cfg;

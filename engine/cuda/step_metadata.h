@@ -17,6 +17,7 @@ namespace ptxserve::cuda {
 struct DeviceStep {
   int64_t tokens = 0, seqs = 0, rows = 0, max_blocks = 0;
   bool ragged = false;  // not every sequence decodes exactly one token
+  bool flash = false;   // ragged, and run by flash_attention (KernelSet::flash)
   bool split = false;   // flash-decoding: attention split over partitions, then merged
   int num_splits = 1;
   int partition = 0;       // tokens per split

@@ -18,6 +18,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "kernels/flash_attention.h"
 #include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -70,6 +71,15 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
       c.preset.c_str(), std::chrono::duration<double>(t1 - t0).count(),
       static_cast<long long>(cs.modules), cs.compile_seconds, got->logits.size(),
       std::chrono::duration<double>(t2 - t1).count(), static_cast<long long>(launches));
+  // Every case has multi-token chunks: on f16/bf16 caches their steps run flash attention,
+  // f32 caches keep the ragged decode kernel.
+  const auto flash = cs.launches.find(kernels::kFlashAttentionEntry);
+  const int64_t flash_launches = flash == cs.launches.end() ? 0 : flash->second;
+  if (c.kv_dtype == DType::kF32) {
+    EXPECT_EQ(flash_launches, 0);
+  } else {
+    EXPECT_GT(flash_launches, 0) << "no step ran flash attention";
+  }
   EXPECT_EQ(got->tokens, want->tokens);
   ASSERT_EQ(got->logits.size(), want->logits.size());
   if (c.print_tokens) {

@@ -130,7 +130,7 @@ double TensorCoreLogitsTolerance(const Model& model) {
   const DType weights = model.tensors.layers.at(0).wq.dtype;
   if (weights == DType::kF32) return 0;
   const double u = weights == DType::kF16 ? 0x1p-11 : 0x1p-8;
-  return (4.0 * static_cast<double>(model.config.num_layers) + 1) * u;
+  return (6.0 * static_cast<double>(model.config.num_layers) + 1) * u;
 }
 
 double QuantizedLogitsTolerance(const Model& model) {

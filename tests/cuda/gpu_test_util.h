@@ -92,10 +92,11 @@ int32_t ArgMax(const float* v, int64_t n);
 // largest magnitude, for the rounding tensor cores add: the tensor-core GEMM rounds its f32
 // input to the weights' type (unit roundoff u = 2^-11 for f16, 2^-8 for bf16) and is
 // otherwise exact up to f32 sums, so a GEMM's output is off by at most u * sum_k |x_k w_k|,
-// about u times its norm. A model of L layers rounds at 4 L + 1 such points on the way to
-// the logits (the q/k/v, o, gate/up, down and LM-head inputs); norms keep each error's
-// scale, so to first order the logits are off by at most (4 L + 1) u. 0 for f32 weights,
-// which take the FMA forms.
+// about u times its norm. Flash attention (prefill and mixed steps on an f16/bf16 KV cache,
+// the weights' type here) rounds q and the softmax weights P the same way. A model of L
+// layers rounds at 6 L + 1 such points on the way to the logits (the q/k/v, attention q and
+// P, o, gate/up, down and LM-head inputs); norms keep each error's scale, so to first order
+// the logits are off by at most (6 L + 1) u. 0 for f32 weights, which take the FMA forms.
 double TensorCoreLogitsTolerance(const Model& model);
 // The same for q8_0/q4_0 weights. Both backends read the same blocks, and the GPU's GEMV
 // is the f32 GEMM over their decoded values up to f32 rounding, but the CPU's integer kernel

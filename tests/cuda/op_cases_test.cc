@@ -27,6 +27,7 @@
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
+#include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_scatter.h"
 #include "kernels/rmsnorm.h"
@@ -78,8 +79,14 @@ struct DecodeAttentionCase {
   ElemType kv;
   int partition;  // 0: not split
 };
+// Flash attention over a ragged step: a whole 37-token prompt, a decode row at 50 and a
+// 20-token chunk after 40 cached tokens.
+struct FlashAttentionCase {
+  int heads, kv_heads, head_dim;
+  ElemType kv;
+};
 using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase,
-                            KvScatterCase, DecodeAttentionCase>;
+                            KvScatterCase, DecodeAttentionCase, FlashAttentionCase>;
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> cases;
@@ -106,6 +113,10 @@ std::vector<OpCase> AllCases() {
     cases.push_back(KvScatterCase{7, 2, 64, 16, t});
     cases.push_back(DecodeAttentionCase{3, 8, 2, 64, 16, t, 0});    // GQA 4:1
     cases.push_back(DecodeAttentionCase{2, 4, 4, 128, 16, t, 32});  // split, merged
+    if (t != ElemType::kF32) {
+      cases.push_back(FlashAttentionCase{8, 2, 64, t});   // GQA 4:1
+      cases.push_back(FlashAttentionCase{8, 8, 128, t});  // GQA 1:1
+    }
   }
   return cases;
 }
@@ -142,6 +153,10 @@ std::string Name(const OpCase& c) {
       return absl::StrCat("decode_attention_s", c.seqs, "_h", c.heads, "_kv", c.kv_heads, "_d",
                           c.head_dim, "_", kernels::ElemTypeName(c.kv),
                           c.partition > 0 ? absl::StrCat("_split", c.partition) : "");
+    }
+    std::string operator()(const FlashAttentionCase& c) const {
+      return absl::StrCat("flash_attention_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim, "_",
+                          kernels::ElemTypeName(c.kv));
     }
   };
   return std::visit(Namer{}, c);
@@ -514,6 +529,60 @@ void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
                       c.block_size, kv, kpool.data(), vpool.data(), scale, want.data());
   // The online softmax's order and, on a GPU, ex2.approx: a few f32 roundings.
   ExpectClose(r.Download<float>(dout, out_elems), want, 1e-5);
+}
+
+void RunCase(OpRunner& r, const FlashAttentionCase& c) {
+  kernels::FlashAttentionConfig cfg;
+  cfg.num_heads = c.heads;
+  cfg.num_kv_heads = c.kv_heads;
+  cfg.head_dim = c.head_dim;
+  cfg.kv_dtype = c.kv;
+  cfg.target = r.target();
+  const std::vector<int32_t> seq_lens = {37, 50, 60}, rows = {37, 1, 20};
+  const int seqs = 3, max_blocks = 4, num_blocks = seqs * max_blocks;
+  std::vector<int32_t> tables(size_t{1} * seqs * max_blocks), positions, query_start = {0};
+  for (int s = 0; s < seqs; ++s) {
+    for (int p = seq_lens[s] - rows[s]; p < seq_lens[s]; ++p) positions.push_back(p);
+    query_start.push_back(query_start.back() + rows[s]);
+    for (int b = 0; b < max_blocks; ++b) {  // back to front
+      tables[s * max_blocks + b] = num_blocks - 1 - (s * max_blocks + b);
+    }
+  }
+  const int num_rows = query_start.back();
+  const size_t pool_elems = size_t{1} * num_blocks * c.kv_heads * 16 * c.head_dim;
+  const DType kv = ToDType(c.kv);
+  std::vector<float> kf, vf;
+  const CUdeviceptr dkp = r.Upload(Random(pool_elems, 18), kv, &kf);
+  const CUdeviceptr dvp = r.Upload(Random(pool_elems, 19), kv, &vf);
+  std::vector<uint8_t> kpool(pool_elems * DTypeSize(kv)), vpool(kpool.size());
+  ConvertFromFloat(kv, kf.data(), pool_elems, kpool.data());
+  ConvertFromFloat(kv, vf.data(), pool_elems, vpool.data());
+  const size_t out_elems = size_t{1} * num_rows * c.heads * c.head_dim;
+  const std::vector<float> q = Random(out_elems, 20, -4, 4);
+  const CUdeviceptr dout = r.Upload(std::vector<float>(out_elems));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ASSERT_TRUE(r.Launch(cfg, kernels::kFlashAttentionEntry, &kernels::GenerateFlashAttention,
+                       kernels::FlashAttentionLaunch(cfg, num_rows, seqs),
+                       kernels::FlashAttentionArgs{
+                           .q = r.Upload(q),
+                           .k_pool = dkp,
+                           .v_pool = dvp,
+                           .block_tables = r.UploadBytes(tables.data(), tables.size() * 4),
+                           .query_start = r.UploadBytes(query_start.data(), query_start.size() * 4),
+                           .positions = r.UploadBytes(positions.data(), positions.size() * 4),
+                           .out = dout,
+                           .max_blocks_per_seq = max_blocks,
+                           .num_seqs = seqs,
+                           .num_rows = static_cast<uint32_t>(num_rows),
+                           .scale = scale})
+                  .ok());
+  std::vector<float> want(out_elems);
+  cpu::PagedAttention(q.data(), positions.data(), query_start.data(), seq_lens.data(),
+                      tables.data(), max_blocks, seqs, c.heads, c.kv_heads, c.head_dim, 16, kv,
+                      kpool.data(), vpool.data(), scale, want.data());
+  // q and the softmax weights are rounded to the KV type for the tensor cores (unit
+  // roundoff 2^-11 for f16, 2^-8 for bf16): a few of those of the largest output.
+  ExpectClose(r.Download<float>(dout, out_elems), want, c.kv == ElemType::kF16 ? 2e-3 : 1.5e-2);
 }
 
 class OpCases : public ::testing::TestWithParam<std::tuple<std::string, OpCase>> {};

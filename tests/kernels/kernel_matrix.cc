@@ -72,6 +72,19 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     m.head_dim = hd;
     m.target = target;
     Add(&out, m);
+    // Prefill attention on tensor cores: f16 per group, bf16 once per head_dim.
+    for (int group : groups) {
+      FlashAttentionConfig f;
+      f.num_kv_heads = 2;
+      f.num_heads = 2 * group;
+      f.head_dim = hd;
+      f.target = target;
+      Add(&out, f);
+      if (group == groups.back()) {
+        f.kv_dtype = ElemType::kBF16;
+        Add(&out, f);
+      }
+    }
   }
   // The rest of a decode step.
   for (ElemType dt : kv_types) {
@@ -183,6 +196,15 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     c.kv_dtype = ElemType::kF16;
     c.target = target;
     Add(&out, c);
+    if (hd <= 128) {  // flash attention's head_dim limit
+      FlashAttentionConfig f;
+      f.num_kv_heads = 1;
+      f.num_heads = 3;  // a group that does not divide the CTA's 64 rows
+      f.head_dim = hd;
+      f.block_size = 24;
+      f.target = target;
+      Add(&out, f);
+    }
     KvScatterConfig k;
     k.num_kv_heads = 3;
     k.head_dim = hd;

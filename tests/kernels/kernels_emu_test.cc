@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/kv_scatter.h"
 #include "tests/kernels/emu_harness.h"
 
@@ -322,6 +323,92 @@ TEST(KernelsEmu, EmptyContextGivesZeros) {
     }
     EXPECT_TRUE(Near(h.Download<float>(dout, n), std::vector<float>(n, 0.0f), 0, 0)) << split;
   }
+}
+
+// ---------------------------------------------------------------- flash attention
+
+struct FlashCase {
+  int head_dim, group, block_size;
+  ElemType dtype;
+  int kv_heads = 2;
+};
+
+// Whole prompts, chunks after a cached prefix and decode rows, none a tile multiple: the
+// last rows[s] of lens[s] positions.
+const std::vector<int32_t> kFlashLens = {40, 100, 17, 1, 77, 300};
+const std::vector<int32_t> kFlashRows = {40, 70, 17, 1, 1, 45};
+
+// flash_attention against cpu::PagedAttention; the launch's counters. q and P are rounded to
+// the KV type for the tensor cores (2^-11 relative for f16, 2^-8 for bf16): scores of
+// |q.k| scale <= ~4 and outputs averaging |v| <= 2 stay within a few of those units.
+emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& lens,
+                             const std::vector<int32_t>& rows) {
+  SCOPED_TRACE(absl::StrCat("flash hd", c.head_dim, "_g", c.group, "_bs", c.block_size, "_",
+                            ElemTypeName(c.dtype)));
+  std::mt19937 rng(c.head_dim * 131 + c.group * 7 + c.block_size);
+  const Batch b = MakeBatch(rng, lens, rows, c.block_size);
+  const int heads = c.kv_heads * c.group;
+  const int64_t hd = c.head_dim;
+  const std::vector<float> q = RandomFloats(rng, b.num_rows() * heads * hd, -2, 2);
+  const int64_t pool_elems = int64_t{b.num_blocks} * c.kv_heads * c.block_size * hd;
+  const std::vector<uint8_t> kp = Convert(c.dtype, RandomFloats(rng, pool_elems, -2, 2));
+  const std::vector<uint8_t> vp = Convert(c.dtype, RandomFloats(rng, pool_elems, -2, 2));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> want(q.size());
+  cpu::PagedAttention(q.data(), b.positions.data(), b.query_start.data(), b.seq_lens.data(),
+                      b.block_tables.data(), b.max_blocks, b.num_seqs(), heads, c.kv_heads, hd,
+                      c.block_size, ToDType(c.dtype), kp.data(), vp.data(), scale, want.data());
+
+  FlashAttentionConfig cfg;
+  cfg.num_heads = heads;
+  cfg.num_kv_heads = c.kv_heads;
+  cfg.head_dim = c.head_dim;
+  cfg.block_size = c.block_size;
+  cfg.kv_dtype = c.dtype;
+  absl::StatusOr<std::string> ptx = GenerateFlashAttention(cfg);
+  EXPECT_TRUE(ptx.ok()) << ptx.status();
+  if (!ptx.ok()) return {};
+  emu::EmulatorOptions options;
+  options.collect_counters = true;
+  EmuHarness h(options);
+  const uint64_t dq = h.Upload(q), dk = h.Upload(kp), dv = h.Upload(vp);
+  const uint64_t dbt = h.Upload(b.block_tables), dqs = h.Upload(b.query_start);
+  const uint64_t dpos = h.Upload(b.positions), dout = h.Alloc(q.size() * 4);
+  const absl::Status st =
+      h.Run(*ptx, kFlashAttentionEntry, FlashAttentionLaunch(cfg, b.num_rows(), b.num_seqs()),
+            {Ptr(dq), Ptr(dk), Ptr(dv), Ptr(dbt), Ptr(dqs), Ptr(dpos), Ptr(dout), U32(b.max_blocks),
+             U32(b.num_seqs()), U32(b.num_rows()), F32(scale)});
+  EXPECT_TRUE(st.ok()) << st;
+  if (!st.ok()) return {};
+  const float tol = c.dtype == ElemType::kF16 ? 2e-3f : 1.5e-2f;
+  EXPECT_TRUE(Near(h.Download<float>(dout, q.size()), want, tol, tol));
+  std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+  EXPECT_EQ(counters.size(), 1u);
+  return counters.empty() ? emu::KernelCounters{} : counters[0];
+}
+
+// head_dim 64 and 128 (64- and 32-key tiles), GQA 1/4/8 (64, 16 and 8 tokens per CTA),
+// f16 and bf16, block sizes 16, 32 and 24; the ldmatrix reads never conflict.
+TEST(KernelsEmu, FlashAttentionMatchesCpu) {
+  std::vector<FlashCase> cases;
+  for (int hd : {64, 128}) {
+    for (int group : {1, 4, 8}) cases.push_back({hd, group, 16, ElemType::kF16});
+    cases.push_back({hd, 4, 32, ElemType::kBF16});
+  }
+  cases.push_back({128, 8, 24, ElemType::kF16, /*kv_heads=*/1});
+  for (const FlashCase& c : cases) {
+    const emu::KernelCounters k = RunFlash(c, kFlashLens, kFlashRows);
+    EXPECT_GT(k.tensor_flops, 0u);
+    EXPECT_GT(k.shared_load.requests, 0u);
+    EXPECT_EQ(k.shared_load.BankConflicts(), 0u);
+  }
+}
+
+// A group that does not divide the CTA's 64 rows (3 heads: 21 tokens, one row idle per
+// warp pair) and a single long chunk spanning several CTAs after a prefix.
+TEST(KernelsEmu, FlashAttentionOddGroupsAndLongChunks) {
+  RunFlash({64, 3, 16, ElemType::kF16}, kFlashLens, kFlashRows);
+  RunFlash({128, 1, 16, ElemType::kF16, /*kv_heads=*/1}, {333}, {200});
 }
 
 }  // namespace

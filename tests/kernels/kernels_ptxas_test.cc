@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/gemm_quant.h"
 #include "tests/kernels/kernel_matrix.h"
 #include "tests/kernels/ptxas_util.h"
@@ -64,6 +65,39 @@ TEST_F(PtxasTest, AttentionHeadDim128DoesNotSpill) {
     }
     const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
     ASSERT_TRUE(r.ok) << r.log;
+    for (const PtxasEntryInfo& e : r.entries) {
+      std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
+                  e.spill_stores, e.spill_loads);
+      EXPECT_EQ(e.spill_stores, 0) << e.label;
+      EXPECT_EQ(e.spill_loads, 0) << e.label;
+      EXPECT_GT(e.registers, 0) << e.label;
+    }
+  }
+}
+
+// Flash attention keeps a warp's q fragments and its 16 x head_dim f32 output tile in
+// registers: none may spill at head_dim 64 or 128, for any group, f16 or bf16.
+TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
+  for (int sm : {80, 90}) {
+    std::vector<PtxModule> modules;
+    for (int hd : {64, 128}) {
+      for (int group : {1, 4, 8}) {
+        for (ElemType dt : {ElemType::kF16, ElemType::kBF16}) {
+          FlashAttentionConfig c;
+          c.num_kv_heads = 8;
+          c.num_heads = 8 * group;
+          c.head_dim = hd;
+          c.kv_dtype = dt;
+          c.target = ptx::Target{sm, 78};
+          absl::StatusOr<std::string> ptx = GenerateFlashAttention(c);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          modules.push_back({c.Key(), *ptx});
+        }
+      }
+    }
+    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
+    ASSERT_TRUE(r.ok) << r.log;
+    ASSERT_EQ(r.entries.size(), modules.size());
     for (const PtxasEntryInfo& e : r.entries) {
       std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
                   e.spill_stores, e.spill_loads);

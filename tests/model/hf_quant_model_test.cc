@@ -18,6 +18,7 @@
 #include "engine/model/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cpu/test_model.h"
 #include "tests/model/cpu_logits.h"
 #include "tests/model/test_files.h"
 
