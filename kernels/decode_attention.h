@@ -52,6 +52,8 @@ struct DecodeAttentionShape {
   int elems_per_lane = 0;   // head_dim / lanes_per_token
   int vec_elems = 0;        // elements per vector load of K/V
   int tokens_per_warp = 0;  // 32 / lanes_per_token
+  // Steps of tokens_per_warp tokens a warp loads together (a tile): its K/V loads in flight.
+  int steps_per_tile = 0;
   int num_warps = 0;
   int shared_bytes = 0;  // static shared memory
 };
