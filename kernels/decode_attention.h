@@ -106,7 +106,7 @@ LaunchDims DecodeAttentionLaunch(const DecodeAttentionShape& shape, int num_kv_h
 struct AttentionPlan {
   bool split = false;
   int num_splits = 1;
-  int partition_tokens = 0;  // multiple of the block size; 0 when not split
+  int partition_tokens = 0;  // a power of two of blocks; 0 when not split
 };
 // `max_context`: longest context in the batch; `num_sms`: the device's SM count.
 AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_rows,
