@@ -11,8 +11,9 @@ namespace {
 
 // Groups of head_dim / 4 threads that share a head's splits: group g merges splits g,
 // g + kGroups, ...; the groups' results are added through shared memory in group order.
-// One group would leave each thread a chain of every split's loads.
-constexpr int kGroups = 4;
+// Each group waits for its splits' loads one after the other, so more groups, fewer
+// waits: 8 leave two of 16 splits (batch 1's plan) to a group. A multiple of 4.
+constexpr int kGroups = 8;
 
 // body() for s = first, first + kGroups, .. < num_splits (s starts at first);
 // labels <name>_loop, <name>_done.
@@ -80,7 +81,12 @@ absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& c
             Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {group, 4, shared})), {mx});
     }
     kb.BarSync();
-    const std::vector<Reg> maxima = kb.Ld(Space::kShared, Type::kF32, Operand::Addr(shared), 4);
+    std::vector<Reg> maxima;
+    for (int g = 0; g < kGroups; g += 4) {
+      for (const Reg& m : kb.Ld(Space::kShared, Type::kF32, Operand::Addr(shared, 4 * g), 4)) {
+        maxima.push_back(m);
+      }
+    }
     for (int g = 0; g < kGroups; ++g) {
       if (g == 0) {
         kb.MovTo(mx, maxima[0]);

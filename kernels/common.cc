@@ -113,6 +113,17 @@ void HalfToF32(KernelBuilder& kb, ElemType et, Reg h16, Reg dst) {
 
 }  // namespace
 
+void WidenHalfPair(KernelBuilder& kb, ElemType et, Reg packed, Reg lo, Reg hi) {
+  if (et == ElemType::kF16) {
+    const std::vector<Reg> halves = kb.Unpack(packed, Type::kF16);
+    kb.CvtTo(lo, Type::kF16, halves[0]);
+    kb.CvtTo(hi, Type::kF16, halves[1]);
+  } else {
+    Bf16HalfToF32(kb, packed, false, lo);
+    Bf16HalfToF32(kb, packed, true, hi);
+  }
+}
+
 std::vector<Reg> LoadAsF32(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset, int n,
                            int align_bytes, CacheOp cache) {
   std::vector<Reg> dst;
@@ -147,14 +158,7 @@ void LoadAsF32To(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset,
         kb.Ld(Space::kGlobal, Type::kB32, Operand::Addr(addr, offset + 4 * w), v, cache);
     for (int j = 0; j < v; ++j) {
       const int e = 2 * (w + j);
-      if (et == ElemType::kF16) {
-        const std::vector<Reg> halves = kb.Unpack(packed[j], Type::kF16);
-        kb.CvtTo(dst[e], Type::kF16, halves[0]);
-        kb.CvtTo(dst[e + 1], Type::kF16, halves[1]);
-      } else {
-        Bf16HalfToF32(kb, packed[j], false, dst[e]);
-        Bf16HalfToF32(kb, packed[j], true, dst[e + 1]);
-      }
+      WidenHalfPair(kb, et, packed[j], dst[e], dst[e + 1]);
     }
   }
 }

@@ -78,6 +78,9 @@ std::vector<Reg> LoadAsF32(KernelBuilder& kb, ElemType et, Reg addr, int64_t off
 void LoadAsF32To(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset,
                  const std::vector<Reg>& dst, int align_bytes,
                  ptx::CacheOp cache = ptx::CacheOp::kDefault);
+// The two halves of `et` (f16 or bf16) in the b32 word `packed` (low half first) as f32
+// registers `lo` and `hi`: what a kernel that issues its loads before widening them needs.
+void WidenHalfPair(KernelBuilder& kb, ElemType et, Reg packed, Reg lo, Reg hi);
 // Stores f32 registers as `et` (round to nearest even) at [addr + offset].
 void StoreFromF32(KernelBuilder& kb, ElemType et, Reg addr, int64_t offset,
                   const std::vector<Reg>& vals, int align_bytes);

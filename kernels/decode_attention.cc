@@ -11,6 +11,7 @@ namespace {
 
 constexpr int kMaxSharedBytes = 48 * 1024;  // static shared memory limit per CTA
 constexpr int kRegBudget = 64;              // q + acc registers per lane / 2
+constexpr int kTileWordBudget = 32;         // a tile's K and V registers per lane
 
 }  // namespace
 
@@ -52,6 +53,14 @@ absl::StatusOr<DecodeAttentionShape> ShapeOf(const DecodeAttentionConfig& cfg) {
   sh.vec_elems = 1;
   while (sh.vec_elems * 2 <= full_vec && elems % (sh.vec_elems * 2) == 0) sh.vec_elems *= 2;
   sh.tokens_per_warp = 32 / lanes;
+  // Four steps of 16-byte loads keep 4 KiB of K/V in flight per warp, enough for a few
+  // warps per SM to cover the DRAM latency (Little's law); fewer when the tile's K and V
+  // words would crowd the registers.
+  const int words_per_step = 2 * elems * ElemSize(cfg.kv_dtype) / 4;
+  sh.steps_per_tile = 4;
+  while (sh.steps_per_tile > 1 && sh.steps_per_tile * words_per_step > kTileWordBudget) {
+    sh.steps_per_tile /= 2;
+  }
   auto smem = [&](int warps) { return warps * sh.heads_per_cta * (cfg.head_dim * 4 + 8); };
   sh.num_warps = cfg.num_warps == 0 ? 4 : cfg.num_warps;
   if (cfg.num_warps == 0) {
@@ -92,8 +101,15 @@ AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_
   if (ctas >= want_ctas || max_context < 2 * kMinPartition) return plan;
   const int64_t splits = std::min(CeilDiv(want_ctas, ctas), max_context / kMinPartition);
   if (splits <= 1) return plan;
-  int64_t partition = CeilDiv(max_context, splits);
-  partition = CeilDiv(partition, cfg.block_size) * cfg.block_size;
+  // A power of two of blocks, as a replayed CUDA graph rounds the partition to (so that
+  // the context's growth does not capture a graph per block): the largest that still gives
+  // `splits` partitions, so the rounding neither grows a split's work nor empties splits.
+  const int64_t min_blocks = CeilDiv(kMinPartition, cfg.block_size);
+  int64_t blocks = 1;
+  while (blocks < min_blocks) blocks *= 2;
+  while (2 * blocks * cfg.block_size * splits <= max_context) blocks *= 2;
+  const int64_t partition = blocks * cfg.block_size;
+  if (partition >= max_context) return plan;
   plan.split = true;
   plan.partition_tokens = static_cast<int>(partition);
   plan.num_splits = static_cast<int>(CeilDiv(max_context, partition));

@@ -52,6 +52,8 @@ struct DecodeAttentionShape {
   int elems_per_lane = 0;   // head_dim / lanes_per_token
   int vec_elems = 0;        // elements per vector load of K/V
   int tokens_per_warp = 0;  // 32 / lanes_per_token
+  // Steps of tokens_per_warp tokens a warp loads together (a tile): its K/V loads in flight.
+  int steps_per_tile = 0;
   int num_warps = 0;
   int shared_bytes = 0;  // static shared memory
 };
@@ -104,7 +106,7 @@ LaunchDims DecodeAttentionLaunch(const DecodeAttentionShape& shape, int num_kv_h
 struct AttentionPlan {
   bool split = false;
   int num_splits = 1;
-  int partition_tokens = 0;  // multiple of the block size; 0 when not split
+  int partition_tokens = 0;  // a power of two of blocks; 0 when not split
 };
 // `max_context`: longest context in the batch; `num_sms`: the device's SM count.
 AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_rows,

@@ -1,12 +1,16 @@
 // PTX of decode attention (contract in decode_attention.h).
 //
 // One CTA = one query row x one chunk of a GQA group's query heads x one split. Each
-// warp walks the CTA's token range in steps of tokens_per_warp tokens: a "sub-group"
-// of lanes_per_token lanes owns one token, each lane a slice of head_dim read with
-// 128-bit loads (interleaved so one load instruction covers contiguous memory). Every
-// K/V row is read once and used for all of the CTA's query heads. Scores are reduced
-// with a butterfly (every lane gets the sum: no broadcast needed) and folded into an
-// online softmax in base 2 (q is pre-scaled by scale*log2 e). Sub-groups, then warps,
+// warp walks the CTA's token range a tile at a time: steps_per_tile steps of
+// tokens_per_warp tokens, a "sub-group" of lanes_per_token lanes owning one token of a
+// step, each lane a slice of head_dim read with 128-bit loads (interleaved so one load
+// instruction covers contiguous memory). A warp issues all of a tile's K/V loads before
+// it uses any, and loads the next tile's block numbers while they are in flight: decode
+// attention is bound by DRAM only when enough loads are in flight (Little's law), and one
+// dependent load at a time left it bound by latency. Every K/V row is read once and used
+// for all of the CTA's query heads. Scores are reduced with a butterfly (every lane gets
+// the sum: no broadcast needed) and folded into an online softmax in base 2 (q is
+// pre-scaled by scale*log2 e), rescaling the running sums once per tile. Sub-groups, then warps,
 // are merged at the end: warps through shared memory with per-warp max/sum slots,
 // every output thread re-deriving the global max/sum itself.
 //
@@ -67,6 +71,52 @@ Reg FindSeq(KernelBuilder& kb, const Params& p, Reg row) {
   return lo;
 }
 
+// One lane's slice of a K or V row, loaded in its stored form: NV vectors of VE elements,
+// L * VE elements apart. Half types travel as b32 pairs, so widening them to f32 can wait
+// until every load of a tile is issued.
+struct RowLoad {
+  std::vector<std::vector<Reg>> words;  // per vector: f32 elements, or b32 half pairs
+  std::vector<Reg> widened;             // when a vector is too narrow for pairs: f32 already
+};
+
+RowLoad IssueRowLoad(KernelBuilder& kb, ElemType et, Reg addr, int nv, int lanes, int ve) {
+  const int es = ElemSize(et);
+  RowLoad r;
+  for (int j = 0; j < nv; ++j) {
+    const int64_t o = int64_t{j} * lanes * ve * es;
+    if (es == 4) {
+      r.words.push_back(kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(addr, o), ve, kReadOnly));
+    } else if (ve % 2 == 0) {
+      r.words.push_back(
+          kb.Ld(Space::kGlobal, Type::kB32, Operand::Addr(addr, o), ve / 2, kReadOnly));
+    } else {
+      for (const Reg& f : gen::LoadAsF32(kb, et, addr, o, ve, ve * es, kReadOnly)) {
+        r.widened.push_back(f);
+      }
+    }
+  }
+  return r;
+}
+
+// The f32 elements of a RowLoad, in the lane's element order.
+std::vector<Reg> WidenRowLoad(KernelBuilder& kb, ElemType et, const RowLoad& r) {
+  if (!r.widened.empty()) return r.widened;
+  std::vector<Reg> out;
+  for (const std::vector<Reg>& vec : r.words) {
+    for (const Reg& w : vec) {
+      if (ElemSize(et) == 4) {
+        out.push_back(w);
+        continue;
+      }
+      const Reg lo = kb.NewReg(Type::kF32), hi = kb.NewReg(Type::kF32);
+      gen::WidenHalfPair(kb, et, w, lo, hi);
+      out.push_back(lo);
+      out.push_back(hi);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg) {
@@ -82,7 +132,9 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
     const int NV = E / VE;
     const int G = sh.heads_per_cta;
     const int W = sh.num_warps;
-    const int tokens_per_iter = W * sh.tokens_per_warp;
+    const int TPW = sh.tokens_per_warp;
+    const int U = sh.steps_per_tile;
+    const int tokens_per_iter = W * TPW * U;
 
     kb.SetMaxThreads(W * 32);
     const Params p = LoadParams(kb, cfg);
@@ -149,60 +201,85 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
       l[g] = kb.Mov(Type::kF32, Operand::F32(0.0f));
     }
 
-    // Token loop.
+    // Token loop. Each iteration a warp takes a tile of U steps of tokens_per_warp
+    // consecutive tokens: it issues every K and V load of the tile before widening any (so
+    // they are in flight together), then loads the next tile's block numbers, which arrive
+    // while it computes. Out-of-range tokens read the first token's row instead and are
+    // masked, so every load stays inside the sequence's blocks.
     const Reg bt_row =
         gen::AddrAdd(kb, p.block_tables, kb.Emit(Op::kMulLo, Type::kU32, {seq, p.max_blocks}), 4);
     const Reg head_in_block = kb.Emit(Op::kMulLo, Type::kU32, {kvh, cfg.block_size});
     const Reg t = kb.Emit(Op::kAdd, Type::kU32,
-                          {start, kb.Emit(Op::kMadLo, Type::kU32, {warp, sh.tokens_per_warp, sg})});
+                          {start, kb.Emit(Op::kMadLo, Type::kU32, {warp, TPW * U, sg})});
     const Reg it = kb.Mov(Type::kU32, 0);
+    // Step u's token of the tile starting `ahead` tokens after this lane's current one:
+    // whether it is in range, and the token whose row is read.
+    auto step_token = [&](int64_t ahead) -> std::pair<Reg, Reg> {
+      const Reg tok = gen::UAdd(kb, t, ahead);
+      const Reg valid = kb.Setp(Cmp::kLt, Type::kU32, tok, end);
+      return {valid, kb.Selp(Type::kU32, tok, start, valid)};
+    };
+    auto block_entry = [&](Reg tok) {
+      return Operand::Addr(gen::AddrAdd(kb, bt_row, gen::DivConst(kb, tok, cfg.block_size), 4));
+    };
     const ptx::Label loop = kb.NewLabel("token_loop");
     const ptx::Label loop_end = kb.NewLabel("token_loop_end");
     kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, iters, 0), loop_end);
+    std::vector<Reg> block(U);
+    for (int u = 0; u < U; ++u) {
+      block[u] = kb.Ld1(Space::kGlobal, Type::kS32,
+                        block_entry(step_token(int64_t{u} * TPW).second), kReadOnly);
+    }
     kb.Bind(loop);
     {
-      const Reg valid = kb.Setp(Cmp::kLt, Type::kU32, t, end);
-      const Reg tc = kb.Selp(Type::kU32, t, start, valid);
-      const Reg bi = gen::DivConst(kb, tc, cfg.block_size);
-      const Reg off = gen::RemConst(kb, tc, cfg.block_size);
-      const Reg block =
-          kb.Ld1(Space::kGlobal, Type::kS32, Operand::Addr(gen::AddrAdd(kb, bt_row, bi, 4)),
-                 ptx::CacheOp::kNonCoherent);
-      // Row (block, kvh, off) starts at element (block * kv_heads + kvh) * bs + off, times hd.
-      const Reg row_in_block = gen::UAdd(kb, head_in_block, off);
-      const Reg elem = kb.Emit(Op::kMulWide, Type::kU32,
-                               {block, int64_t{cfg.num_kv_heads} * cfg.block_size * hd});
-      const Reg elem2 = kb.Emit(Op::kMadWide, Type::kU32, {row_in_block, hd, elem});
-      const Reg lane_elem = kb.Emit(Op::kMadWide, Type::kU32, {sgl, VE, elem2});
-      const Reg byte = kb.Emit(Op::kMulLo, Type::kU64, {lane_elem, es});
-      const Reg ka = kb.Emit(Op::kAdd, Type::kU64, {p.k_pool, byte});
-      const Reg va = kb.Emit(Op::kAdd, Type::kU64, {p.v_pool, byte});
-      std::vector<Reg> kf, vf;
-      for (int j = 0; j < NV; ++j) {
-        const int64_t o = int64_t{j} * L * VE * es;
-        for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, ka, o, VE, VE * es, kReadOnly)) {
-          kf.push_back(r);
-        }
+      std::vector<Reg> valid(U), ka(U), va(U);
+      for (int u = 0; u < U; ++u) {
+        const auto [ok, tc] = step_token(int64_t{u} * TPW);
+        valid[u] = ok;
+        // Row (block, kvh, off) starts at element (block * kv_heads + kvh) * bs + off, times hd.
+        const Reg row_in_block =
+            gen::UAdd(kb, head_in_block, gen::RemConst(kb, tc, cfg.block_size));
+        const Reg elem = kb.Emit(Op::kMulWide, Type::kU32,
+                                 {block[u], int64_t{cfg.num_kv_heads} * cfg.block_size * hd});
+        const Reg elem2 = kb.Emit(Op::kMadWide, Type::kU32, {row_in_block, hd, elem});
+        const Reg lane_elem = kb.Emit(Op::kMadWide, Type::kU32, {sgl, VE, elem2});
+        const Reg byte = kb.Emit(Op::kMulLo, Type::kU64, {lane_elem, es});
+        ka[u] = kb.Emit(Op::kAdd, Type::kU64, {p.k_pool, byte});
+        va[u] = kb.Emit(Op::kAdd, Type::kU64, {p.v_pool, byte});
       }
-      for (int j = 0; j < NV; ++j) {
-        const int64_t o = int64_t{j} * L * VE * es;
-        for (const Reg& r : gen::LoadAsF32(kb, cfg.kv_dtype, va, o, VE, VE * es, kReadOnly)) {
-          vf.push_back(r);
-        }
+      std::vector<RowLoad> kraw(U), vraw(U);
+      for (int u = 0; u < U; ++u) kraw[u] = IssueRowLoad(kb, cfg.kv_dtype, ka[u], NV, L, VE);
+      for (int u = 0; u < U; ++u) vraw[u] = IssueRowLoad(kb, cfg.kv_dtype, va[u], NV, L, VE);
+      for (int u = 0; u < U; ++u) {
+        kb.LdTo(Space::kGlobal, Type::kS32,
+                block_entry(step_token(int64_t{tokens_per_iter} + int64_t{u} * TPW).second),
+                {block[u]}, kReadOnly);
       }
+      std::vector<std::vector<Reg>> kf(U), vf(U);
+      for (int u = 0; u < U; ++u) kf[u] = WidenRowLoad(kb, cfg.kv_dtype, kraw[u]);
+      for (int u = 0; u < U; ++u) vf[u] = WidenRowLoad(kb, cfg.kv_dtype, vraw[u]);
+      // Online softmax a tile at a time: one rescale of the running sums per tile.
       for (int g = 0; g < G; ++g) {
-        Reg s = gen::FMul(kb, q[g][0], kf[0]);
-        for (int e = 1; e < E; ++e) s = gen::FFma(kb, q[g][e], kf[e], s);
-        s = gen::WarpAllReduce(kb, s, gen::Reduce::kSum, L);
-        s = kb.Selp(Type::kF32, s, Operand::F32(-INFINITY), valid);
-        const Reg mn = gen::FMax(kb, m[g], s);
-        const Reg c = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
-        const Reg pr = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, s, mn)});
-        kb.EmitTo(l[g], Op::kFma, Type::kF32, {l[g], c, pr});
-        kb.MovTo(m[g], mn);
-        for (int e = 0; e < E; ++e) {
-          kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {acc[g][e], c, gen::FMul(kb, pr, vf[e])});
+        std::vector<Reg> s(U);
+        Reg mn = m[g];
+        for (int u = 0; u < U; ++u) {
+          Reg d = gen::FMul(kb, q[g][0], kf[u][0]);
+          for (int e = 1; e < E; ++e) d = gen::FFma(kb, q[g][e], kf[u][e], d);
+          d = gen::WarpAllReduce(kb, d, gen::Reduce::kSum, L);
+          s[u] = kb.Selp(Type::kF32, d, Operand::F32(-INFINITY), valid[u]);
+          mn = gen::FMax(kb, mn, s[u]);
         }
+        const Reg c = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, m[g], mn)});
+        kb.EmitTo(l[g], Op::kMul, Type::kF32, {l[g], c});
+        for (int e = 0; e < E; ++e) kb.EmitTo(acc[g][e], Op::kMul, Type::kF32, {acc[g][e], c});
+        for (int u = 0; u < U; ++u) {
+          const Reg pr = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, s[u], mn)});
+          kb.EmitTo(l[g], Op::kAdd, Type::kF32, {l[g], pr});
+          for (int e = 0; e < E; ++e) {
+            kb.EmitTo(acc[g][e], Op::kFma, Type::kF32, {pr, vf[u][e], acc[g][e]});
+          }
+        }
+        kb.MovTo(m[g], mn);
       }
     }
     kb.EmitTo(t, Op::kAdd, Type::kU32, {t, tokens_per_iter});
@@ -320,7 +397,7 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
     kb.Bind(exit);
     kb.Ret();
     return absl::StrCat("lanes/token ", L, ", elems/lane ", E, ", vector ", VE, ", heads/CTA ", G,
-                        ", warps ", W);
+                        ", warps ", W, ", steps/tile ", U);
   });
 }
 

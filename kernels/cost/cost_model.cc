@@ -76,9 +76,6 @@ constexpr double kWavefrontsPerSmClock = 1;
 // A dependent instruction waits about 4 cycles for its operand (the ALU pipeline depth of
 // sm_80/sm_90): the floor of a lone warp's chain.
 constexpr double kDependentIssueCycles = 4;
-// Requests a warp keeps in flight: our generated kernels issue one loop iteration's loads
-// before using them, about two per lane (e.g. the GEMV's two 16-byte weight loads).
-constexpr double kRequestsInFlightPerWarp = 2;
 constexpr int kUnknownRegisters = 32;
 
 double DivOrZero(double a, double b) { return b > 0 ? a / b : 0; }
@@ -145,31 +142,35 @@ Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const
   e.shared_s = static_cast<double>(c.shared_load.wavefronts + c.shared_store.wavefronts) * share /
                (kWavefrontsPerSmClock * sm_clock);
 
-  // Little's law: the bytes the resident warps keep in flight over the latency.
+  // Little's law: the bytes the resident warps keep in flight over the latency. A warp keeps
+  // in flight the requests it issues between two waits: its requests over the load
+  // latencies it waits out (the emulator's load-wait model), all of them when it waits out
+  // less than one.
   const double load_requests = static_cast<double>(c.global_load.requests);
   const double bytes_per_request =
       DivOrZero(32.0 * static_cast<double>(c.global_load.sectors), load_requests);
   const double total_warps = ctas * warps_per_cta;
   const double resident_warps = std::min(ctas, resident_ctas) * warps_per_cta;
   const double requests_per_warp = load_requests / total_warps;
-  const double in_flight_per_warp = std::min(requests_per_warp, kRequestsInFlightPerWarp);
+  const double load_latencies_per_warp = c.LoadLatenciesPerWarp();
+  const double in_flight_per_warp = requests_per_warp / std::max(1.0, load_latencies_per_warp);
   const double in_flight = resident_warps * in_flight_per_warp * bytes_per_request;
   const double sustained = d.dram_bytes_per_s * d.dram_efficiency;
   e.dram_bandwidth = in_flight > 0 ? std::min(sustained, in_flight / d.dram_latency_s) : sustained;
   e.dram_s = static_cast<double>(c.dram_read_bytes + c.dram_write_bytes) / e.dram_bandwidth;
 
-  // A warp's own chain, once per wave: its instructions back to back and its loads that
-  // reach DRAM in batches of kRequestsInFlightPerWarp. Requests for sectors another warp
-  // already brought in (e.g. every warp of a GEMV reading the same activations) hit the
-  // caches, whose latency the DRAM latency dwarfs: they are not counted.
+  // A warp's own chain, once per wave: its instructions back to back and the load latencies
+  // it waits out. Requests for sectors another warp already brought in (e.g. every warp of
+  // a GEMV reading the same activations) hit the caches, whose latency the DRAM latency
+  // dwarfs: only the DRAM requests' share of the waits counts.
   const double instructions_per_warp = static_cast<double>(c.warp_instructions) / total_warps;
   const double dram_requests_per_warp =
       std::min(requests_per_warp,
                DivOrZero(static_cast<double>(c.dram_read_bytes), bytes_per_request) / total_warps);
-  const double load_rounds =
-      in_flight_per_warp > 0 ? dram_requests_per_warp / in_flight_per_warp : 0;
+  const double dram_latencies =
+      load_latencies_per_warp * DivOrZero(dram_requests_per_warp, requests_per_warp);
   e.latency_s = e.waves * (instructions_per_warp * kDependentIssueCycles / sm_clock +
-                           load_rounds * d.dram_latency_s);
+                           dram_latencies * d.dram_latency_s);
 
   e.launch_s = in_graph ? d.launch_graph_s : d.launch_eager_s;
   const std::pair<double, const char*> limits[] = {

@@ -7,13 +7,16 @@
 //  - dram:    DRAM bytes / the bandwidth the launch can draw. That is the smaller of the
 //             sustainable peak and what its resident warps keep in flight (Little's law:
 //             bytes in flight / DRAM latency), so a grid too small to fill the device is slow.
+//             A warp keeps in flight the loads it issues before it must wait for one: the
+//             emulator's load-wait model (KernelCounters::load_wait_steps) measures that,
+//             so loads issued together overlap and a load used at once does not.
 //  - tensor:  tensor FLOPs / the tensor peak of the SMs the grid occupies.
 //  - fp32:    FP32 FLOPs / the FP32 peak of the SMs the grid occupies.
 //  - issue:   warp instructions / (4 schedulers x clock) of the SMs the grid occupies; the
 //             SFU and shared-memory wavefronts have their own, lower rates.
 //  - latency: the chain one warp cannot hide alone, once per wave: its instructions at one
-//             per 4 cycles (an ALU's dependent-issue latency) and its DRAM requests, a
-//             DRAM latency per batch of requests it keeps in flight.
+//             per 4 cycles (an ALU's dependent-issue latency) and the DRAM latencies the
+//             load-wait model says it waits out.
 // Work per SM is the grid's work scaled by the CTAs of the busiest SM (ceil(ctas / SMs)
 // over ctas), so tails and grids smaller than the SM count cost what they cost.
 #pragma once

@@ -68,6 +68,11 @@ const BufferTraffic* KernelCounters::Buffer(uint64_t addr) const {
   return nullptr;
 }
 
+double KernelCounters::LoadLatenciesPerWarp() const {
+  const uint64_t warps = ctas * ((uint64_t{block[0]} * block[1] * block[2] + 31) / 32);
+  return Ratio(load_wait_steps, warps * kLoadLatencySteps);
+}
+
 std::string KernelCounters::ToString() const {
   const std::string run = sampled_ctas == ctas
                               ? std::string("all run")
@@ -89,6 +94,8 @@ std::string KernelCounters::ToString() const {
   s += "shared memory (32 banks x 4 B; conflicts = extra wavefronts)\n";
   s += SharedLine("loads", shared_load);
   s += SharedLine("stores", shared_store);
+  absl::StrAppendFormat(&s, "load waits %u steps (%.2f load latencies per warp)\n", load_wait_steps,
+                        LoadLatenciesPerWarp());
   absl::StrAppendFormat(&s,
                         "DRAM (each 32-byte sector once per launch)\n  read %u B  written %u B\n",
                         dram_read_bytes, dram_write_bytes);
@@ -126,6 +133,7 @@ std::string KernelCounters::ToJson() const {
       R"("global_load":)", GlobalJson(global_load), R"(,"global_store":)", GlobalJson(global_store),
       R"(,"global_atomic":)", GlobalJson(global_atomic), R"(,"shared_load":)",
       SharedJson(shared_load), R"(,"shared_store":)", SharedJson(shared_store),
+      absl::StrFormat(R"(,"load_wait_steps":%u)", load_wait_steps),
       absl::StrFormat(R"(,"dram_read_bytes":%u,"dram_write_bytes":%u,"buffers":[%s],)",
                       dram_read_bytes, dram_write_bytes, absl::StrJoin(bufs, ",")),
       absl::StrFormat(R"("tensor_flops":%u,"fp32_flops":%u})", tensor_flops, fp32_flops));

@@ -21,6 +21,14 @@
 //    a free broadcast); the ideal is ceil(distinct words / 32) (1 for a 4-byte access, 4 for
 //    a 16-byte one), and bank conflicts are the extra wavefronts beyond it. ldmatrix counts
 //    each 8x8 matrix (8 rows of 16 bytes) as its own phase, as the hardware does.
+//  - Load waits: each warp runs through a latency model of its own, as a scheduler's
+//    scoreboard sees it: the warp issues one instruction per step, the registers of a global
+//    load arrive kLoadLatencySteps steps after it issues, and an instruction that reads a
+//    register still in flight waits for it (cp.async.wait_group waits likewise for the
+//    groups it retires). Loads issued back to back before their first use overlap, so one
+//    wait covers them all; a load used at once costs a whole latency. The steps waited,
+//    summed over warps, say how much of the DRAM latency a warp exposes and how many
+//    requests it keeps in flight: what the cost model needs for Little's law.
 //  - FLOPs: tensor = 2*M*N*K per mma per warp; FP32 = 1 per active lane for add/sub/mul and
 //    2 for fma/mad (other f32 instructions, divisions and special functions add none).
 // Not counted: local memory traffic (counted as instructions only), the shared-memory side
@@ -38,6 +46,11 @@ namespace ptxserve::emu {
 // FNV-1a (64-bit) of PTX text: ties a launch's counters to the PTX it ran (to ask ptxas
 // for that kernel's registers, say). A change detector, not a cryptographic hash.
 uint64_t PtxHash(std::string_view ptx);
+
+// The load latency of the load-wait model (KernelCounters::load_wait_steps), in instruction
+// issues of one warp: about an HBM access (~600 ns) over a warp's dependent issue (~4 cycles
+// at ~2 GHz). A unit, not a device figure: the cost model counts the waits in latencies.
+inline constexpr uint64_t kLoadLatencySteps = 256;
 
 // What unit a warp instruction occupies (the classes of `KernelCounters::instructions`).
 enum class InstrClass : uint8_t {
@@ -112,6 +125,12 @@ struct KernelCounters {
   GlobalTraffic global_atomic;
   SharedTraffic shared_load;   // ld and ldmatrix
   SharedTraffic shared_store;  // st and atomics
+
+  // Steps the warps waited on their global loads (the load-wait model above), summed.
+  uint64_t load_wait_steps = 0;
+  // load_wait_steps in load latencies per warp of the grid: the DRAM round trips a warp
+  // does not hide.
+  double LoadLatenciesPerWarp() const;
 
   uint64_t dram_read_bytes = 0;
   uint64_t dram_write_bytes = 0;

@@ -214,11 +214,47 @@ void CounterSink::Ldmatrix(const Warp& w, const Instr& in) {
   }
 }
 
+void CounterSink::Clock(const Warp& w, const Instr& in, InstrClass cls, uint32_t m) {
+  if (clocks_.size() <= w.index) clocks_.resize(w.index + 1);
+  WarpClock& c = clocks_[w.index];
+  uint64_t& waited = out_.load_wait_steps;
+  if (m != 0 && in.ctl == Ctl::kNone) {
+    for (int i = 0; i < in.nchk; ++i) {
+      if (in.chk[i] < c.ready.size()) c.WaitUntil(c.ready[in.chk[i]], &waited);
+    }
+  }
+  ++c.now;
+  if (m == 0 || in.ctl != Ctl::kNone) return;
+  const uint64_t arrival = c.now + kLoadLatencySteps;
+  if (cls == InstrClass::kLoadGlobal) {
+    for (int e = 0; e < in.vec; ++e) {
+      if (c.ready.size() <= in.d[e]) c.ready.resize(in.d[e] + 1, 0);
+      c.ready[in.d[e]] = arrival;
+    }
+  } else if (cls == InstrClass::kAsyncCopy) {
+    const bool wait_all = in.fn == SelectCpAsyncWait(true);
+    if (in.size != 0) {
+      c.open_group = arrival;
+    } else if (in.fn == SelectCpAsyncCommit() || wait_all) {
+      c.groups.push_back(c.open_group);
+      c.open_group = 0;
+    }
+    if (wait_all || in.fn == SelectCpAsyncWait(false)) {
+      const uint64_t keep = wait_all ? 0 : static_cast<uint64_t>(in.imm);
+      while (c.groups.size() > keep) {
+        c.WaitUntil(c.groups.front(), &waited);
+        c.groups.pop_front();
+      }
+    }
+  }
+}
+
 void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t issued, uint32_t m) {
   ++out_.warp_instructions;
   out_.thread_instructions += static_cast<uint64_t>(std::popcount(issued));
   InstrClass cls = classes_[pc];
   if (m == 0 || in.ctl != Ctl::kNone) {
+    Clock(w, in, cls, m);
     ++out_.instructions[static_cast<int>(cls)];
     return;
   }
@@ -312,6 +348,7 @@ void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t is
     default:
       break;
   }
+  Clock(w, in, cls, m);
   ++out_.instructions[static_cast<int>(cls)];
 }
 
@@ -344,6 +381,7 @@ void CounterSink::Merge(const std::vector<const CounterSink*>& sinks, const CtaS
     add_shared(out->shared_store, c.shared_store);
     out->tensor_flops += scaled(c.tensor_flops);
     out->fp32_flops += scaled(c.fp32_flops);
+    out->load_wait_steps += scaled(c.load_wait_steps);
     num_allocs = std::max(num_allocs, s->num_allocs_);
   }
   out->sampled_ctas += sampled;

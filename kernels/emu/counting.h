@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "kernels/emu/counters.h"
@@ -36,6 +37,7 @@ class CounterSink {
   void CountCta(uint16_t run_bits) {
     ++out_.ctas;
     cta_runs_ = run_bits;
+    clocks_.clear();
   }
 
   // Adds the sinks' counts, scaled from `sample` to the grid, into `out` (whose kernel and
@@ -50,6 +52,9 @@ class CounterSink {
   void Shared(const uint64_t* addr, const uint32_t* bytes, int n, SharedTraffic* t);
   void Ldmatrix(const Warp& w, const Instr& in);
   void MarkSector(uint64_t sector, bool read, bool write);
+  // The load-wait model (counters.h) for one issue of `in` by warp `w`: waits for the
+  // registers it reads, then sets when the registers of a global load arrive.
+  void Clock(const Warp& w, const Instr& in, InstrClass cls, uint32_t m);
   // Index of the allocation holding `addr`, or num_allocs_ when none does.
   size_t AllocIndex(uint64_t addr);
 
@@ -62,7 +67,21 @@ class CounterSink {
   // that did (0: untouched); sized on first touch.
   std::vector<std::vector<uint16_t>> read_runs_, write_runs_;
   std::vector<GlobalTraffic> per_alloc_;  // requests by the allocation of their first lane
-  KernelCounters out_;                    // everything but the DRAM figures, which Merge derives
+  // One warp of the running CTA in the load-wait model, in steps of one issue.
+  struct WarpClock {
+    uint64_t now = 0;
+    std::vector<uint64_t> ready;  // by register slot: when its pending load arrives
+    uint64_t open_group = 0;      // arrival of the last cp.async not yet committed
+    std::deque<uint64_t> groups;  // arrivals of the committed cp.async groups, oldest first
+    void WaitUntil(uint64_t t, uint64_t* waited) {
+      if (t > now) {
+        *waited += t - now;
+        now = t;
+      }
+    }
+  };
+  std::vector<WarpClock> clocks_;  // by warp index in the CTA
+  KernelCounters out_;             // everything but the DRAM figures, which Merge derives
 };
 
 }  // namespace ptxserve::emu

@@ -322,6 +322,85 @@ TEST_F(CountersTest, MmaTileCountsTensorFlopsAndLdmatrixPhases) {
   EXPECT_EQ(c.dram_write_bytes, 2u * 512);
 }
 
+// Four loads per thread, all issued before the first is used: one latency to wait out.
+constexpr char kFourIndependentLoads[] = R"(
+.visible .entry four_independent(.param .u64 in, .param .u64 out)
+{
+    .reg .b32 %r<2>;
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [in];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    add.s64 %rd5, %rd2, %rd3;
+    ld.global.f32 %f0, [%rd4];
+    ld.global.f32 %f1, [%rd4+128];
+    ld.global.f32 %f2, [%rd4+256];
+    ld.global.f32 %f3, [%rd4+384];
+    add.f32 %f4, %f0, %f1;
+    add.f32 %f5, %f2, %f3;
+    add.f32 %f6, %f4, %f5;
+    st.global.f32 [%rd5], %f6;
+    ret;
+}
+)";
+
+// Four loads per thread, each address depending on the previous load's value (masked to
+// 0, so every thread reads in[tid]): four latencies to wait out, one after the other.
+constexpr char kFourDependentLoads[] = R"(
+.visible .entry four_dependent(.param .u64 in, .param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<7>;
+    ld.param.u64 %rd1, [in];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    add.s64 %rd5, %rd2, %rd3;
+    ld.global.u32 %r2, [%rd4];
+    and.b32 %r3, %r2, 0;
+    cvt.u64.u32 %rd6, %r3;
+    add.s64 %rd4, %rd4, %rd6;
+    ld.global.u32 %r2, [%rd4];
+    and.b32 %r3, %r2, 0;
+    cvt.u64.u32 %rd6, %r3;
+    add.s64 %rd4, %rd4, %rd6;
+    ld.global.u32 %r2, [%rd4];
+    and.b32 %r3, %r2, 0;
+    cvt.u64.u32 %rd6, %r3;
+    add.s64 %rd4, %rd4, %rd6;
+    ld.global.u32 %r2, [%rd4];
+    st.global.u32 [%rd5], %r2;
+    ret;
+}
+)";
+
+TEST_F(CountersTest, LoadsIssuedBeforeTheirUseWaitOneLatencyTogether) {
+  const uint64_t in = Buffer(1024), out = Buffer(1024);
+  // Two warps: each waits for its last load, issued just before the first add, for one
+  // latency less the step of the first add.
+  const KernelCounters c =
+      Run(kFourIndependentLoads, "four_independent", {1, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
+  EXPECT_EQ(c.global_load.requests, 8u);
+  EXPECT_EQ(c.load_wait_steps, 2 * (kLoadLatencySteps - 1));
+  EXPECT_NEAR(c.LoadLatenciesPerWarp(), 1.0, 0.02);
+}
+
+TEST_F(CountersTest, DependentLoadsWaitOneLatencyEach) {
+  const uint64_t in = Buffer(1024), out = Buffer(1024);
+  const KernelCounters c =
+      Run(kFourDependentLoads, "four_dependent", {1, 1, 1}, {64, 1, 1}, {Ptr(in), Ptr(out)});
+  EXPECT_EQ(c.global_load.requests, 8u);
+  // Each of the four loads is used by the next instruction (the store for the last).
+  EXPECT_EQ(c.load_wait_steps, 2 * 4 * kLoadLatencySteps);
+  EXPECT_NEAR(c.LoadLatenciesPerWarp(), 4.0, 0.02);
+  EXPECT_NE(c.ToString().find("load waits"), std::string::npos);
+  EXPECT_NE(c.ToJson().find(R"("load_wait_steps":)"), std::string::npos);
+}
+
 TEST_F(CountersTest, TextAndJsonNameEveryFigure) {
   const uint64_t in = Buffer(4096), out = Buffer(4096);
   const KernelCounters c =

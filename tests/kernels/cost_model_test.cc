@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace ptxserve::cost {
 namespace {
 
@@ -17,7 +19,7 @@ const DeviceSpec& H100() {
 }
 
 // A grid of `ctas` CTAs of 256 threads whose every warp issues `loads` coalesced 16-byte
-// loads per lane (16 sectors each) and as many stores.
+// loads per lane (16 sectors each) and as many stores, waiting for them two at a time.
 emu::KernelCounters Streaming(uint64_t ctas, uint64_t loads_per_warp) {
   emu::KernelCounters c;
   c.block = {256, 1, 1};
@@ -31,6 +33,7 @@ emu::KernelCounters Streaming(uint64_t ctas, uint64_t loads_per_warp) {
   c.dram_read_bytes = c.global_load.sectors * 32;
   c.dram_write_bytes = c.dram_read_bytes;
   c.warp_instructions = warps * loads_per_warp * 6;
+  c.load_wait_steps = warps * loads_per_warp / 2 * emu::kLoadLatencySteps;
   return c;
 }
 
@@ -60,6 +63,27 @@ TEST(CostModel, AGridTooSmallToFillTheDeviceDrawsWhatItKeepsInFlight) {
   EXPECT_EQ(e.binding, "dram");
   EXPECT_NEAR(e.dram_bandwidth, 32 * 8 * 2 * 512 / 600e-9, 1e3);
   EXPECT_LT(e.dram_bandwidth, d.dram_bytes_per_s * d.dram_efficiency / 5);
+}
+
+TEST(CostModel, LoadsIssuedTogetherOverlapAndDependentOnesDoNot) {
+  const DeviceSpec& d = H100();
+  // 32 CTAs of 8 warps, 64 loads of 512 B per warp: waiting for each load on its own keeps
+  // one in flight, waiting for eight at a time keeps eight (Little's law).
+  emu::KernelCounters c = Streaming(32, 64);
+  c.load_wait_steps = 32 * 8 * 64 * emu::kLoadLatencySteps;
+  const Estimate one = EstimateLaunch(d, c, {}, false);
+  EXPECT_NEAR(one.dram_bandwidth, 32 * 8 * 1 * 512 / 600e-9, 1e3);
+  // Its chain: 64 latencies a warp, one wave.
+  EXPECT_NEAR(one.latency_s, 64 * 600e-9 + 64 * 6 * 4 / 1.98e9, 1e-12);
+  c.load_wait_steps /= 8;
+  const Estimate eight = EstimateLaunch(d, c, {}, false);
+  EXPECT_NEAR(eight.dram_bandwidth, 32 * 8 * 8 * 512 / 600e-9, 1e3);
+  EXPECT_NEAR(eight.latency_s, 8 * 600e-9 + 64 * 6 * 4 / 1.98e9, 1e-12);
+  EXPECT_NEAR(one.seconds - one.launch_s, 8 * (eight.seconds - eight.launch_s), 1e-9);
+  // A warp that never waits a whole latency keeps every request in flight.
+  c.load_wait_steps = 0;
+  EXPECT_NEAR(EstimateLaunch(d, c, {}, false).dram_bandwidth,
+              std::min(32 * 8 * 64 * 512 / 600e-9, d.dram_bytes_per_s * d.dram_efficiency), 1e3);
 }
 
 TEST(CostModel, ALoneWarpIsBoundByItsOwnChain) {

@@ -217,6 +217,19 @@ TEST(GenerateTest, SplitPlan) {
   EXPECT_EQ(p.partition_tokens % c.block_size, 0);
   EXPECT_GE(int64_t{p.partition_tokens} * p.num_splits, 8000);
   EXPECT_LT(int64_t{p.partition_tokens} * (p.num_splits - 1), 8000);
+  // Partitions are a power of two of blocks, which a replayed CUDA graph keeps as they are:
+  // 16 sequences of 1024 tokens (128 CTAs) want 3 splits; 3 of 352 tokens would round up to
+  // 512 and leave 2 working splits, so the plan takes 4 of 256.
+  const AttentionPlan q = PlanDecodeAttention(c, 16, 1024, 132);
+  EXPECT_EQ(q.num_splits, 4);
+  EXPECT_EQ(q.partition_tokens, 256);
+  for (const int64_t ctx : {int64_t{1000}, int64_t{8000}, int64_t{4097}}) {
+    const AttentionPlan r = PlanDecodeAttention(c, 2, ctx, 132);
+    ASSERT_TRUE(r.split) << ctx;
+    const int blocks = r.partition_tokens / c.block_size;
+    EXPECT_EQ(blocks & (blocks - 1), 0) << ctx;
+    EXPECT_LT(int64_t{r.partition_tokens} * (r.num_splits - 1), ctx);
+  }
 }
 
 TEST(GenerateTest, GemmFormChoice) {

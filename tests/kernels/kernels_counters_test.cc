@@ -161,23 +161,27 @@ struct AttnCase {
 };
 
 // K (or V) bytes the kernel requests today for one sequence of `len` tokens, per KV head
-// and head chunk: every warp runs the CTA's iterations in lockstep, its sub-groups owning
-// tokens it * tokens_per_iter + warp * tokens_per_warp + s; a token past the end is clamped
-// to the first token (so the shuffles and the barrier see every thread) and its lanes load
-// that token again, in the same request as the warp's other tokens.
+// and head chunk: every warp runs the CTA's iterations in lockstep, a tile of
+// steps_per_tile steps per iteration, its sub-groups owning tokens it * tokens_per_iter +
+// warp * tile + step * tokens_per_warp + s; a token past the end is clamped to the first
+// token (so the shuffles and the barrier see every thread) and its lanes load that token
+// again, in the same request as the step's other tokens.
 uint64_t RequestedRowsToday(const DecodeAttentionShape& sh, int len) {
-  const int per_iter = sh.num_warps * sh.tokens_per_warp;
+  const int tile = sh.tokens_per_warp * sh.steps_per_tile;
+  const int per_iter = sh.num_warps * tile;
   const int iters = (len + per_iter - 1) / per_iter;
   uint64_t rows = 0;
   for (int it = 0; it < iters; ++it) {
     for (int w = 0; w < sh.num_warps; ++w) {
-      std::vector<int> tokens;
-      for (int s = 0; s < sh.tokens_per_warp; ++s) {
-        const int t = it * per_iter + w * sh.tokens_per_warp + s;
-        tokens.push_back(t < len ? t : 0);
+      for (int u = 0; u < sh.steps_per_tile; ++u) {
+        std::vector<int> tokens;
+        for (int s = 0; s < sh.tokens_per_warp; ++s) {
+          const int t = it * per_iter + w * tile + u * sh.tokens_per_warp + s;
+          tokens.push_back(t < len ? t : 0);
+        }
+        std::sort(tokens.begin(), tokens.end());
+        rows += std::unique(tokens.begin(), tokens.end()) - tokens.begin();
       }
-      std::sort(tokens.begin(), tokens.end());
-      rows += std::unique(tokens.begin(), tokens.end()) - tokens.begin();
     }
   }
   return rows;
