@@ -11,8 +11,8 @@
 //
 // Tolerance: testing::TensorCoreLogitsTolerance, (6 L + 1) u of the largest logit for L
 // layers and the weights' unit roundoff u, and for block weights
-// testing::QuantizedLogitsTolerance, (4 L + 1) / 254 (both derived in gpu_test_util.h). A
-// step may pick a different token only where the CPU's best two logits lie within twice its
+// testing::QuantizedLogitsTolerance, (4 L + 1) / 254 + 2 L u_kv (both derived in gpu_test_util.h).
+// A step may pick a different token only where the CPU's best two logits lie within twice its
 // absolute size (a near-tie: every one is printed). The largest error seen is printed beside
 // it.
 #include <algorithm>
@@ -99,13 +99,18 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   // Block weights: the CPU backend over the decoded model is also the GPU's exact reference,
   // since the GPU's GEMV is the f32 GEMM over those values and differs from the CPU's f32
   // GEMM only in f32 rounding (the order of its sums, the scale applied per block): at most
-  // about K 2^-24 of sum |x w| per GEMM of depth K, at
-  // the same 4 L + 1 points. That bound, with the deepest K, catches what the integer
-  // rounding's looser tolerance would hide.
+  // about K 2^-24 of sum |x w| per GEMM of depth K, at the same 4 L + 1 points. Over an
+  // f16/bf16 cache flash attention adds two roundings per layer to the cache's type (q and
+  // the softmax weights; the CPU keeps both in f32): 2 L u_kv. That bound, with the deepest
+  // K, catches what the integer rounding's looser tolerance would hide.
   const ModelConfig& c = model.config;
   const int64_t deepest = std::max({c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim});
+  const double kv_roundoff = kv.dtype == DType::kF16    ? 0x1p-11
+                             : kv.dtype == DType::kBF16 ? 0x1p-8
+                                                        : 0.0;
+  const double layers = static_cast<double>(c.num_layers);
   const double exact_tolerance =
-      (4.0 * static_cast<double>(c.num_layers) + 1) * static_cast<double>(deepest) * 0x1p-24;
+      (4.0 * layers + 1) * static_cast<double>(deepest) * 0x1p-24 + 2.0 * layers * kv_roundoff;
   const Model decoded = quantized ? ::ptxserve::testing::DequantizedModel(model) : Model{};
   std::unique_ptr<CpuBackend> exact;
   if (quantized) {
@@ -180,7 +185,7 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   if (quantized) {
     std::printf(
         "[ parity ] %s against the decoded f32 model: worst logit error %.2e (tolerance %.2e: "
-        "4 L + 1 sums of depth %lld)\n",
+        "4 L + 1 sums of depth %lld, 2 L roundings to the cache's type)\n",
         name.c_str(), o.worst_exact_error, exact_tolerance, static_cast<long long>(deepest));
   }
   SetEmulatedKernelCounters(false);

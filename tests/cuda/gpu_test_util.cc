@@ -134,7 +134,10 @@ double TensorCoreLogitsTolerance(const Model& model) {
 }
 
 double QuantizedLogitsTolerance(const Model& model) {
-  return (4.0 * static_cast<double>(model.config.num_layers) + 1) / 254;
+  const DType kv = model.config.torch_dtype;
+  const double kv_roundoff = kv == DType::kF16 ? 0x1p-11 : kv == DType::kBF16 ? 0x1p-8 : 0.0;
+  const double layers = static_cast<double>(model.config.num_layers);
+  return (4.0 * layers + 1) / 254 + 2.0 * layers * kv_roundoff;
 }
 
 double RelErr(const float* a, const float* b, int64_t n) {

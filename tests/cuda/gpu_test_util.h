@@ -102,8 +102,9 @@ double TensorCoreLogitsTolerance(const Model& model);
 // is the f32 GEMM over their decoded values up to f32 rounding, but the CPU's integer kernel
 // (engine/cpu/ops.h, its choice for q4_0 and small q8_0 batches) first rounds each GEMM input to
 // 8-bit codes per block of 32, moving an input by at most amax_b / 254: a unit roundoff u = 1/254
-// of the block's largest input, far above f32's. With the 4 L + 1 rounding points above, the logits
-// are off by about (4 L + 1) / 254 of the largest to first order.
+// of the block's largest input, far above f32's. With the 4 L + 1 GEMM inputs above, the logits
+// are off by about (4 L + 1) / 254 of the largest to first order, plus flash attention's 2 L
+// roundings to the KV cache's type (the model's torch_dtype) where that is f16 or bf16.
 double QuantizedLogitsTolerance(const Model& model);
 // max |a - b| / max |b| over n values.
 double RelErr(const float* a, const float* b, int64_t n);
