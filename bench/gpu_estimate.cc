@@ -189,6 +189,8 @@ int Run() {
     if (st.ok()) st = w.Write(path);
     if (!st.ok()) return Fail(std::string(st.message()));
     model = LoadModel(path);
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);  // the model maps it; unlinking keeps the mapping
     if (!model.ok()) return Fail(std::string(model.status().message()));
   }
   std::string ptxas = absl::GetFlag(FLAGS_ptxas);
