@@ -39,8 +39,8 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   // Ragged steps run flash attention when the kernel set has it, never split: one launch for
   // every row, decode rows of a mixed step included. By the cost model (estimates that
   // tests/kernels/flash_attention_estimate_test prints) that beats a second launch of decode
-  // attention for the decode rows up to a few dozen of them beside a chunk, and stays within
-  // 1.3x of it at 64; a step's rows need no reordering or second row map either.
+  // attention for the decode rows up to 16 of them beside a chunk; at 64 the second launch
+  // would be 1.9x cheaper, but needs the decode kernel to take a subset of the step's rows.
   p.flash = p.ragged && kernels_->flash.used();
   if (p.flash) {
     p.split = false;
