@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/dtype.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_quant_calibration.h"
 #include "engine/model/hf_quant_layout.h"
 #include "engine/model/json_util.h"
 #include "engine/model/quant.h"
@@ -75,23 +76,38 @@ absl::Status AddFp8(const Tensor& t, std::vector<TensorToWrite>* out) {
   return absl::OkStatus();
 }
 
-absl::Status AddInt4(const Tensor& t, Int4Packing packing, std::vector<TensorToWrite>* out) {
+// A tensor whose values calibration changed (a folded norm), in its stored dtype.
+TensorToWrite Folded(const Tensor& t, const std::vector<float>& values) {
+  TensorToWrite w;
+  w.name = t.name;
+  w.dtype = t.dtype;
+  w.shape = t.shape;
+  w.bytes.resize(w.nbytes());
+  ConvertFromFloat(t.dtype, values.data(), values.size(), w.bytes.data());
+  return w;
+}
+
+// `given`: calibrated int4_g128 rows of t, or null for round-to-nearest.
+absl::Status AddInt4(const Tensor& t, Int4Packing packing, const std::vector<uint8_t>* given,
+                     std::vector<TensorToWrite>* out) {
   const int64_t rows = t.shape[0], in = t.shape[1];
   if (in % 128 != 0 || rows % 8 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, " of shape [", rows, ", ", in,
                      "]: 4-bit groups need inputs a multiple of 128 and outputs a multiple of 8"));
   }
-  const std::vector<float> x = ToFloat(t);
-  const int64_t row_bytes = QuantRowBytes(QuantType::kInt4G128, in);
-  std::vector<uint8_t> blocks(static_cast<size_t>(rows * row_bytes));
-  for (int64_t r = 0; r < rows; ++r) {
-    if (absl::Status s =
-            QuantizeRow(QuantType::kInt4G128, x.data() + r * in, in, blocks.data() + r * row_bytes);
-        !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", t.name, " row ", r, ": ", s.message()));
+  std::vector<uint8_t> blocks;
+  if (given == nullptr) {
+    const std::vector<float> x = ToFloat(t);
+    if (absl::Status s = QuantizeInt4Rows(x.data(), rows, in, &blocks, nullptr); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " ", s.message()));
     }
+  } else if (const int64_t size = rows * QuantRowBytes(QuantType::kInt4G128, in);
+             static_cast<int64_t>(given->size()) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": calibrated blocks of ",
+                                                   given->size(), " bytes, expected ", size));
+  } else {
+    blocks = *given;
   }
   const PackedInt4 p = BlocksToInt4(packing, blocks.data(), in, rows, /*zero_minus_one=*/true);
   const std::string prefix = t.name.substr(0, t.name.size() - 7);  // ".weight"
@@ -127,6 +143,11 @@ absl::Status WriteConfig(const Model& model, HfQuantization::Method method,
 
 absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
                               const std::string& out_dir) {
+  return WriteHfQuantized(model, method, CalibratedInt4{}, out_dir);
+}
+
+absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
+                              const CalibratedInt4& calibrated, const std::string& out_dir) {
   if (IsGgufPath(model.dir)) {
     return absl::InvalidArgumentError(
         absl::StrCat(model.dir,
@@ -143,13 +164,17 @@ absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
   if (ec) return absl::InternalError(absl::StrCat("creating ", out_dir, ": ", ec.message()));
 
   const ModelTensors& m = model.tensors;
+  auto stored = [&](const Tensor& t) {
+    const auto it = calibrated.folded.find(t.name);
+    return it == calibrated.folded.end() ? AsStored(t) : Folded(t, it->second);
+  };
   std::vector<TensorToWrite> tensors;
   tensors.push_back(AsStored(m.embed));
   if (!model.config.tie_word_embeddings) tensors.push_back(AsStored(m.lm_head));
   tensors.push_back(AsStored(m.final_norm));
   for (const LayerTensors& l : m.layers) {
     for (const Tensor* t : {&l.attn_norm, &l.mlp_norm, &l.bq, &l.bk, &l.bv}) {
-      if (t->present()) tensors.push_back(AsStored(*t));
+      if (t->present()) tensors.push_back(stored(*t));
     }
     for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       if (t->quant != QuantType::kNone) {
@@ -159,9 +184,10 @@ absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
       if (method == HfQuantization::Method::kFp8) {
         PTX_RETURN_IF_ERROR(AddFp8(*t, &tensors));
       } else {
+        const auto given = calibrated.blocks.find(t->name);
         PTX_RETURN_IF_ERROR(AddInt4(
             *t, method == HfQuantization::Method::kAwq ? Int4Packing::kAwq : Int4Packing::kGptq,
-            &tensors));
+            given == calibrated.blocks.end() ? nullptr : &given->second, &tensors));
       }
     }
   }

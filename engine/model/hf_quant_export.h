@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/model/hf_quant_calibrate.h"
 #include "engine/model/hf_quant_config.h"
 #include "engine/model/model.h"
 
@@ -24,5 +25,10 @@ namespace ptxserve {
 // input dimension not a multiple of 32 for fp8 or 128 for awq/gptq), naming the tensor.
 absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
                               const std::string& out_dir);
+// The same with awq or gptq blocks calibrated on data (hf_quant_calibrate.h): its blocks
+// replace the round-to-nearest ones of the tensors it names, its folded values those
+// tensors' values (stored in their dtype). The checkpoint's format is unchanged.
+absl::Status WriteHfQuantized(const Model& model, HfQuantization::Method method,
+                              const CalibratedInt4& calibrated, const std::string& out_dir);
 
 }  // namespace ptxserve

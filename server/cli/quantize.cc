@@ -1,6 +1,8 @@
 // `ptxserve quantize`: write a llama.cpp-compatible GGUF from a model ptxserve loads (a
 // Hugging Face directory, or a GGUF of f32/f16/bf16 tensors to re-encode), or, for
-// --type fp8|awq|gptq, a Hugging Face quantized checkpoint directory from a model directory.
+// --type fp8|awq|gptq, a Hugging Face quantized checkpoint directory from a model directory,
+// awq and gptq calibrated on a text with --calibration.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -9,13 +11,17 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_export.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/hf_quant_calibrate.h"
 #include "engine/model/hf_quant_export.h"
 #include "engine/model/model.h"
+#include "engine/model/weight_files.h"
 #include "engine/tokenizer/gguf_vocab.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/cli/cli_util.h"
 #include "server/cli/common_flags.h"
 #include "server/cli/subcommands.h"
@@ -25,6 +31,13 @@ ABSL_FLAG(std::string, type, "f16",
           "names a .gguf file) or a Hugging Face quantized checkpoint (fp8, awq, gptq; --out "
           "names a directory, created when missing, that gets config.json with its "
           "quantization_config, model.safetensors and the tokenizer files)");
+ABSL_FLAG(std::string, calibration, "",
+          "quantize: a text file for awq and gptq to calibrate on: AWQ's activation-aware "
+          "scale search or GPTQ's error feedback over the model's activations on its first "
+          "--calibration-tokens tokens; without it awq and gptq round each group of 128 to "
+          "nearest (use a text other than the one you evaluate on)");
+ABSL_FLAG(int32_t, calibration_tokens, 512,
+          "quantize: tokens of --calibration to run, in windows of up to 256 positions");
 
 namespace ptxserve::cli {
 namespace {
@@ -77,12 +90,50 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-// Writes the Hugging Face checkpoint of `method` into the directory `out`.
+// The first `tokens` tokens of the text at `path` (with BOS, as `perplexity` reads a text)
+// in windows of up to 256 positions, each run from position 0.
+absl::StatusOr<std::vector<std::vector<int32_t>>> CalibrationWindows(const Model& model,
+                                                                     const std::string& path,
+                                                                     int32_t tokens) {
+  auto text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  auto tokenizer = Tokenizer::FromModelPath(model.dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto ids = (*tokenizer)->Encode(*text);
+  if (!ids.ok()) return ids.status();
+  if (ids->empty()) return absl::InvalidArgumentError(absl::StrCat(path, " gives no tokens"));
+  const size_t window =
+      static_cast<size_t>(std::min<int64_t>(256, model.config.max_position_embeddings));
+  const size_t total = std::min(ids->size(), static_cast<size_t>(tokens));
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t start = 0; start < total; start += window) {
+    windows.emplace_back(ids->begin() + start, ids->begin() + std::min(total, start + window));
+  }
+  return windows;
+}
+
+// Writes the Hugging Face checkpoint of `method` into the directory `out`, calibrated on
+// the text `calibration` when not empty.
 int QuantizeToHf(const std::string& model_path, HfQuantization::Method method,
-                 const std::string& out) {
+                 const std::string& calibration, const std::string& out) {
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
-  if (absl::Status s = WriteHfQuantized(*model, method, out); !s.ok()) return Fail(s);
+  CalibratedInt4 calibrated;
+  if (!calibration.empty()) {
+    auto windows = CalibrationWindows(*model, calibration, absl::GetFlag(FLAGS_calibration_tokens));
+    if (!windows.ok()) return Fail(windows.status());
+    auto c = CalibrateInt4(*model, method, *windows);
+    if (!c.ok()) return Fail(c.status());
+    calibrated = std::move(*c);
+    // The layers' summed output error on the calibration inputs, against plain rounding.
+    std::fprintf(stderr,
+                 "quantize: calibrated on %lld tokens of %s: output error %.4g, %.1f%% of "
+                 "round-to-nearest's %.4g\n",
+                 static_cast<long long>(calibrated.tokens), calibration.c_str(), calibrated.error,
+                 calibrated.rtn_error > 0 ? 100 * calibrated.error / calibrated.rtn_error : 100.0,
+                 calibrated.rtn_error);
+  }
+  if (absl::Status s = WriteHfQuantized(*model, method, calibrated, out); !s.ok()) return Fail(s);
   std::error_code ec;
   const auto bytes = std::filesystem::file_size(out + "/model.safetensors", ec);
   std::fprintf(stderr, "quantize: wrote %s/ (%s, model.safetensors %llu bytes)\n", out.c_str(),
@@ -99,8 +150,10 @@ int RunQuantize(int argc, char** argv) {
   const std::string usage =
       "ptxserve quantize --model DIR|FILE.gguf --out PATH.gguf|DIR --type " +
       absl::StrJoin(types, "|") +
+      " [--calibration TEXT [--calibration-tokens N]]"
       "\n  GGUF types write --out PATH.gguf; fp8, awq and gptq write a Hugging Face checkpoint "
-      "directory --out DIR (from a model directory)";
+      "directory --out DIR (from a model directory); awq and gptq calibrate on TEXT when "
+      "--calibration names it (AWQ scales, GPTQ error feedback), else round to nearest";
   SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string model_path = absl::GetFlag(FLAGS_model);
@@ -113,11 +166,20 @@ int RunQuantize(int argc, char** argv) {
     problem = "--type must be one of " + absl::StrJoin(types, ", ") + ", got '" +
               absl::GetFlag(FLAGS_type) + "'";
   }
+  const std::string calibration = absl::GetFlag(FLAGS_calibration);
+  if (problem.empty() && !calibration.empty() &&
+      (!hf.has_value() || *hf == HfQuantization::Method::kFp8)) {
+    problem = "--calibration is for --type awq and gptq, got '" + absl::GetFlag(FLAGS_type) + "'";
+  }
+  if (problem.empty() && absl::GetFlag(FLAGS_calibration_tokens) < 1) {
+    problem = absl::StrCat("--calibration-tokens must be at least 1, got ",
+                           absl::GetFlag(FLAGS_calibration_tokens));
+  }
   if (!problem.empty()) {
     std::fprintf(stderr, "quantize: %s\n%s\n", problem.c_str(), usage.c_str());
     return 2;
   }
-  if (hf.has_value()) return QuantizeToHf(model_path, *hf, out);
+  if (hf.has_value()) return QuantizeToHf(model_path, *hf, calibration, out);
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
   GgufWriter w;

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "engine/model/calibration_forward.h"
+#include "engine/model/hf_quant_calibrate.h"
 #include "engine/model/hf_quant_export.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
@@ -89,6 +92,91 @@ TEST_F(HfQuantModelTest, QuantizedCheckpointGivesTheDequantizedModelsLogits) {
                   diff / mag);
     }
   }
+}
+
+// Two windows of a short text (ids of the TinyStories vocabulary), for calibration.
+const std::vector<std::vector<int32_t>> kWindows = {
+    {1, 80, 147, 201, 282, 57, 15, 147, 1018, 233, 43, 276, 1041, 12, 61, 151, 101, 68, 1240},
+    {1, 47, 253, 15, 113, 316, 207, 116, 52, 1280, 12, 98, 316, 152, 61, 62, 151, 153, 1004}};
+
+struct NoObserver final : LinearObserver {
+  absl::Status BeforeLinear(int, std::span<const Weight>, float*, int64_t,
+                            std::vector<FloatLayer>&) override {
+    return absl::OkStatus();
+  }
+};
+
+// The calibration forward (calibration_forward.h, a plain f32 copy of the ops) computes
+// what the CPU backend computes.
+TEST_F(HfQuantModelTest, CalibrationForwardGivesTheCpuBackendsLogits) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto layers = FloatLayers(*model);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  NoObserver none;
+  auto logits = RunCalibrationForward(*model, kWindows, *layers, none);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const int64_t vocab = model->config.vocab_size;
+  ASSERT_EQ(logits->size(), kWindows.size() * vocab);
+  for (size_t w = 0; w < kWindows.size(); ++w) {
+    const std::vector<float> ref = GreedyLogits(*model, kWindows[w], 0).at(0);
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>((*logits)[w * vocab + i]) - ref[i]));
+      mag = std::max(mag, std::abs(static_cast<double>(ref[i])));
+    }
+    EXPECT_LE(diff, 1e-4 * mag) << "window " << w;
+  }
+  auto bad = RunCalibrationForward(*model, {{1, 5000}}, *layers, none);
+  EXPECT_EQ(bad.status().message(),
+            "calibration token 1 is id 5000, outside the vocabulary of 2048");
+}
+
+// Calibrated awq and gptq checkpoints are plain ones: they load, and give the logits of the
+// blocks they store dequantized to f32; AWQ's scales are folded into the RMSNorm weights.
+TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (Method method : {Method::kAwq, Method::kGptq}) {
+    const std::string name(HfQuantMethodName(method));
+    SCOPED_TRACE(name);
+    auto calibrated = CalibrateInt4(*model, method, kWindows);
+    ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+    EXPECT_EQ(calibrated->tokens, 38);
+    EXPECT_EQ(calibrated->blocks.size(), 7 * model->tensors.layers.size());
+    EXPECT_LT(calibrated->error, calibrated->rtn_error);
+    EXPECT_EQ(calibrated->folded.empty(), method == Method::kGptq);
+    TempDir dir;
+    ASSERT_TRUE(WriteHfQuantized(*model, method, *calibrated, dir.path()).ok());
+    auto q = LoadModel(dir.path());
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_EQ(q->config.quantization.method, method);
+    // The stored blocks are the calibrated ones, byte for byte.
+    const Tensor& wq = q->tensors.layers[1].wq;
+    const std::vector<uint8_t>& want = calibrated->blocks.at(wq.name);
+    ASSERT_EQ(wq.nbytes, want.size());
+    EXPECT_EQ(std::memcmp(wq.data, want.data(), want.size()), 0);
+    const Tensor& norm = q->tensors.layers[0].attn_norm;
+    const bool norm_changed =
+        std::memcmp(norm.data, model->tensors.layers[0].attn_norm.data, norm.nbytes) != 0;
+    EXPECT_EQ(norm_changed, method == Method::kAwq);
+
+    const auto got = GreedyLogits(*q, kPrompt, 6);
+    const auto ref = GreedyLogits(ptxserve::testing::DequantizedModel(*q), kPrompt, 6);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t s = 0; s < ref.size(); ++s) {
+      double diff = 0, mag = 0;
+      for (size_t i = 0; i < ref[s].size(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(got[s][i]) - ref[s][i]));
+        mag = std::max(mag, std::abs(static_cast<double>(ref[s][i])));
+      }
+      EXPECT_LE(diff, 1e-6 * mag) << "step " << s;
+    }
+  }
+  auto empty = CalibrateInt4(*model, Method::kGptq, {});
+  EXPECT_EQ(empty.status().message(), "no calibration tokens");
+  auto fp8 = CalibrateInt4(*model, Method::kFp8, kWindows);
+  EXPECT_EQ(fp8.status().message(), "calibration is for awq and gptq, not fp8");
 }
 
 // Rewrites dir/model.safetensors after `edit` changed its tensors (found by name).

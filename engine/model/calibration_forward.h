@@ -1,0 +1,53 @@
+// The forward pass calibration runs (`ptxserve quantize --calibration`): RunForward over
+// f32 copies of a model's layer weights that the calibrating encoder may rewrite as it
+// goes, with every Linear's input shown to it first. It lives beside the model because
+// neither engine/model nor server/ may reach the CPU backend's ops (README "Layout"), and
+// the Backend interface neither exposes a layer's inputs nor lets its weights change; it
+// is a plain f32 reference (one window per sequence, dense causal attention), fast enough
+// for a few hundred calibration tokens.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+
+namespace ptxserve {
+
+// One layer's weights in f32, HF layouts ([out, in] matrices; biases empty without
+// attention_bias).
+struct FloatLayer {
+  std::vector<float> attn_norm, wq, wk, wv, bq, bk, bv, wo, mlp_norm, w_gate, w_up, w_down;
+
+  // The matrix of a projection role (kQ .. kDown).
+  std::vector<float>& matrix(Weight role);
+};
+
+// f32 copies of every layer's weights. InvalidArgument naming the tensor when one is
+// block-quantized (calibration starts from an unquantized model).
+absl::StatusOr<std::vector<FloatLayer>> FloatLayers(const Model& model);
+
+// Sees each layer Linear's input before it is multiplied.
+class LinearObserver {
+ public:
+  virtual ~LinearObserver() = default;
+  // `x`: `rows` rows of the projections' input, contiguous (every token of every window).
+  // The observer may rewrite `layers` (the projections it is shown, to quantize them, or
+  // an earlier op's weights) and `x` (to keep x W^T unchanged when it folds a scale into
+  // the op that produced x); the forward then multiplies the rows as they are.
+  virtual absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x,
+                                    int64_t rows, std::vector<FloatLayer>& layers) = 0;
+};
+
+// Runs `model` with `layers` over each window (a sequence from position 0), all windows in
+// one batch, calling `observer` before every Linear of every layer, and returns each
+// window's last-token logits ([windows][vocab]). InvalidArgument for an empty window or a
+// token id outside the vocabulary.
+absl::StatusOr<std::vector<float>> RunCalibrationForward(
+    const Model& model, const std::vector<std::vector<int32_t>>& windows,
+    std::vector<FloatLayer>& layers, LinearObserver& observer);
+
+}  // namespace ptxserve

@@ -1,0 +1,204 @@
+// Both methods run inside the calibration forward's BeforeLinear, where a projection's
+// inputs are at hand: GPTQ replaces the projections by their quantized values before they
+// are multiplied (so later layers see quantized inputs); AWQ rescales weights and inputs
+// so the forward stays the unquantized model's, and rounds everything at the end.
+#include "engine/model/hf_quant_calibrate.h"
+
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/calibration_forward.h"
+#include "engine/model/hf_quant_awq.h"
+#include "engine/model/hf_quant_calibration.h"
+#include "engine/model/hf_quant_gptq.h"
+
+namespace ptxserve {
+namespace {
+
+constexpr Weight kProjections[] = {Weight::kQ,    Weight::kK,  Weight::kV,   Weight::kO,
+                                   Weight::kGate, Weight::kUp, Weight::kDown};
+
+const Tensor& TensorOf(const Model& model, int layer, Weight role) {
+  const LayerTensors& l = model.tensors.layers[layer];
+  switch (role) {
+    case Weight::kQ:
+      return l.wq;
+    case Weight::kK:
+      return l.wk;
+    case Weight::kV:
+      return l.wv;
+    case Weight::kO:
+      return l.wo;
+    case Weight::kGate:
+      return l.w_gate;
+    case Weight::kUp:
+      return l.w_up;
+    default:
+      return l.w_down;
+  }
+}
+
+// Calibration rows of `x` into the statistics of one layer input.
+LayerInputs InputsOf(const float* x, int64_t rows, int64_t width) {
+  LayerInputs in(width);
+  in.Add(x, rows, width);
+  return in;
+}
+
+class GptqObserver final : public LinearObserver {
+ public:
+  GptqObserver(const Model& model, CalibratedInt4* out) : model_(model), out_(out) {}
+
+  absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
+                            std::vector<FloatLayer>& layers) override {
+    const int64_t width = TensorOf(model_, layer, roles[0]).shape[1];
+    const LayerInputs inputs = InputsOf(x, rows, width);
+    for (Weight role : roles) {
+      const Tensor& t = TensorOf(model_, layer, role);
+      std::vector<float>& w = layers[layer].matrix(role);
+      const int64_t n = t.shape[0];
+      std::vector<uint8_t> rtn;
+      std::vector<float> rtn_values;
+      if (absl::Status s = QuantizeInt4Rows(w.data(), n, width, &rtn, &rtn_values); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": ", s.message()));
+      }
+      auto blocks = QuantizeInt4Gptq(w.data(), n, width, inputs);
+      if (!blocks.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", t.name, ": ", blocks.status().message()));
+      }
+      std::vector<float> values = DequantizeInt4Rows(*blocks, n, width);
+      out_->rtn_error += OutputError(inputs, w.data(), rtn_values.data(), n);
+      out_->error += OutputError(inputs, w.data(), values.data(), n);
+      w = std::move(values);
+      out_->blocks[t.name] = std::move(*blocks);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const Model& model_;
+  CalibratedInt4* out_;
+};
+
+class AwqObserver final : public LinearObserver {
+ public:
+  AwqObserver(const Model& model, CalibratedInt4* out) : model_(model), out_(out) {}
+
+  absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
+                            std::vector<FloatLayer>& layers) override {
+    const ModelConfig& c = model_.config;
+    const int64_t width = TensorOf(model_, layer, roles[0]).shape[1];
+    const LayerInputs inputs = InputsOf(x, rows, width);
+    FloatLayer& l = layers[layer];
+    std::vector<int64_t> slot_of;
+    if (roles[0] == Weight::kO) {
+      // Attention output channel (head h, dim d) is a mix of v_proj's row (h / group, d).
+      const int64_t group = c.num_heads / c.num_kv_heads;
+      for (int64_t ch = 0; ch < width; ++ch) {
+        slot_of.push_back((ch / c.head_dim) / group * c.head_dim + ch % c.head_dim);
+      }
+    }
+    std::vector<AwqMatrix> matrices;
+    for (Weight role : roles) {
+      matrices.push_back({l.matrix(role).data(), TensorOf(model_, layer, role).shape[0]});
+    }
+    auto found = SearchAwqScales(inputs, matrices, slot_of, AwqAlphaGrid());
+    if (!found.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", TensorOf(model_, layer, roles[0]).name, ": ", found.status().message()));
+    }
+    out_->error += found->error;
+    out_->rtn_error += found->rtn_error;
+    const std::vector<float>& s = found->scale;
+    for (Weight role : roles) {
+      std::vector<float>& w = l.matrix(role);
+      for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % width];
+    }
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t ch = 0; ch < width; ++ch) x[t * width + ch] /= s[ch];
+    }
+    // The op that produced x divides its output channel (slot) by the channel's scale.
+    const int64_t slots = roles[0] == Weight::kO ? c.kv_dim() : width;
+    std::vector<float> slot_scale(slots);
+    for (int64_t ch = 0; ch < width; ++ch) slot_scale[slot_of.empty() ? ch : slot_of[ch]] = s[ch];
+    switch (roles[0]) {
+      case Weight::kO:
+        DivideRows(&l.wv, slot_scale);
+        DivideRows(&l.bv, slot_scale);
+        break;
+      case Weight::kDown:
+        DivideRows(&l.w_up, slot_scale);
+        break;
+      default:  // q/k/v and gate/up read an RMSNorm's output
+        DivideRows(roles[0] == Weight::kQ ? &l.attn_norm : &l.mlp_norm, slot_scale);
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Row r of the [rows, m.size() / rows] matrix (a vector when m has one entry per row)
+  // divided by scale[r]; nothing for an empty m (no bias).
+  static void DivideRows(std::vector<float>* m, const std::vector<float>& scale) {
+    if (m->empty()) return;
+    const size_t cols = m->size() / scale.size();
+    for (size_t i = 0; i < m->size(); ++i) (*m)[i] /= scale[i / cols];
+  }
+
+  const Model& model_;
+  CalibratedInt4* out_;
+};
+
+}  // namespace
+
+absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
+                                             const std::vector<std::vector<int32_t>>& windows) {
+  if (method != HfQuantization::Method::kAwq && method != HfQuantization::Method::kGptq) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration is for awq and gptq, not ",
+                                                   std::string(HfQuantMethodName(method))));
+  }
+  if (windows.empty()) return absl::InvalidArgumentError("no calibration tokens");
+  for (size_t l = 0; l < model.tensors.layers.size(); ++l) {
+    for (Weight role : kProjections) {
+      const Tensor& t = TensorOf(model, static_cast<int>(l), role);
+      if (t.shape.size() != 2 || t.shape[1] % 128 != 0 || t.shape[0] % 8 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", t.name,
+            ": 4-bit groups need inputs a multiple of 128 and outputs a multiple of 8"));
+      }
+    }
+  }
+  auto layers = FloatLayers(model);
+  if (!layers.ok()) return layers.status();
+  CalibratedInt4 out;
+  for (const std::vector<int32_t>& w : windows) out.tokens += static_cast<int64_t>(w.size());
+  GptqObserver gptq(model, &out);
+  AwqObserver awq(model, &out);
+  LinearObserver& observer =
+      method == HfQuantization::Method::kGptq ? static_cast<LinearObserver&>(gptq) : awq;
+  if (auto logits = RunCalibrationForward(model, windows, *layers, observer); !logits.ok()) {
+    return logits.status();
+  }
+  if (method == HfQuantization::Method::kGptq) return out;
+
+  for (size_t i = 0; i < layers->size(); ++i) {
+    FloatLayer& l = (*layers)[i];
+    const LayerTensors& t = model.tensors.layers[i];
+    for (Weight role : kProjections) {
+      const Tensor& tensor = TensorOf(model, static_cast<int>(i), role);
+      std::vector<uint8_t>& blocks = out.blocks[tensor.name];
+      if (absl::Status s = QuantizeInt4Rows(l.matrix(role).data(), tensor.shape[0], tensor.shape[1],
+                                            &blocks, nullptr);
+          !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, ": ", s.message()));
+      }
+    }
+    out.folded[t.attn_norm.name] = std::move(l.attn_norm);
+    out.folded[t.mlp_norm.name] = std::move(l.mlp_norm);
+    if (t.bv.present()) out.folded[t.bv.name] = std::move(l.bv);
+  }
+  return out;
+}
+
+}  // namespace ptxserve

@@ -1,0 +1,46 @@
+// Calibrated 4-bit checkpoints (`ptxserve quantize --type awq|gptq --calibration FILE`):
+// the model runs on calibration tokens (calibration_forward.h) and each layer's seven
+// projections are quantized with what their inputs show:
+//   awq:  AWQ's scale search per input (hf_quant_awq.h): q/k/v and gate/up scaled against
+//         their RMSNorm's weight, o_proj against v_proj's rows (o_proj's heads sharing a
+//         kv head share its scales) and down_proj against up_proj's rows, on the
+//         unquantized model's activations, as AutoAWQ does; then round-to-nearest.
+//   gptq: GPTQ (hf_quant_gptq.h) layer after layer in the forward's order, each Linear's
+//         inputs computed through the projections already quantized, as AutoGPTQ's
+//         sequential mode does.
+// The result is what WriteHfQuantized stores instead of its round-to-nearest blocks; the
+// checkpoints stay plain AWQ/GPTQ ones that any loader reads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/hf_quant_config.h"
+#include "engine/model/model.h"
+
+namespace ptxserve {
+
+struct CalibratedInt4 {
+  // Weight tensor name ("model.layers.0.self_attn.q_proj.weight") -> its int4_g128 rows.
+  std::map<std::string, std::vector<uint8_t>> blocks;
+  // Other tensors whose values changed (AWQ's folded RMSNorm weights, v_proj's bias) ->
+  // their new values, to be stored in the tensor's own dtype.
+  std::map<std::string, std::vector<float>> folded;
+  // Summed over every projection: the output error on its calibration inputs
+  // (hf_quant_calibration.h's OutputError) of the blocks chosen and of plain rounding.
+  double error = 0;
+  double rtn_error = 0;
+  int64_t tokens = 0;  // calibration tokens run
+};
+
+// Calibrates `model` (unquantized, from a model directory) for `method` (kAwq or kGptq)
+// on `windows` (token sequences, each from position 0). InvalidArgument naming the tensor
+// for a block-quantized model, a matrix whose inputs are not a multiple of 128 or outputs
+// of 8, or one that cannot be encoded; for an empty window list.
+absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
+                                             const std::vector<std::vector<int32_t>>& windows);
+
+}  // namespace ptxserve
