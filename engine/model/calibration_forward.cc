@@ -40,8 +40,6 @@ class CalibrationOps final : public ForwardOps {
     }
     starts_.push_back(static_cast<int64_t>(tokens_.size()));
     inv_freq_.resize(c_.head_dim / 2);
-    cos_.resize(c_.head_dim / 2);
-    sin_.resize(c_.head_dim / 2);
     RopeInvFreq(c_, inv_freq_.data());
   }
 
@@ -103,52 +101,130 @@ class CalibrationOps final : public ForwardOps {
     if (projections.begin()->weight.role == Weight::kLmHead) return LmHead();
     std::vector<Weight> roles;
     for (const Projection& p : projections) roles.push_back(p.weight.role);
-    if (absl::Status s = observer_.BeforeLinear(layer, roles, x.data(), rows, layers_); !s.ok()) {
+    const Probe probe(*this, layer, roles, x.data());
+    if (absl::Status s = observer_.BeforeLinear(layer, roles, x.data(), rows, layers_, probe);
+        !s.ok()) {
       return s;
     }
     for (const Projection& p : projections) {
-      FloatLayer& l = layers_[layer];
-      const std::vector<float>& w = l.matrix(p.weight.role);
-      const std::vector<float>& bias = p.weight.role == Weight::kQ   ? l.bq
-                                       : p.weight.role == Weight::kK ? l.bk
-                                       : p.weight.role == Weight::kV ? l.bv
-                                                                     : no_bias_;
-      const int64_t n = Width(p.out);
-      float* y = Buffer(p.out).data();
-      for (int64_t t = 0; t < rows; ++t) {
-        for (int64_t j = 0; j < n; ++j) {
-          float dot = bias.empty() ? 0.0f : bias[j];
-          dot += Dot(x.data() + t * k, w.data() + j * k, k);
-          y[t * n + j] = p.accumulate ? y[t * n + j] + dot : dot;
-        }
-      }
+      MatMul(x.data(), rows, k, layers_[layer].matrix(p.weight.role).data(),
+             BiasOf(layer, p.weight.role), Width(p.out), Buffer(p.out).data(), p.accumulate);
     }
     return absl::OkStatus();
   }
 
   absl::Status RopeAndWriteKv(int /*layer*/) override {
-    const int64_t D = c_.head_dim, half = D / 2;
-    for (size_t t = 0; t < tokens_.size(); ++t) {
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = positions_[t] * static_cast<double>(inv_freq_[i]);
-        cos_[i] = static_cast<float>(std::cos(angle));
-        sin_[i] = static_cast<float>(std::sin(angle));
-      }
-      for (int64_t h = 0; h < c_.num_heads; ++h)
-        Rotate(Buffer(Act::kQ).data() + (t * c_.num_heads + h) * D);
-      for (int64_t h = 0; h < c_.num_kv_heads; ++h) {
-        Rotate(Buffer(Act::kK).data() + (t * c_.num_kv_heads + h) * D);
-      }
-    }
+    Rope(Buffer(Act::kQ).data(), Buffer(Act::kK).data());
     return absl::OkStatus();
   }
 
   absl::Status Attention(int /*layer*/) override {
+    Attend(Buffer(Act::kQ).data(), Buffer(Act::kK).data(), Buffer(Act::kV).data(),
+           Buffer(Act::kAttention).data());
+    return absl::OkStatus();
+  }
+
+  absl::Status SiluMul() override {
+    SiluMulInto(Buffer(Act::kGate).data(), Buffer(Act::kUp).data(), Buffer(Act::kMlp).size(),
+                Buffer(Act::kMlp).data());
+    return absl::OkStatus();
+  }
+
+  absl::Status GatherRows() override {
+    const int64_t H = c_.hidden_size;
+    for (size_t w = 0; w + 1 < starts_.size(); ++w) {
+      const float* last = Buffer(Act::kResidual).data() + (starts_[w + 1] - 1) * H;
+      std::copy(last, last + H, Buffer(Act::kRows).data() + w * H);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The block that starts at a Linear, run on that Linear's input with other weights.
+  class Probe final : public BlockProbe {
+   public:
+    Probe(const CalibrationOps& ops, int layer, std::span<const Weight> roles, const float* x)
+        : ops_(ops), layer_(layer), roles_(roles), x_(x) {}
+
+    std::vector<float> Output(std::span<const float* const> weights) const override {
+      const ModelConfig& c = ops_.c_;
+      const int64_t T = static_cast<int64_t>(ops_.tokens_.size());
+      const int64_t k = roles_[0] == Weight::kO      ? c.q_dim()
+                        : roles_[0] == Weight::kDown ? c.intermediate_size
+                                                     : c.hidden_size;
+      auto product = [&](size_t i, int64_t n) {
+        std::vector<float> y(static_cast<size_t>(T * n));
+        ops_.MatMul(x_, T, k, weights[i], ops_.BiasOf(layer_, roles_[i]), n, y.data(), false);
+        return y;
+      };
+      if (roles_[0] == Weight::kQ) {
+        std::vector<float> q = product(0, c.q_dim()), kk = product(1, c.kv_dim()),
+                           v = product(2, c.kv_dim());
+        std::vector<float> out(static_cast<size_t>(T * c.q_dim()));
+        ops_.Rope(q.data(), kk.data());
+        ops_.Attend(q.data(), kk.data(), v.data(), out.data());
+        return out;
+      }
+      if (roles_[0] == Weight::kGate) {
+        std::vector<float> g = product(0, c.intermediate_size), u = product(1, c.intermediate_size);
+        SiluMulInto(g.data(), u.data(), g.size(), g.data());
+        return g;
+      }
+      return product(0, c.hidden_size);
+    }
+
+   private:
+    const CalibrationOps& ops_;
+    int layer_;
+    std::span<const Weight> roles_;
+    const float* x_;
+  };
+
+  // y = x W^T + bias (or y += that with `accumulate`), x [rows, k], W [n, k].
+  static void MatMul(const float* x, int64_t rows, int64_t k, const float* w,
+                     const std::vector<float>& bias, int64_t n, float* y, bool accumulate) {
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t j = 0; j < n; ++j) {
+        float dot = bias.empty() ? 0.0f : bias[j];
+        dot += Dot(x + t * k, w + j * k, k);
+        y[t * n + j] = accumulate ? y[t * n + j] + dot : dot;
+      }
+    }
+  }
+
+  const std::vector<float>& BiasOf(int layer, Weight role) const {
+    const FloatLayer& l = layers_[layer];
+    return role == Weight::kQ   ? l.bq
+           : role == Weight::kK ? l.bk
+           : role == Weight::kV ? l.bv
+                                : no_bias_;
+  }
+
+  static void SiluMulInto(const float* g, const float* u, size_t n, float* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+
+  // q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated in place.
+  void Rope(float* q, float* k) const {
+    const int64_t D = c_.head_dim, half = D / 2;
+    std::vector<float> cos_t(half), sin_t(half);
+    for (size_t t = 0; t < tokens_.size(); ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = positions_[t] * static_cast<double>(inv_freq_[i]);
+        cos_t[i] = static_cast<float>(std::cos(angle));
+        sin_t[i] = static_cast<float>(std::sin(angle));
+      }
+      for (int64_t h = 0; h < c_.num_heads; ++h)
+        Rotate(q + (t * c_.num_heads + h) * D, cos_t, sin_t);
+      for (int64_t h = 0; h < c_.num_kv_heads; ++h) {
+        Rotate(k + (t * c_.num_kv_heads + h) * D, cos_t, sin_t);
+      }
+    }
+  }
+
+  // Causal GQA attention of each window's queries over its own keys and values.
+  void Attend(const float* q, const float* k, const float* v, float* out) const {
     const int64_t D = c_.head_dim, group = c_.num_heads / c_.num_kv_heads;
-    const float* q = Buffer(Act::kQ).data();
-    const float* k = Buffer(Act::kK).data();
-    const float* v = Buffer(Act::kV).data();
-    float* out = Buffer(Act::kAttention).data();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     std::vector<float> p;
     for (size_t w = 0; w + 1 < starts_.size(); ++w) {
@@ -174,27 +250,8 @@ class CalibrationOps final : public ForwardOps {
         }
       }
     }
-    return absl::OkStatus();
   }
 
-  absl::Status SiluMul() override {
-    const std::vector<float>& g = Buffer(Act::kGate);
-    const std::vector<float>& u = Buffer(Act::kUp);
-    std::vector<float>& m = Buffer(Act::kMlp);
-    for (size_t i = 0; i < m.size(); ++i) m[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    return absl::OkStatus();
-  }
-
-  absl::Status GatherRows() override {
-    const int64_t H = c_.hidden_size;
-    for (size_t w = 0; w + 1 < starts_.size(); ++w) {
-      const float* last = Buffer(Act::kResidual).data() + (starts_[w + 1] - 1) * H;
-      std::copy(last, last + H, Buffer(Act::kRows).data() + w * H);
-    }
-    return absl::OkStatus();
-  }
-
- private:
   static float Dot(const float* a, const float* b, int64_t n) {
     // Four partial sums let the compiler keep several multiply-adds in flight.
     float s[4] = {0, 0, 0, 0};
@@ -206,14 +263,14 @@ class CalibrationOps final : public ForwardOps {
     return (s[0] + s[1]) + (s[2] + s[3]);
   }
 
-  void Rotate(float* x) const {
+  void Rotate(float* x, const std::vector<float>& cos_t, const std::vector<float>& sin_t) const {
     const int64_t half = c_.head_dim / 2;
     for (int64_t i = 0; i < half; ++i) {
       const int64_t ia = c_.rope_style == RopeStyle::kRotateHalf ? i : 2 * i;
       const int64_t ib = c_.rope_style == RopeStyle::kRotateHalf ? i + half : 2 * i + 1;
       const float a = x[ia], b = x[ib];
-      x[ia] = a * cos_[i] - b * sin_[i];
-      x[ib] = b * cos_[i] + a * sin_[i];
+      x[ia] = a * cos_t[i] - b * sin_t[i];
+      x[ib] = b * cos_t[i] + a * sin_t[i];
     }
   }
 
@@ -265,8 +322,8 @@ class CalibrationOps final : public ForwardOps {
   std::vector<FloatLayer>& layers_;
   LinearObserver& observer_;
   std::vector<int32_t> tokens_, positions_;
-  std::vector<int64_t> starts_;              // window w is tokens [starts_[w], starts_[w + 1])
-  std::vector<float> inv_freq_, cos_, sin_;  // cos_, sin_: one token's angles
+  std::vector<int64_t> starts_;  // window w is tokens [starts_[w], starts_[w + 1])
+  std::vector<float> inv_freq_;
   std::vector<float> final_norm_, no_bias_;
   std::vector<float> buffers_[static_cast<size_t>(Act::kLogits) + 1];
 };

@@ -30,6 +30,17 @@ struct FloatLayer {
 // block-quantized (calibration starts from an unquantized model).
 absl::StatusOr<std::vector<FloatLayer>> FloatLayers(const Model& model);
 
+// What the part of a layer that starts at a Linear computes from the Linear's input, with
+// its projections' weights replaced: for q/k/v the attention output (RoPE, causal
+// attention; o_proj's input), for gate/up silu(gate) * up (down_proj's input), for o and
+// down x W^T. Rows as the input's.
+class BlockProbe {
+ public:
+  virtual ~BlockProbe() = default;
+  // `weights`: the projections' [out, in] matrices in the order BeforeLinear shows them.
+  virtual std::vector<float> Output(std::span<const float* const> weights) const = 0;
+};
+
 // Sees each layer Linear's input before it is multiplied.
 class LinearObserver {
  public:
@@ -37,9 +48,11 @@ class LinearObserver {
   // `x`: `rows` rows of the projections' input, contiguous (every token of every window).
   // The observer may rewrite `layers` (the projections it is shown, to quantize them, or
   // an earlier op's weights) and `x` (to keep x W^T unchanged when it folds a scale into
-  // the op that produced x); the forward then multiplies the rows as they are.
+  // the op that produced x); the forward then multiplies the rows as they are. `probe`
+  // runs the block on `x` as it is when called, with other weights.
   virtual absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x,
-                                    int64_t rows, std::vector<FloatLayer>& layers) = 0;
+                                    int64_t rows, std::vector<FloatLayer>& layers,
+                                    const BlockProbe& probe) = 0;
 };
 
 // Runs `model` with `layers` over each window (a sequence from position 0), all windows in

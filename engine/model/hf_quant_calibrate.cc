@@ -50,7 +50,7 @@ class GptqObserver final : public LinearObserver {
   GptqObserver(const Model& model, CalibratedInt4* out) : model_(model), out_(out) {}
 
   absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
-                            std::vector<FloatLayer>& layers) override {
+                            std::vector<FloatLayer>& layers, const BlockProbe& /*probe*/) override {
     const int64_t width = TensorOf(model_, layer, roles[0]).shape[1];
     const LayerInputs inputs = InputsOf(x, rows, width);
     for (Weight role : roles) {
@@ -86,7 +86,7 @@ class AwqObserver final : public LinearObserver {
   AwqObserver(const Model& model, CalibratedInt4* out) : model_(model), out_(out) {}
 
   absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
-                            std::vector<FloatLayer>& layers) override {
+                            std::vector<FloatLayer>& layers, const BlockProbe& probe) override {
     const ModelConfig& c = model_.config;
     const int64_t width = TensorOf(model_, layer, roles[0]).shape[1];
     const LayerInputs inputs = InputsOf(x, rows, width);
@@ -103,7 +103,26 @@ class AwqObserver final : public LinearObserver {
     for (Weight role : roles) {
       matrices.push_back({l.matrix(role).data(), TensorOf(model_, layer, role).shape[0]});
     }
-    auto found = SearchAwqScales(inputs, matrices, slot_of, AwqAlphaGrid());
+    // q/k/v and gate/up are judged by the attention's and the MLP's output, as AutoAWQ
+    // does: a linear error in q or k is not what the softmax makes of it.
+    AwqObjective objective = LinearOutputError(inputs, matrices);
+    if (roles[0] == Weight::kQ || roles[0] == Weight::kGate) {
+      std::vector<const float*> unquantized;
+      for (const AwqMatrix& m : matrices) unquantized.push_back(m.w);
+      objective = [&probe, ref = probe.Output(unquantized)](
+                      const std::vector<std::vector<float>>& restored) {
+        std::vector<const float*> weights;
+        for (const std::vector<float>& w : restored) weights.push_back(w.data());
+        const std::vector<float> got = probe.Output(weights);
+        double error = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double d = static_cast<double>(got[i]) - ref[i];
+          error += d * d;
+        }
+        return error;
+      };
+    }
+    auto found = SearchAwqScales(inputs, matrices, slot_of, AwqAlphaGrid(), objective);
     if (!found.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor ", TensorOf(model_, layer, roles[0]).name, ": ", found.status().message()));
@@ -114,6 +133,13 @@ class AwqObserver final : public LinearObserver {
     for (Weight role : roles) {
       std::vector<float>& w = l.matrix(role);
       for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % width];
+      // AutoAWQ leaves q and k unclipped: their error reaches the output through softmax.
+      if (role == Weight::kQ || role == Weight::kK) continue;
+      auto clip = ClipAwqGroups(w.data(), TensorOf(model_, layer, role).shape[0], width, inputs, s);
+      if (!clip.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", TensorOf(model_, layer, role).name, ": ", clip.status().message()));
+      }
     }
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t ch = 0; ch < width; ++ch) x[t * width + ch] /= s[ch];

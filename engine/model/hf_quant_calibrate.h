@@ -2,9 +2,10 @@
 // the model runs on calibration tokens (calibration_forward.h) and each layer's seven
 // projections are quantized with what their inputs show:
 //   awq:  AWQ's scale search per input (hf_quant_awq.h): q/k/v and gate/up scaled against
-//         their RMSNorm's weight, o_proj against v_proj's rows (o_proj's heads sharing a
-//         kv head share its scales) and down_proj against up_proj's rows, on the
-//         unquantized model's activations, as AutoAWQ does; then round-to-nearest.
+//         their RMSNorm's weight (judged by the attention's and the MLP's output), o_proj
+//         against v_proj's rows (o_proj's heads sharing a kv head share its scales) and
+//         down_proj against up_proj's rows, on the unquantized model's activations, as
+//         AutoAWQ does; then its clipping search for all but q/k, and round-to-nearest.
 //   gptq: GPTQ (hf_quant_gptq.h) layer after layer in the forward's order, each Linear's
 //         inputs computed through the projections already quantized, as AutoGPTQ's
 //         sequential mode does.
@@ -29,8 +30,9 @@ struct CalibratedInt4 {
   // Other tensors whose values changed (AWQ's folded RMSNorm weights, v_proj's bias) ->
   // their new values, to be stored in the tensor's own dtype.
   std::map<std::string, std::vector<float>> folded;
-  // Summed over every projection: the output error on its calibration inputs
-  // (hf_quant_calibration.h's OutputError) of the blocks chosen and of plain rounding.
+  // Summed over every search, the error the method minimised with what it chose and with
+  // plain rounding: gptq, each projection's output error on its calibration inputs
+  // (OutputError); awq, its scale search's objective (before clipping).
   double error = 0;
   double rtn_error = 0;
   int64_t tokens = 0;  // calibration tokens run

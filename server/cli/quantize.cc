@@ -36,7 +36,7 @@ ABSL_FLAG(std::string, calibration, "",
           "scale search or GPTQ's error feedback over the model's activations on its first "
           "--calibration-tokens tokens; without it awq and gptq round each group of 128 to "
           "nearest (use a text other than the one you evaluate on)");
-ABSL_FLAG(int32_t, calibration_tokens, 512,
+ABSL_FLAG(int32_t, calibration_tokens, 1024,
           "quantize: tokens of --calibration to run, in windows of up to 256 positions");
 
 namespace ptxserve::cli {

@@ -157,7 +157,8 @@ TEST(AwqTest, AlphaZeroIsPlainRounding) {
   const Layer l = SyntheticLayer(64, 256, 16, 8, 20, 10);
   const LayerInputs inputs = InputsOf(l);
   for (float s : AwqScalesFor(inputs, {}, 0)) EXPECT_EQ(s, 1.0f);
-  auto found = SearchAwqScales(inputs, {{l.w.data(), l.out}}, {}, {0.0});
+  auto found = SearchAwqScales(inputs, {{l.w.data(), l.out}}, {}, {0.0},
+                               LinearOutputError(inputs, {{l.w.data(), l.out}}));
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->alpha, 0);
   EXPECT_EQ(found->error, found->rtn_error);
@@ -167,7 +168,8 @@ TEST(AwqTest, AlphaZeroIsPlainRounding) {
 TEST(AwqTest, SalientChannelsMakeTheSearchScaleAndBeatRounding) {
   const Layer l = SyntheticLayer(256, 256, 32, 8, 30, 11);
   const LayerInputs inputs = InputsOf(l);
-  auto found = SearchAwqScales(inputs, {{l.w.data(), l.out}}, {}, AwqAlphaGrid());
+  auto found = SearchAwqScales(inputs, {{l.w.data(), l.out}}, {}, AwqAlphaGrid(),
+                               LinearOutputError(inputs, {{l.w.data(), l.out}}));
   ASSERT_TRUE(found.ok()) << found.status();
   std::printf("[ awq ] alpha %.2f: output error %.4g, round-to-nearest %.4g (%.1f%%)\n",
               found->alpha, found->error, found->rtn_error, 100 * found->error / found->rtn_error);
@@ -196,6 +198,31 @@ TEST(AwqTest, ChannelsSharingASlotShareTheirScale) {
     EXPECT_EQ(s[128 + c], s[192 + c]) << c;
   }
   EXPECT_NE(s[0], s[128]);
+}
+
+TEST(AwqTest, ClippingNeverLosesToRoundingAndWinsOnOutliers) {
+  // One group per row, so the per-group error the search minimises is the whole output
+  // error, which the test recomputes from the blocks of the clamped matrix.
+  Layer l = SyntheticLayer(200, 128, 16, 0, 1, 13);
+  for (int64_t n = 0; n < l.out; ++n) l.w[n * l.in + (n * 7) % l.in] = 0.6f;  // outliers
+  const LayerInputs inputs = InputsOf(l);
+  std::vector<float> clipped = l.w;
+  auto clip = ClipAwqGroups(clipped.data(), l.out, l.in, inputs, std::vector<float>(l.in, 1.0f));
+  ASSERT_TRUE(clip.ok()) << clip.status();
+  EXPECT_NEAR(clip->rtn_error, RtnError(l, inputs), 1e-6 * clip->rtn_error);
+  std::vector<uint8_t> blocks;
+  std::vector<float> v;
+  ASSERT_TRUE(QuantizeInt4Rows(clipped.data(), l.out, l.in, &blocks, &v).ok());
+  EXPECT_NEAR(OutputError(inputs, l.w.data(), v.data(), l.out), clip->error, 1e-6 * clip->error);
+  std::printf("[ awq clip ] output error %.4g, round-to-nearest %.4g (%.1f%%)\n", clip->error,
+              clip->rtn_error, 100 * clip->error / clip->rtn_error);
+  EXPECT_LT(clip->error, 0.9 * clip->rtn_error);
+  size_t clamped = 0;
+  for (size_t i = 0; i < l.w.size(); ++i) {
+    EXPECT_LE(std::fabs(clipped[i]), std::fabs(l.w[i]));
+    clamped += clipped[i] != l.w[i];
+  }
+  EXPECT_GT(clamped, 0u);
 }
 
 }  // namespace

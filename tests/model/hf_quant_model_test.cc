@@ -100,8 +100,8 @@ const std::vector<std::vector<int32_t>> kWindows = {
     {1, 47, 253, 15, 113, 316, 207, 116, 52, 1280, 12, 98, 316, 152, 61, 62, 151, 153, 1004}};
 
 struct NoObserver final : LinearObserver {
-  absl::Status BeforeLinear(int, std::span<const Weight>, float*, int64_t,
-                            std::vector<FloatLayer>&) override {
+  absl::Status BeforeLinear(int, std::span<const Weight>, float*, int64_t, std::vector<FloatLayer>&,
+                            const BlockProbe&) override {
     return absl::OkStatus();
   }
 };
