@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/rope.h"
+#include "engine/model/weighted_quant.h"
 #include "engine/util/status_macros.h"
 
 namespace ptxserve {
@@ -33,9 +34,11 @@ std::vector<float> ToFloat(const Tensor& t) {
   return v;
 }
 
-// Adds `values` (HF shape `shape`, row-major) as tensor `name` of type `type`.
+// Adds `values` (HF shape `shape`, row-major) as tensor `name` of type `type`, q4_0 rows
+// weighted by `importance` (one per column) when not null.
 absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shape,
-                       const std::vector<float>& values, GgufWeightType type, GgufWriter* w) {
+                       const std::vector<float>& values, GgufWeightType type, GgufWriter* w,
+                       const std::vector<float>* importance = nullptr) {
   const int64_t row = shape.back();
   const int64_t rows = static_cast<int64_t>(values.size()) / row;
   std::vector<uint64_t> ne(shape.rbegin(), shape.rend());
@@ -54,7 +57,10 @@ absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shap
     bytes.resize(static_cast<size_t>(rows * row_bytes));
     for (int64_t r = 0; r < rows; ++r) {
       absl::Status s =
-          QuantizeRow(type.quant, values.data() + r * row, row, bytes.data() + r * row_bytes);
+          importance != nullptr && type.quant == QuantType::kQ4_0
+              ? QuantizeRowQ4_0Weighted(values.data() + r * row, row, importance->data(),
+                                        bytes.data() + r * row_bytes)
+              : QuantizeRow(type.quant, values.data() + r * row, row, bytes.data() + r * row_bytes);
       if (!s.ok())
         return absl::Status(s.code(), absl::StrCat("tensor '", name, "': ", s.message()));
     }
@@ -65,7 +71,8 @@ absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shap
 
 // A model tensor under its GGUF name; `rope_heads` > 0 reorders its rows for RoPE.
 absl::Status AddModelTensor(const Tensor& t, GgufWeightType type, int64_t rope_heads,
-                            int64_t head_dim, GgufWriter* w) {
+                            int64_t head_dim, GgufWriter* w,
+                            const std::map<std::string, std::vector<float>>* importance = nullptr) {
   if (!t.present()) return absl::OkStatus();
   std::vector<float> v = ToFloat(t);
   if (rope_heads > 0) {
@@ -74,7 +81,20 @@ absl::Status AddModelTensor(const Tensor& t, GgufWeightType type, int64_t rope_h
   }
   // Vectors (norms, biases) stay f32: they are small and read element by element.
   const GgufWeightType vector_type{QuantType::kNone, DType::kF32};
-  return AddTensor(GgufTensorName(t.name), t.shape, v, t.shape.size() == 1 ? vector_type : type, w);
+  const std::vector<float>* weights = nullptr;
+  if (importance != nullptr) {
+    const auto it = importance->find(t.name);
+    if (it != importance->end()) {
+      if (static_cast<int64_t>(it->second.size()) != t.shape.back()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", it->second.size(),
+                                                       " importances for rows of ",
+                                                       t.shape.back()));
+      }
+      weights = &it->second;
+    }
+  }
+  return AddTensor(GgufTensorName(t.name), t.shape, v, t.shape.size() == 1 ? vector_type : type, w,
+                   weights);
 }
 
 void AddMetadata(const ModelConfig& c, GgufWeightType type, const std::string& name,
@@ -180,7 +200,8 @@ std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads
 }
 
 absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::string& name,
-                            GgufWriter* w) {
+                            GgufWriter* w,
+                            const std::map<std::string, std::vector<float>>* importance) {
   const ModelConfig& c = model.config;
   PTX_RETURN_IF_ERROR(CheckExportable(c));
   AddMetadata(c, type, name, w);
@@ -207,7 +228,7 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
                                  {&l.w_gate, 0},
                                  {&l.w_up, 0},
                                  {&l.w_down, 0}}) {
-      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w));
+      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w, importance));
     }
   }
   return absl::OkStatus();

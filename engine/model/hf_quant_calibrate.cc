@@ -4,6 +4,7 @@
 // so the forward stays the unquantized model's, and rounds everything at the end.
 #include "engine/model/hf_quant_calibrate.h"
 
+#include <algorithm>
 #include <span>
 
 #include "absl/strings/str_cat.h"
@@ -176,7 +177,45 @@ class AwqObserver final : public LinearObserver {
   CalibratedInt4* out_;
 };
 
+class ImportanceObserver final : public LinearObserver {
+ public:
+  ImportanceObserver(const Model& model, std::map<std::string, std::vector<float>>* out)
+      : model_(model), out_(out) {}
+
+  absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
+                            std::vector<FloatLayer>& /*layers*/,
+                            const BlockProbe& /*probe*/) override {
+    const int64_t width = TensorOf(model_, layer, roles[0]).shape[1];
+    std::vector<double> sum(width);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t i = 0; i < width; ++i) sum[i] += double{x[t * width + i]} * x[t * width + i];
+    }
+    std::vector<float> mean(width);
+    for (int64_t i = 0; i < width; ++i)
+      mean[i] = static_cast<float>(sum[i] / std::max<int64_t>(rows, 1));
+    for (Weight role : roles) (*out_)[TensorOf(model_, layer, role).name] = mean;
+    return absl::OkStatus();
+  }
+
+ private:
+  const Model& model_;
+  std::map<std::string, std::vector<float>>* out_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::map<std::string, std::vector<float>>> InputImportance(
+    const Model& model, const std::vector<std::vector<int32_t>>& windows) {
+  if (windows.empty()) return absl::InvalidArgumentError("no calibration tokens");
+  auto layers = FloatLayers(model);
+  if (!layers.ok()) return layers.status();
+  std::map<std::string, std::vector<float>> out;
+  ImportanceObserver observer(model, &out);
+  if (auto logits = RunCalibrationForward(model, windows, *layers, observer); !logits.ok()) {
+    return logits.status();
+  }
+  return out;
+}
 
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
                                              const std::vector<std::vector<int32_t>>& windows) {

@@ -45,4 +45,11 @@ struct CalibratedInt4 {
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
                                              const std::vector<std::vector<int32_t>>& windows);
 
+// llama.cpp's importance matrix for the GGUF encoders (weighted_quant.h): for each of the
+// seven projections of every layer (by weight tensor name), the mean over the calibration
+// tokens of each input's square, from the unquantized model. InvalidArgument as
+// CalibrateInt4 for a block-quantized model or an empty window list.
+absl::StatusOr<std::map<std::string, std::vector<float>>> InputImportance(
+    const Model& model, const std::vector<std::vector<int32_t>>& windows);
+
 }  // namespace ptxserve

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,10 +33,11 @@ ABSL_FLAG(std::string, type, "f16",
           "names a directory, created when missing, that gets config.json with its "
           "quantization_config, model.safetensors and the tokenizer files)");
 ABSL_FLAG(std::string, calibration, "",
-          "quantize: a text file for awq and gptq to calibrate on: AWQ's activation-aware "
-          "scale search or GPTQ's error feedback over the model's activations on its first "
-          "--calibration-tokens tokens; without it awq and gptq round each group of 128 to "
-          "nearest (use a text other than the one you evaluate on)");
+          "quantize: a text file for awq, gptq and q4_0 to calibrate on: AWQ's activation-aware "
+          "scale search, GPTQ's error feedback, or q4_0 scales weighted by each input's mean "
+          "square (llama.cpp's imatrix), over the model's activations on its first "
+          "--calibration-tokens tokens; without it they round to nearest (use a text other "
+          "than the one you evaluate on)");
 ABSL_FLAG(int32_t, calibration_tokens, 1024,
           "quantize: tokens of --calibration to run, in windows of up to 256 positions");
 
@@ -152,8 +154,9 @@ int RunQuantize(int argc, char** argv) {
       absl::StrJoin(types, "|") +
       " [--calibration TEXT [--calibration-tokens N]]"
       "\n  GGUF types write --out PATH.gguf; fp8, awq and gptq write a Hugging Face checkpoint "
-      "directory --out DIR (from a model directory); awq and gptq calibrate on TEXT when "
-      "--calibration names it (AWQ scales, GPTQ error feedback), else round to nearest";
+      "directory --out DIR (from a model directory); awq, gptq and q4_0 calibrate on TEXT when "
+      "--calibration names it (AWQ scales, GPTQ error feedback, q4_0 importance-weighted "
+      "scales), else round to nearest";
   SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string model_path = absl::GetFlag(FLAGS_model);
@@ -167,9 +170,11 @@ int RunQuantize(int argc, char** argv) {
               absl::GetFlag(FLAGS_type) + "'";
   }
   const std::string calibration = absl::GetFlag(FLAGS_calibration);
-  if (problem.empty() && !calibration.empty() &&
-      (!hf.has_value() || *hf == HfQuantization::Method::kFp8)) {
-    problem = "--calibration is for --type awq and gptq, got '" + absl::GetFlag(FLAGS_type) + "'";
+  const bool calibrates = hf.has_value() ? *hf != HfQuantization::Method::kFp8
+                                         : type.has_value() && type->quant == QuantType::kQ4_0;
+  if (problem.empty() && !calibration.empty() && !calibrates) {
+    problem =
+        "--calibration is for --type awq, gptq and q4_0, got '" + absl::GetFlag(FLAGS_type) + "'";
   }
   if (problem.empty() && absl::GetFlag(FLAGS_calibration_tokens) < 1) {
     problem = absl::StrCat("--calibration-tokens must be at least 1, got ",
@@ -182,8 +187,19 @@ int RunQuantize(int argc, char** argv) {
   if (hf.has_value()) return QuantizeToHf(model_path, *hf, calibration, out);
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
+  std::map<std::string, std::vector<float>> importance;
+  if (!calibration.empty()) {
+    auto windows = CalibrationWindows(*model, calibration, absl::GetFlag(FLAGS_calibration_tokens));
+    if (!windows.ok()) return Fail(windows.status());
+    auto i = InputImportance(*model, *windows);
+    if (!i.ok()) return Fail(i.status());
+    importance = std::move(*i);
+    std::fprintf(stderr, "quantize: input importances from %s\n", calibration.c_str());
+  }
   GgufWriter w;
-  if (absl::Status s = AddModelToGguf(*model, *type, ModelName(model_path), &w); !s.ok()) {
+  if (absl::Status s = AddModelToGguf(*model, *type, ModelName(model_path), &w,
+                                      calibration.empty() ? nullptr : &importance);
+      !s.ok()) {
     return Fail(s);
   }
   if (absl::Status s = AddTokenizer(model_path, &w); !s.ok()) return Fail(s);

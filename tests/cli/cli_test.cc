@@ -280,10 +280,11 @@ double Perplexity(const std::string& args) {
 // Perplexity on tests/cli/story.txt (a short children's story written for these tests):
 // the same from the directory and from its f32 GGUF, within 1% of it in bf16, q8_0 and
 // fp8, and within 5% in gptq calibrated on tests/cli/calibration.txt (another story, so
-// the text scored is not the one calibrated on); q4_0, and awq and gptq rounded to nearest
-// or awq calibrated, are printed: they miss 5% on a model this small (README
-// "perplexity"). q4_k has no row: its 256-element super-blocks do not divide TinyStories'
-// 128-wide rows (QuantizeRefusesBadArguments).
+// the text scored is not the one calibrated on); q4_0 (also with importance-weighted
+// scales from the calibration text), and awq and gptq rounded to nearest or awq
+// calibrated, are printed: they miss 5% on a model this small (README "perplexity"). q4_k has no
+// row: its 256-element super-blocks do not divide TinyStories' 128-wide rows
+// (QuantizeRefusesBadArguments).
 TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
     GTEST_SKIP() << "shared test model absent";
@@ -300,16 +301,18 @@ TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
     std::printf("[ perplexity ] %s: %.4f (f32 %.4f, %+.2f%%)\n", name.c_str(), ppl, f32,
                 100 * (ppl / f32 - 1));
   };
-  for (const char* type : {"f32", "bf16", "q8_0", "q4_0"}) {
-    const std::string gguf = (base / (std::string(type) + ".gguf")).string();
-    ASSERT_EQ(RunPtxserve("quantize --model " + kTinyStories + " --out " + gguf + " --type " + type)
-                  .exit_code,
-              0);
+  for (const std::string type : {"f32", "bf16", "q8_0", "q4_0", "q4_0 --calibration"}) {
+    const bool calibrated = type.ends_with("--calibration");
+    const std::string name = calibrated ? "q4_0-imatrix" : type;
+    const std::string gguf = (base / (name + ".gguf")).string();
+    const CliRun q = RunPtxserve("quantize --model " + kTinyStories + " --out " + gguf +
+                                 " --type " + type + (calibrated ? " " + calibration : ""));
+    ASSERT_EQ(q.exit_code, 0) << q.err;
     const double ppl = Perplexity("--model " + gguf + " --text " + text);
-    print(type, ppl);
-    if (std::string(type) == "f32") {
+    print(name, ppl);
+    if (type == "f32") {
       EXPECT_NEAR(ppl, f32, 1e-3 * f32);
-    } else if (std::string(type) != "q4_0") {
+    } else if (type == "bf16" || type == "q8_0") {
       EXPECT_NEAR(ppl, f32, 0.01 * f32);
     }
   }
@@ -369,9 +372,9 @@ TEST(CliTest, QuantizeRefusesBadInputWithAnError) {
            {"quantize" + model + " --out " + out + " --type awq", 2,
             "--out names the checkpoint directory for fp8, awq and gptq"},
            {"quantize" + model + " --out " + (base / "d").string() + " --type fp8 --calibration x",
-            2, "--calibration is for --type awq and gptq, got 'fp8'"},
+            2, "--calibration is for --type awq, gptq and q4_0, got 'fp8'"},
            {"quantize" + model + " --out " + out + " --calibration x", 2,
-            "--calibration is for --type awq and gptq, got 'f16'"},
+            "--calibration is for --type awq, gptq and q4_0, got 'f16'"},
            {"quantize" + model + " --out " + (base / "d").string() +
                 " --type gptq --calibration x --calibration-tokens 0",
             2, "--calibration-tokens must be at least 1, got 0"},
