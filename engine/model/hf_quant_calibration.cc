@@ -2,6 +2,7 @@
 // where float's rounding would make a nearly singular matrix indefinite.
 #include "engine/model/hf_quant_calibration.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -37,17 +38,19 @@ double LayerInputs::MeanAbs(int64_t i) const {
 double OutputError(const LayerInputs& inputs, const float* w, const float* v, int64_t out) {
   const int64_t k = inputs.width();
   const std::vector<double>& g = inputs.gram();
-  std::vector<double> d(k);
+  std::vector<double> d(k), gd(k);
   double total = 0;
   for (int64_t n = 0; n < out; ++n) {
     for (int64_t i = 0; i < k; ++i) d[i] = static_cast<double>(w[n * k + i]) - v[n * k + i];
+    // gd = G d as a sum of G's rows (G is symmetric): a multiply-add over contiguous rows,
+    // which vectorizes where a dot product's strict summation order would not.
+    std::fill(gd.begin(), gd.end(), 0.0);
     for (int64_t i = 0; i < k; ++i) {
       if (d[i] == 0) continue;
       const double* gi = g.data() + i * k;
-      double dot = 0;
-      for (int64_t j = 0; j < k; ++j) dot += gi[j] * d[j];
-      total += d[i] * dot;
+      for (int64_t j = 0; j < k; ++j) gd[j] += d[i] * gi[j];
     }
+    for (int64_t j = 0; j < k; ++j) total += d[j] * gd[j];
   }
   return total;
 }

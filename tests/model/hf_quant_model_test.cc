@@ -19,6 +19,7 @@
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/model/synthetic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cpu/test_model.h"
@@ -177,6 +178,68 @@ TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
   EXPECT_EQ(empty.status().message(), "no calibration tokens");
   auto fp8 = CalibrateInt4(*model, Method::kFp8, kWindows);
   EXPECT_EQ(fp8.status().message(), "calibration is for awq and gptq, not fp8");
+}
+
+// The same on a synthetic bf16 model of another shape (hidden 256, two groups per row,
+// head_dim 64, two query heads per kv head), which needs no shared model: the calibration
+// forward matches the CPU backend, and both methods' checkpoints (AWQ's folded norms
+// rounded to bf16) give the logits of their dequantized blocks.
+TEST(HfQuantSyntheticTest, CalibratedCheckpointsOfABf16ModelLoadExactly) {
+  auto spec = SyntheticPreset("gqa2");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->config.hidden_size = 256;
+  spec->config.intermediate_size = 512;
+  spec->config.num_heads = 4;
+  spec->config.num_kv_heads = 2;
+  spec->config.head_dim = 64;
+  spec->config.num_layers = 2;
+  TempDir src;
+  ASSERT_TRUE(WriteSyntheticModel(src.path(), *spec, 7, DType::kBF16).ok());
+  auto model = LoadModel(src.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<std::vector<int32_t>> windows(3);
+  for (int w = 0; w < 3; ++w) {
+    for (int t = 0; t < 40; ++t) {
+      windows[w].push_back(static_cast<int32_t>((w * 131 + t * 37) % spec->config.vocab_size));
+    }
+  }
+  auto layers = FloatLayers(*model);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  NoObserver none;
+  auto logits = RunCalibrationForward(*model, windows, *layers, none);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const std::vector<float> ref = GreedyLogits(*model, windows[2], 0).at(0);
+  const int64_t vocab = spec->config.vocab_size;
+  double diff = 0, mag = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>((*logits)[2 * vocab + i]) - ref[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(ref[i])));
+  }
+  EXPECT_LE(diff, 1e-4 * mag);
+
+  for (Method method : {Method::kAwq, Method::kGptq}) {
+    SCOPED_TRACE(std::string(HfQuantMethodName(method)));
+    auto calibrated = CalibrateInt4(*model, method, windows);
+    ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+    EXPECT_LE(calibrated->error, calibrated->rtn_error);
+    TempDir dir;
+    ASSERT_TRUE(WriteHfQuantized(*model, method, *calibrated, dir.path()).ok());
+    auto q = LoadModel(dir.path());
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_EQ(q->tensors.layers[0].mlp_norm.dtype, DType::kBF16);
+    const std::vector<int32_t> prompt = {1, 20, 30, 40};
+    const auto got = GreedyLogits(*q, prompt, 3);
+    const auto want = GreedyLogits(ptxserve::testing::DequantizedModel(*q), prompt, 3);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t s = 0; s < want.size(); ++s) {
+      double d = 0, m = 0;
+      for (size_t i = 0; i < want[s].size(); ++i) {
+        d = std::max(d, std::abs(static_cast<double>(got[s][i]) - want[s][i]));
+        m = std::max(m, std::abs(static_cast<double>(want[s][i])));
+      }
+      EXPECT_LE(d, 1e-6 * m) << "step " << s;
+    }
+  }
 }
 
 // Rewrites dir/model.safetensors after `edit` changed its tensors (found by name).
