@@ -16,54 +16,53 @@ namespace {
 
 constexpr int64_t kGroup = 128;
 
+// sum a[k] b[k]: four partial sums, so the multiply-adds overlap.
+double Dot(const double* a, const double* b, int64_t n) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    for (int j = 0; j < 4; ++j) s[j] += a[k + j] * b[k + j];
+  }
+  for (; k < n; ++k) s[0] += a[k] * b[k];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 // Lower Cholesky factor of the symmetric n x n `a` in place (a = L L^T; the upper
 // triangle is left as it was). False when `a` is not positive definite.
 bool CholeskyLower(std::vector<double>& a, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
-    double d = a[j * n + j];
-    for (int64_t k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
+    const double* lj = a.data() + j * n;
+    const double d = a[j * n + j] - Dot(lj, lj, j);
     if (!(d > 0)) return false;
     const double ljj = std::sqrt(d);
     a[j * n + j] = ljj;
     for (int64_t i = j + 1; i < n; ++i) {
-      double s = a[i * n + j];
-      const double* li = a.data() + i * n;
-      const double* lj = a.data() + j * n;
-      for (int64_t k = 0; k < j; ++k) s -= li[k] * lj[k];
-      a[i * n + j] = s / ljj;
+      a[i * n + j] = (a[i * n + j] - Dot(a.data() + i * n, lj, j)) / ljj;
     }
   }
   return true;
 }
 
-// U with U^T U = H^-1 (upper triangular, row-major), from H's lower factor L:
-// H^-1 = L^-T L^-1, factored again.
-bool InverseUpperFactor(std::vector<double> h, int64_t n, std::vector<double>* u) {
-  if (!CholeskyLower(h, n)) return false;
-  // inv = L^-1 (lower), column by column by forward substitution.
-  std::vector<double> inv(static_cast<size_t>(n * n), 0.0);
-  for (int64_t c = 0; c < n; ++c) {
-    inv[c * n + c] = 1 / h[c * n + c];
-    for (int64_t i = c + 1; i < n; ++i) {
-      double s = 0;
-      for (int64_t k = c; k < i; ++k) s += h[i * n + k] * inv[k * n + c];
-      inv[i * n + c] = -s / h[i * n + i];
-    }
-  }
-  // hinv = inv^T inv: hinv[i][j] = sum_{k >= max(i, j)} inv[k][i] inv[k][j].
-  std::vector<double> hinv(static_cast<size_t>(n * n));
+// U with U^T U = H^-1 (upper triangular, row-major). With J the order reversal and
+// J H J = M M^T (M lower), H = N N^T for the upper N = J M J, so H^-1 = N^-T N^-1 and
+// U = N^-1 = J M^-1 J: one factorization and one triangular inverse, where inverting H
+// and factoring it again would take twice the work.
+bool InverseUpperFactor(const std::vector<double>& h, int64_t n, std::vector<double>* u) {
+  std::vector<double> m(static_cast<size_t>(n * n));
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j <= i; ++j) {
-      double s = 0;
-      for (int64_t k = i; k < n; ++k) s += inv[k * n + i] * inv[k * n + j];
-      hinv[i * n + j] = hinv[j * n + i] = s;
-    }
+    for (int64_t j = 0; j < n; ++j) m[i * n + j] = h[(n - 1 - i) * n + (n - 1 - j)];
   }
-  if (!CholeskyLower(hinv, n)) return false;
-  // U = M^T for hinv = M M^T.
+  if (!CholeskyLower(m, n)) return false;
   u->assign(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j <= i; ++j) (*u)[j * n + i] = hinv[i * n + j];
+  // Column c of M^-1 by forward substitution, held contiguous in x (x[i] for i >= c).
+  std::vector<double> x(n);
+  for (int64_t c = 0; c < n; ++c) {
+    x[c] = 1 / m[c * n + c];
+    for (int64_t i = c + 1; i < n; ++i) {
+      x[i] = -Dot(m.data() + i * n + c, x.data() + c, i - c) / m[i * n + i];
+    }
+    // (M^-1)[i][c] is U[n-1-i][n-1-c].
+    for (int64_t i = c; i < n; ++i) (*u)[(n - 1 - i) * n + (n - 1 - c)] = x[i];
   }
   return true;
 }
@@ -89,7 +88,7 @@ absl::StatusOr<std::vector<uint8_t>> QuantizeInt4Gptq(const float* w, int64_t ou
   mean_diag /= static_cast<double>(in);
   for (int64_t i = 0; i < in; ++i) h[i * in + i] += damp * mean_diag;
   std::vector<double> u;
-  if (!InverseUpperFactor(std::move(h), in, &u)) {
+  if (!InverseUpperFactor(h, in, &u)) {
     return absl::InvalidArgumentError(
         absl::StrCat("GPTQ: the calibration inputs' Hessian, dampened by ", damp,
                      " of its mean diagonal, is not positive definite"));
