@@ -107,7 +107,10 @@ class AwqObserver final : public LinearObserver {
     // q/k/v and gate/up are judged by the attention's and the MLP's output, as AutoAWQ
     // does: a linear error in q or k is not what the softmax makes of it.
     AwqObjective objective = LinearOutputError(inputs, matrices);
-    if (roles[0] == Weight::kQ || roles[0] == Weight::kGate) {
+    // o_proj and down_proj are judged by their own output, which X^T X gives in out * in^2
+    // per candidate and a product with the rows in rows * out * in: the cheaper one (the
+    // rows, for a wide down_proj calibrated on fewer tokens than its inputs).
+    if (roles[0] == Weight::kQ || roles[0] == Weight::kGate || rows < width) {
       std::vector<const float*> unquantized;
       for (const AwqMatrix& m : matrices) unquantized.push_back(m.w);
       objective = [&probe, ref = probe.Output(unquantized)](
