@@ -84,7 +84,8 @@ class GptqObserver final : public LinearObserver {
 
 class AwqObserver final : public LinearObserver {
  public:
-  AwqObserver(const Model& model, CalibratedInt4* out) : model_(model), out_(out) {}
+  AwqObserver(const Model& model, bool clip, CalibratedInt4* out)
+      : model_(model), clip_(clip), out_(out) {}
 
   absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
                             std::vector<FloatLayer>& layers, const BlockProbe& probe) override {
@@ -138,7 +139,7 @@ class AwqObserver final : public LinearObserver {
       std::vector<float>& w = l.matrix(role);
       for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % width];
       // AutoAWQ leaves q and k unclipped: their error reaches the output through softmax.
-      if (role == Weight::kQ || role == Weight::kK) continue;
+      if (!clip_ || role == Weight::kQ || role == Weight::kK) continue;
       auto clip = ClipAwqGroups(w.data(), TensorOf(model_, layer, role).shape[0], width, inputs, s);
       if (!clip.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -177,6 +178,7 @@ class AwqObserver final : public LinearObserver {
   }
 
   const Model& model_;
+  bool clip_;
   CalibratedInt4* out_;
 };
 
@@ -220,6 +222,14 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> InputImportance(
   return out;
 }
 
+absl::Status ApplyAwq(const Model& model, const std::vector<std::vector<int32_t>>& windows,
+                      bool clip, std::vector<FloatLayer>* layers, CalibratedInt4* errors) {
+  if (windows.empty()) return absl::InvalidArgumentError("no calibration tokens");
+  for (const std::vector<int32_t>& w : windows) errors->tokens += static_cast<int64_t>(w.size());
+  AwqObserver awq(model, clip, errors);
+  return RunCalibrationForward(model, windows, *layers, awq).status();
+}
+
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
                                              const std::vector<std::vector<int32_t>>& windows) {
   if (method != HfQuantization::Method::kAwq && method != HfQuantization::Method::kGptq) {
@@ -240,16 +250,16 @@ absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization:
   auto layers = FloatLayers(model);
   if (!layers.ok()) return layers.status();
   CalibratedInt4 out;
-  for (const std::vector<int32_t>& w : windows) out.tokens += static_cast<int64_t>(w.size());
-  GptqObserver gptq(model, &out);
-  AwqObserver awq(model, &out);
-  LinearObserver& observer =
-      method == HfQuantization::Method::kGptq ? static_cast<LinearObserver&>(gptq) : awq;
-  if (auto logits = RunCalibrationForward(model, windows, *layers, observer); !logits.ok()) {
-    return logits.status();
+  if (method == HfQuantization::Method::kGptq) {
+    for (const std::vector<int32_t>& w : windows) out.tokens += static_cast<int64_t>(w.size());
+    GptqObserver gptq(model, &out);
+    if (auto logits = RunCalibrationForward(model, windows, *layers, gptq); !logits.ok()) {
+      return logits.status();
+    }
+    return out;
   }
-  if (method == HfQuantization::Method::kGptq) return out;
 
+  if (absl::Status s = ApplyAwq(model, windows, /*clip=*/true, &*layers, &out); !s.ok()) return s;
   for (size_t i = 0; i < layers->size(); ++i) {
     FloatLayer& l = (*layers)[i];
     const LayerTensors& t = model.tensors.layers[i];

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/calibration_forward.h"
 #include "engine/model/hf_quant_config.h"
 #include "engine/model/model.h"
 
@@ -44,6 +45,15 @@ struct CalibratedInt4 {
 // of 8, or one that cannot be encoded; for an empty window list.
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
                                              const std::vector<std::vector<int32_t>>& windows);
+
+// AWQ's part before rounding, on `layers` (FloatLayers of `model`, rewritten in place) over
+// `windows`: each input's scales searched, weights scaled and 1/s folded into the previous
+// op, then, with `clip`, the clipping search. Without `clip` the layers compute what they
+// did before up to float rounding (x / s times W diag(s)). Adds the tokens run and the
+// searches' errors to *errors. InvalidArgument for an empty window list or as the
+// calibration forward.
+absl::Status ApplyAwq(const Model& model, const std::vector<std::vector<int32_t>>& windows,
+                      bool clip, std::vector<FloatLayer>* layers, CalibratedInt4* errors);
 
 // llama.cpp's importance matrix for the GGUF encoders (weighted_quant.h): for each of the
 // seven projections of every layer (by weight tensor name), the mean over the calibration

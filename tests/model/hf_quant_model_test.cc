@@ -133,6 +133,35 @@ TEST_F(HfQuantModelTest, CalibrationForwardGivesTheCpuBackendsLogits) {
             "calibration token 1 is id 5000, outside the vocabulary of 2048");
 }
 
+// AWQ's scales are an equivalence before rounding: folded into the RMSNorm weights and the
+// rows of v_proj (shared by o_proj's heads of one kv head) and up_proj, the unclipped,
+// unrounded model gives the logits it gave before.
+TEST_F(HfQuantModelTest, AwqScalesFoldedIntoThePreviousOpsKeepTheLogits) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto original = FloatLayers(*model);
+  ASSERT_TRUE(original.ok()) << original.status();
+  std::vector<FloatLayer> scaled = *original;
+  CalibratedInt4 errors;
+  ASSERT_TRUE(ApplyAwq(*model, kWindows, /*clip=*/false, &scaled, &errors).ok());
+  EXPECT_EQ(errors.tokens, 38);
+  EXPECT_LT(errors.error, errors.rtn_error);  // some alpha > 0 was chosen
+  EXPECT_NE(scaled[0].attn_norm, (*original)[0].attn_norm);
+  EXPECT_NE(scaled[1].wv, (*original)[1].wv);
+  EXPECT_NE(scaled[1].w_up, (*original)[1].w_up);
+  NoObserver none;
+  auto want = RunCalibrationForward(*model, kWindows, *original, none);
+  auto got = RunCalibrationForward(*model, kWindows, scaled, none);
+  ASSERT_TRUE(want.ok() && got.ok());
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < want->size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>((*got)[i]) - (*want)[i]));
+    mag = std::max(mag, std::abs(static_cast<double>((*want)[i])));
+  }
+  std::printf("[ awq ] folded scales move the logits by %.2e of the largest\n", diff / mag);
+  EXPECT_LE(diff, 1e-5 * mag);
+}
+
 // Calibrated awq and gptq checkpoints are plain ones: they load, and give the logits of the
 // blocks they store dequantized to f32; AWQ's scales are folded into the RMSNorm weights.
 TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
