@@ -10,57 +10,133 @@ namespace ptxserve::kernels {
 
 namespace {
 
-// Blocks a warp stages per step, two per lane: a q8_0 step is 2176 bytes (137 16-byte
-// units at most with the row's misalignment), so a lane keeps 5 loads in flight.
-constexpr int kStepBlocks = 64;
+// Lane units (32 elements each) a warp stages per step, two per lane: a q8_0 step is 2176
+// bytes (137 16-byte units at most with the row's misalignment), so a lane keeps 5 loads in
+// flight.
+constexpr int kStepUnits = 64;
 constexpr int kUnitBytes = 16;
 
-// One block decoded from its staging in shared memory at `blk` (2-byte aligned): its scale
-// d and its 32 codes as f32 (q for q8_0, nibble - 8 for q4_0), so its weights are d * code.
-struct Block {
+// 32 elements decoded from their block's staging in shared memory at `blk` (2-byte
+// aligned; 4-byte for fp8 and int4): the scale d and the 32 codes as f32 such that the
+// weights are d * code, exactly (q for q8_0, nibble - 8 for q4_0, the E4M3 value times 2^-8
+// for fp8 with d = 256 s, q - z for int4). `part` is which quarter of an int4_g128 block (unused
+// otherwise).
+struct LaneUnit {
   Reg d;
   std::vector<Reg> codes;
 };
-Block DecodeBlock(KernelBuilder& kb, BlockFormat f, Reg blk) {
-  Block b;
-  b.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, 0)));
-  b.codes.resize(kQuantBlockElems);
+
+// Two f16 codes packed in `h` as f32 registers, into codes[lo] and codes[hi].
+void WidenCodePair(KernelBuilder& kb, Reg h, std::vector<Reg>& codes, int lo, int hi) {
+  const std::vector<Reg> halves = kb.Unpack(h, Type::kF16);
+  codes[lo] = kb.Cvt(Type::kF32, Type::kF16, halves[0]);
+  codes[hi] = kb.Cvt(Type::kF32, Type::kF16, halves[1]);
+}
+
+// fp8: the E4M3 byte in the high byte of each half of `h` (low bytes zero) becomes that
+// half's f16: sign to bit 15, the 7 bits of exponent and mantissa to bits 13..7, bit 14
+// zero. E4M3's 4-bit exponent (bias 7) lands in the low bits of f16's 5-bit one (bias 15),
+// so the f16 is the code's value times 2^-8, for subnormals too (m * 2^-9 -> m * 2^-17).
+Reg E4M3PairToF16x2(KernelBuilder& kb, Reg h) {
+  const Reg sign = kb.Emit(Op::kAnd, Type::kB32, {h, 0x80008000});
+  const Reg rest =
+      kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kB32, {h, 1}), 0x3F803F80});
+  return kb.Emit(Op::kOr, Type::kB32, {sign, rest});
+}
+
+LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg part) {
+  LaneUnit u;
+  u.codes.resize(kQuantLaneElems);
+  if (f == BlockFormat::kFp8E4M3) {
+    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(blk, 0)),
+                    Operand::F32(256.0f));
+    for (int i = 0; i < kQuantLaneElems / 4; ++i) {
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, 4 + 4 * i));
+      // Bytes 0 and 2, then 1 and 3, each in the high byte of a half.
+      const Reg even =
+          kb.Emit(Op::kAnd, Type::kB32,
+                  {kb.Emit(Op::kShl, Type::kB32, {w, 8}), static_cast<int64_t>(0xFF00FF00)});
+      const Reg odd = kb.Emit(Op::kAnd, Type::kB32, {w, static_cast<int64_t>(0xFF00FF00)});
+      WidenCodePair(kb, E4M3PairToF16x2(kb, even), u.codes, 4 * i, 4 * i + 2);
+      WidenCodePair(kb, E4M3PairToF16x2(kb, odd), u.codes, 4 * i + 1, 4 * i + 3);
+    }
+    return u;
+  }
+  if (f == BlockFormat::kInt4G128) {
+    // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte.
+    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, 0));
+    u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]);
+    // 1024 + z in both halves: a nibble q ORed into 1024.0's bits is 1024 + q, and the
+    // f16x2 difference is q - z, exact.
+    const Reg z_hi = kb.Emit(Op::kAnd, Type::kB32, {hdr, 0x00FF0000});
+    const Reg zz =
+        kb.Emit(Op::kOr, Type::kB32,
+                {kb.Emit(Op::kOr, Type::kB32, {z_hi, kb.Emit(Op::kShr, Type::kB32, {z_hi, 16})}),
+                 0x64006400});
+    const Reg codes = kb.Emit(Op::kMadLo, Type::kU32, {part, 16, gen::UAdd(kb, blk, 4)});
+    for (int i = 0; i < kQuantLaneElems / 8; ++i) {
+      // Nibble j of the word is element 8i + j: nibbles j and j + 4 share a pass.
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(codes, 4 * i));
+      for (int j = 0; j < 4; ++j) {
+        const Reg t = j == 0 ? w : kb.Emit(Op::kShr, Type::kB32, {w, 4 * j});
+        const Reg h = kb.Emit(Op::kOr, Type::kB32,
+                              {kb.Emit(Op::kAnd, Type::kB32, {t, 0x000F000F}), 0x64006400});
+        WidenCodePair(kb, kb.Emit(Op::kSub, Type::kF16x2, {h, zz}), u.codes, 8 * i + j,
+                      8 * i + j + 4);
+      }
+    }
+    return u;
+  }
+  u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, 0)));
   // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
   auto word = [&](int i) {
     const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(blk, 2 + 2 * i));
     return kb.Cvt(Type::kU32, Type::kU16, h);
   };
   if (f == BlockFormat::kQ8_0) {
-    for (int i = 0; i < kQuantBlockElems / 2; ++i) {
+    for (int i = 0; i < kQuantLaneElems / 2; ++i) {
       const Reg v = word(i);
       for (int byte = 0; byte < 2; ++byte) {
         const Reg q = kb.Emit(Op::kBfe, Type::kS32, {v, 8 * byte, 8});  // sign-extended
-        b.codes[2 * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
+        u.codes[2 * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
       }
     }
-    return b;
+    return u;
   }
-  for (int i = 0; i < kQuantBlockElems / 4; ++i) {
+  for (int i = 0; i < kQuantLaneElems / 4; ++i) {
     const Reg v = word(i);  // bytes 2i (bits 0..7) and 2i + 1 (bits 8..15)
     for (int byte = 0; byte < 2; ++byte) {
       for (int hi = 0; hi < 2; ++hi) {
         const Reg q = kb.Emit(Op::kBfe, Type::kU32, {v, 8 * byte + 4 * hi, 4});
         const Reg qf = kb.Cvt(Type::kF32, Type::kU32, q, ptx::Round::kRn);
-        b.codes[2 * i + byte + 16 * hi] = gen::FAdd(kb, qf, Operand::F32(-8.0f));
+        u.codes[2 * i + byte + 16 * hi] = gen::FAdd(kb, qf, Operand::F32(-8.0f));
       }
     }
   }
-  return b;
+  return u;
 }
+
+constexpr BlockFormat kAllFormats[] = {BlockFormat::kQ8_0, BlockFormat::kQ4_0,
+                                       BlockFormat::kFp8E4M3, BlockFormat::kInt4G128};
 
 }  // namespace
 
 absl::string_view BlockFormatName(BlockFormat f) {
-  return f == BlockFormat::kQ8_0 ? "q8_0" : "q4_0";
+  switch (f) {
+    case BlockFormat::kQ8_0:
+      return "q8_0";
+    case BlockFormat::kQ4_0:
+      return "q4_0";
+    case BlockFormat::kFp8E4M3:
+      return "fp8_e4m3";
+    case BlockFormat::kInt4G128:
+      break;
+  }
+  return "int4_g128";
 }
 
 bool ParseBlockFormat(absl::string_view s, BlockFormat* out) {
-  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+  for (BlockFormat f : kAllFormats) {
     if (s == BlockFormatName(f)) {
       *out = f;
       return true;
@@ -85,13 +161,20 @@ QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m) {
 absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
     const int bb = BlockBytes(cfg.format);
-    const int64_t nb = cfg.k / kQuantBlockElems;  // blocks per row
-    const int64_t row_bytes = nb * bb;
-    const int64_t steps = CeilDiv(nb, kStepBlocks);
-    const int64_t step_bytes = int64_t{kStepBlocks} * bb;  // a multiple of 16
-    // Units a step may need: its bytes plus the row's misalignment (at most 14, even).
-    const int units =
-        static_cast<int>(CeilDiv(14 + std::min<int64_t>(nb, kStepBlocks) * bb, kUnitBytes));
+    const int be = BlockElems(cfg.format);
+    if (cfg.k % be != 0) {
+      kb.Fail(absl::StrCat("qgemm: k = ", cfg.k, " is not a multiple of ",
+                           BlockFormatName(cfg.format), "'s ", be, "-element blocks"));
+    }
+    // Lane units per block (1, or 4 for int4_g128) as a shift.
+    const int upb_log2 = be == 128 ? 2 : 0;
+    const int64_t nu = cfg.k / kQuantLaneElems;  // lane units per row
+    const int64_t row_bytes = cfg.k / be * bb;
+    const int64_t steps = CeilDiv(nu, kStepUnits);
+    const int64_t step_bytes = int64_t{kStepUnits >> upb_log2} * bb;  // a multiple of 16
+    // 16-byte units a step may need: its bytes plus the row's misalignment (at most 14).
+    const int units = static_cast<int>(
+        CeilDiv(14 + (std::min<int64_t>(nu, kStepUnits) >> upb_log2) * bb, kUnitBytes));
     const int rounds = static_cast<int>(CeilDiv(units, 32));
     const int mt = cfg.m_tile;
 
@@ -121,24 +204,32 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg region =
         kb.Emit(Op::kMadLo, Type::kU32, {warp, rounds * 32 * kUnitBytes, kb.AddressOf(stage)});
     const Reg dst = kb.Emit(Op::kMadLo, Type::kU32, {lane, kUnitBytes, region});
-    // Lane's blocks in a step: `lane` and 32 + lane, at head + j * bb in the staging.
-    const Reg blk0 = kb.Emit(Op::kMadLo, Type::kU32, {lane, bb, gen::UAdd(kb, region, head)});
-    // x of block `lane` of the step, for each row of the tile; rows past M read the last
+    // Lane's units in a step: `lane` and 32 + lane, in blocks lane / upb and (32 + lane) /
+    // upb at head + j * bb in the staging, quarter lane % upb of an int4_g128 block.
+    const Reg blk0 =
+        kb.Emit(Op::kMadLo, Type::kU32,
+                {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
+                 gen::UAdd(kb, region, head)});
+    const Reg part =
+        upb_log2 == 0 ? lane : kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1});
+    // x of unit `lane` of the step, for each row of the tile; rows past M read the last
     // row (valid memory) and are never stored.
     std::vector<Reg> x_lane(mt);
     for (int m = 0; m < mt; ++m) {
       const Reg r = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
       x_lane[m] = gen::AddrAdd(kb, gen::AddrAdd(kb, x, r, int64_t{cfg.k} * 4), lane,
-                               int64_t{kQuantBlockElems} * 4);
+                               int64_t{kQuantLaneElems} * 4);
     }
     std::vector<Reg> acc(mt);
     for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
 
-    const Reg left = kb.Mov(Type::kU32, static_cast<int64_t>(nb));  // blocks not yet read
+    const Reg left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
     const Reg t = kb.Mov(Type::kU32, 0);
     const ptx::Label loop = kb.NewLabel("step");
     kb.Bind(loop);
-    const Reg step_blocks = kb.Emit(Op::kMin, Type::kU32, {left, kStepBlocks});
+    const Reg step_units = kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits});
+    const Reg step_blocks =
+        upb_log2 == 0 ? step_units : kb.Emit(Op::kShr, Type::kU32, {step_units, upb_log2});
     const Reg needed = kb.Emit(
         Op::kShr, Type::kU32,
         {kb.Emit(Op::kMadLo, Type::kU32, {step_blocks, bb, gen::UAdd(kb, head, kUnitBytes - 1)}),
@@ -157,20 +248,20 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{r} * 32 * kUnitBytes), unit[r]);
     }
     kb.BarSync();  // this step's units are visible to every lane
-    for (int p = 0; p < kStepBlocks / 32; ++p) {
+    for (int p = 0; p < kStepUnits / 32; ++p) {
       // A branch, not a guard: ptxas (13.0) spills this block to local memory when it is
       // guarded and the step loop repeats.
       const ptx::Label skip = kb.NewLabel("skip");
-      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, gen::UAdd(kb, lane, 32 * p), step_blocks), skip);
-      const Reg blk = gen::UAdd(kb, blk0, 32 * p * bb);
-      const Block block = DecodeBlock(kb, cfg.format, blk);
+      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, gen::UAdd(kb, lane, 32 * p), step_units), skip);
+      const Reg blk = gen::UAdd(kb, blk0, (32 * p >> upb_log2) * bb);
+      const LaneUnit block = DecodeLaneUnit(kb, cfg.format, blk, part);
       for (int m = 0; m < mt; ++m) {
         const std::vector<Reg> xv =
-            gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantBlockElems * 4,
-                           kQuantBlockElems, 16);
-        // The scale applies once per block and row: acc += d * (x . codes).
+            gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
+                           kQuantLaneElems, 16);
+        // The scale applies once per lane unit and row: acc += d * (x . codes).
         const Reg dot = gen::FMul(kb, xv[0], block.codes[0]);
-        for (int e = 1; e < kQuantBlockElems; ++e)
+        for (int e = 1; e < kQuantLaneElems; ++e)
           kb.EmitTo(dot, Op::kFma, Type::kF32, {xv[e], block.codes[e], dot});
         kb.EmitTo(acc[m], Op::kFma, Type::kF32, {block.d, dot, acc[m]});
       }
@@ -178,8 +269,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     }
     kb.EmitTo(src, Op::kAdd, Type::kU64, {src, step_bytes});
     for (Reg& xa : x_lane)
-      kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepBlocks} * kQuantBlockElems * 4});
-    kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_blocks});
+      kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
+    kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
     kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
     kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), loop);
 
@@ -204,8 +295,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     }
     kb.Bind(done);
     kb.Ret();
-    return absl::StrCat("GEMV over ", BlockFormatName(cfg.format), " blocks, staged ", kStepBlocks,
-                        " blocks per warp and step");
+    return absl::StrCat("GEMV over ", BlockFormatName(cfg.format), " blocks, staged ",
+                        kStepUnits * kQuantLaneElems, " elements per warp and step");
   });
 }
 

@@ -112,7 +112,8 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
 TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
   for (int sm : {80, 90}) {
     std::vector<PtxModule> modules;
-    for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+    for (BlockFormat f :
+         {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
       for (int m_tile : {1, 8}) {
         QuantGemmConfig c;
         c.n = 2048;
