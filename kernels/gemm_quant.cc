@@ -16,11 +16,11 @@ namespace {
 constexpr int kStepUnits = 64;
 constexpr int kUnitBytes = 16;
 
-// 32 elements decoded from their block's staging in shared memory at `blk` (2-byte
+// 32 elements decoded from their block's staging in shared memory at `blk` + `off` (2-byte
 // aligned; 4-byte for fp8 and int4): the scale d and the 32 codes as f32 such that the
 // weights are d * code, exactly (q for q8_0, nibble - 8 for q4_0, the E4M3 value times 2^-8
-// for fp8 with d = 256 s, q - z for int4). `part` is which quarter of an int4_g128 block (unused
-// otherwise).
+// for fp8 with d = 256 s, (q - z) 2^-24 for int4 with d = 2^24 s). `codes` is where an
+// int4_g128 lane's quarter of the block's nibbles starts, less `off` (unused otherwise).
 struct LaneUnit {
   Reg d;
   std::vector<Reg> codes;
@@ -33,64 +33,58 @@ void WidenCodePair(KernelBuilder& kb, Reg h, std::vector<Reg>& codes, int lo, in
   codes[hi] = kb.Cvt(Type::kF32, Type::kF16, halves[1]);
 }
 
-// fp8: the E4M3 byte in the high byte of each half of `h` (low bytes zero) becomes that
-// half's f16: sign to bit 15, the 7 bits of exponent and mantissa to bits 13..7, bit 14
-// zero. E4M3's 4-bit exponent (bias 7) lands in the low bits of f16's 5-bit one (bias 15),
-// so the f16 is the code's value times 2^-8, for subnormals too (m * 2^-9 -> m * 2^-17).
-Reg E4M3PairToF16x2(KernelBuilder& kb, Reg h) {
-  const Reg sign = kb.Emit(Op::kAnd, Type::kB32, {h, 0x80008000});
-  const Reg rest =
-      kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kB32, {h, 1}), 0x3F803F80});
+// fp8: bytes 0 and 2 (`shift` 8) or 1 and 3 (`shift` 0) of `w` as an f16x2 whose halves are
+// the codes' values times 2^-8: each byte's sign goes to bit 15 of its half and its 7 bits
+// of exponent and mantissa to bits 13..7, bit 14 zero. E4M3's 4-bit exponent (bias 7) lands
+// in the low bits of f16's 5-bit one (bias 15), so this is exact for every code, subnormals
+// too (m 2^-9 becomes m 2^-17). Two masks of shifted copies: no byte needs isolating first.
+Reg E4M3PairToF16x2(KernelBuilder& kb, Reg w, int shift) {
+  const Reg s8 = shift == 0 ? w : kb.Emit(Op::kShl, Type::kB32, {w, shift});
+  const Reg s7 = shift == 0 ? kb.Emit(Op::kShr, Type::kB32, {w, 1})
+                            : kb.Emit(Op::kShl, Type::kB32, {w, shift - 1});
+  const Reg sign = kb.Emit(Op::kAnd, Type::kB32, {s8, static_cast<int64_t>(0x80008000)});
+  const Reg rest = kb.Emit(Op::kAnd, Type::kB32, {s7, 0x3F803F80});
   return kb.Emit(Op::kOr, Type::kB32, {sign, rest});
 }
 
-LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg part) {
+LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg codes, int64_t off) {
   LaneUnit u;
   u.codes.resize(kQuantLaneElems);
   if (f == BlockFormat::kFp8E4M3) {
-    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(blk, 0)),
+    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(blk, off)),
                     Operand::F32(256.0f));
     for (int i = 0; i < kQuantLaneElems / 4; ++i) {
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, 4 + 4 * i));
-      // Bytes 0 and 2, then 1 and 3, each in the high byte of a half.
-      const Reg even =
-          kb.Emit(Op::kAnd, Type::kB32,
-                  {kb.Emit(Op::kShl, Type::kB32, {w, 8}), static_cast<int64_t>(0xFF00FF00)});
-      const Reg odd = kb.Emit(Op::kAnd, Type::kB32, {w, static_cast<int64_t>(0xFF00FF00)});
-      WidenCodePair(kb, E4M3PairToF16x2(kb, even), u.codes, 4 * i, 4 * i + 2);
-      WidenCodePair(kb, E4M3PairToF16x2(kb, odd), u.codes, 4 * i + 1, 4 * i + 3);
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, off + 4 + 4 * i));
+      WidenCodePair(kb, E4M3PairToF16x2(kb, w, 8), u.codes, 4 * i, 4 * i + 2);
+      WidenCodePair(kb, E4M3PairToF16x2(kb, w, 0), u.codes, 4 * i + 1, 4 * i + 3);
     }
     return u;
   }
   if (f == BlockFormat::kInt4G128) {
-    // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte.
-    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, 0));
-    u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]);
-    // 1024 + z in both halves: a nibble q ORed into 1024.0's bits is 1024 + q, and the
-    // f16x2 difference is q - z, exact.
+    // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte. The codes are
+    // taken as f16 subnormals (a nibble q as bits is q 2^-24, z likewise), whose f16x2
+    // difference (q - z) 2^-24 is exact, so d = 2^24 s (exact in f32).
+    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, off));
+    u.d = gen::FMul(kb, kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]),
+                    Operand::F32(0x1p24f));
     const Reg z_hi = kb.Emit(Op::kAnd, Type::kB32, {hdr, 0x00FF0000});
-    const Reg zz =
-        kb.Emit(Op::kOr, Type::kB32,
-                {kb.Emit(Op::kOr, Type::kB32, {z_hi, kb.Emit(Op::kShr, Type::kB32, {z_hi, 16})}),
-                 0x64006400});
-    const Reg codes = kb.Emit(Op::kMadLo, Type::kU32, {part, 16, gen::UAdd(kb, blk, 4)});
+    const Reg zz = kb.Emit(Op::kOr, Type::kB32, {z_hi, kb.Emit(Op::kShr, Type::kB32, {z_hi, 16})});
     for (int i = 0; i < kQuantLaneElems / 8; ++i) {
       // Nibble j of the word is element 8i + j: nibbles j and j + 4 share a pass.
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(codes, 4 * i));
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(codes, off + 4 * i));
       for (int j = 0; j < 4; ++j) {
         const Reg t = j == 0 ? w : kb.Emit(Op::kShr, Type::kB32, {w, 4 * j});
-        const Reg h = kb.Emit(Op::kOr, Type::kB32,
-                              {kb.Emit(Op::kAnd, Type::kB32, {t, 0x000F000F}), 0x64006400});
+        const Reg h = kb.Emit(Op::kAnd, Type::kB32, {t, 0x000F000F});
         WidenCodePair(kb, kb.Emit(Op::kSub, Type::kF16x2, {h, zz}), u.codes, 8 * i + j,
                       8 * i + j + 4);
       }
     }
     return u;
   }
-  u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, 0)));
+  u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, off)));
   // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
   auto word = [&](int i) {
-    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(blk, 2 + 2 * i));
+    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(blk, off + 2 + 2 * i));
     return kb.Cvt(Type::kU32, Type::kU16, h);
   };
   if (f == BlockFormat::kQ8_0) {
@@ -145,9 +139,22 @@ bool ParseBlockFormat(absl::string_view s, BlockFormat* out) {
   return false;
 }
 
+absl::Status QuantGemmConfig::CheckAcrossFields() const {
+  if ((split & (split - 1)) != 0 || warps % split != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qgemm: split = ", split, " must be 1, 2 or 4 and divide warps = ", warps));
+  }
+  if (k % (split * BlockElems(format)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qgemm: k = ", k, " is not a multiple of ", BlockFormatName(format), "'s ",
+                     BlockElems(format), "-element blocks times split = ", split));
+  }
+  return absl::OkStatus();
+}
+
 LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m) {
   LaunchDims d;
-  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.warps)),
+  d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.Columns())),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
   d.block = {static_cast<uint32_t>(cfg.Threads()), 1, 1};
   return d;
@@ -155,6 +162,16 @@ LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m) {
 
 QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m) {
   base.m_tile = static_cast<int>(std::clamp<int64_t>(m, 1, 8));
+  // Few columns (a Llama-3.2-1B k/v projection: 512, 128 CTAs of 4 warps) leave the grid
+  // bound by one warp's chain: split K while each slice keeps 512 elements. Wider GEMVs
+  // keep whole rows, where a split's extra per-warp work costs more issue than it saves.
+  base.split = 1;
+  for (int s : {2, 4}) {
+    if (base.n <= 1024 && base.warps % s == 0 && base.k % (s * BlockElems(base.format)) == 0 &&
+        base.k / s >= 512) {
+      base.split = s;
+    }
+  }
   return base;
 }
 
@@ -162,14 +179,12 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
     const int bb = BlockBytes(cfg.format);
     const int be = BlockElems(cfg.format);
-    if (cfg.k % be != 0) {
-      kb.Fail(absl::StrCat("qgemm: k = ", cfg.k, " is not a multiple of ",
-                           BlockFormatName(cfg.format), "'s ", be, "-element blocks"));
-    }
     // Lane units per block (1, or 4 for int4_g128) as a shift.
     const int upb_log2 = be == 128 ? 2 : 0;
-    const int64_t nu = cfg.k / kQuantLaneElems;  // lane units per row
+    const int split_log2 = cfg.split == 4 ? 2 : cfg.split - 1;
+    const int64_t nu = cfg.k / kQuantLaneElems / cfg.split;  // lane units per row and slice
     const int64_t row_bytes = cfg.k / be * bb;
+    const int64_t slice_bytes = row_bytes / cfg.split;
     const int64_t steps = CeilDiv(nu, kStepUnits);
     const int64_t step_bytes = int64_t{kStepUnits >> upb_log2} * bb;  // a multiple of 16
     // 16-byte units a step may need: its bytes plus the row's misalignment (at most 14).
@@ -188,8 +203,13 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
     const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
+    // Warp w works on column w / split of the CTA's, slice w % split of its K.
     const Reg col_raw =
-        kb.Emit(Op::kMadLo, Type::kU32, {kb.Special(SReg::kCtaidX), cfg.warps, warp});
+        kb.Emit(Op::kMadLo, Type::kU32,
+                {kb.Special(SReg::kCtaidX), cfg.Columns(),
+                 split_log2 == 0 ? warp : kb.Emit(Op::kShr, Type::kU32, {warp, split_log2})});
+    const Reg slice =
+        split_log2 == 0 ? Reg{} : kb.Emit(Op::kAnd, Type::kB32, {warp, cfg.split - 1});
     const Reg col_ok = kb.Setp(Cmp::kLt, Type::kU32, col_raw, cfg.n);
     const Reg col = kb.Emit(Op::kMin, Type::kU32, {col_raw, cfg.n - 1});
     const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), mt});
@@ -197,7 +217,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg last_row = kb.Emit(Op::kSub, Type::kU32, {m_rows, 1});
 
     // The row's blocks start `head` bytes into the aligned unit that holds their first byte.
-    const Reg row = gen::AddrAdd(kb, w, col, row_bytes);
+    Reg row = gen::AddrAdd(kb, w, col, row_bytes);
+    if (split_log2 != 0) row = gen::AddrAdd(kb, row, slice, slice_bytes);
     const Reg head = kb.Emit(Op::kAnd, Type::kB32, {kb.Cvt(Type::kU32, Type::kU64, row), 15});
     const Reg aligned = kb.Emit(Op::kAnd, Type::kB64, {row, static_cast<int64_t>(~uint64_t{15})});
     const Reg src = aligned;  // the step's first unit
@@ -210,15 +231,20 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
         kb.Emit(Op::kMadLo, Type::kU32,
                 {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
                  gen::UAdd(kb, region, head)});
-    const Reg part =
-        upb_log2 == 0 ? lane : kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1});
+    // An int4_g128 lane's nibbles: quarter lane % 4 of its block, past the 4-byte header.
+    const Reg codes0 = upb_log2 == 0
+                           ? blk0
+                           : kb.Emit(Op::kMadLo, Type::kU32,
+                                     {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}),
+                                      16, gen::UAdd(kb, blk0, 4)});
     // x of unit `lane` of the step, for each row of the tile; rows past M read the last
     // row (valid memory) and are never stored.
     std::vector<Reg> x_lane(mt);
     for (int m = 0; m < mt; ++m) {
       const Reg r = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
-      x_lane[m] = gen::AddrAdd(kb, gen::AddrAdd(kb, x, r, int64_t{cfg.k} * 4), lane,
-                               int64_t{kQuantLaneElems} * 4);
+      Reg xr = gen::AddrAdd(kb, x, r, int64_t{cfg.k} * 4);
+      if (split_log2 != 0) xr = gen::AddrAdd(kb, xr, slice, nu * kQuantLaneElems * 4);
+      x_lane[m] = gen::AddrAdd(kb, xr, lane, int64_t{kQuantLaneElems} * 4);
     }
     std::vector<Reg> acc(mt);
     for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
@@ -239,7 +265,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg last_unit = kb.Emit(Op::kSub, Type::kU32, {needed, 1});
     std::vector<std::vector<Reg>> unit(rounds);
     for (int r = 0; r < rounds; ++r) {
-      const Reg u = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, lane, 32 * r), last_unit});
+      const Reg u =
+          kb.Emit(Op::kMin, Type::kU32, {r == 0 ? lane : gen::UAdd(kb, lane, 32 * r), last_unit});
       unit[r] = kb.Ld(Space::kGlobal, Type::kB32, Operand::Addr(gen::AddrAdd(kb, src, u, 16)), 4,
                       ptx::CacheOp::kNonCoherent);
     }
@@ -252,9 +279,11 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       // A branch, not a guard: ptxas (13.0) spills this block to local memory when it is
       // guarded and the step loop repeats.
       const ptx::Label skip = kb.NewLabel("skip");
-      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, gen::UAdd(kb, lane, 32 * p), step_units), skip);
-      const Reg blk = gen::UAdd(kb, blk0, (32 * p >> upb_log2) * bb);
-      const LaneUnit block = DecodeLaneUnit(kb, cfg.format, blk, part);
+      kb.BraIf(
+          kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
+          skip);
+      const LaneUnit block =
+          DecodeLaneUnit(kb, cfg.format, blk0, codes0, int64_t{32 * p >> upb_log2} * bb);
       for (int m = 0; m < mt; ++m) {
         const std::vector<Reg> xv =
             gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
@@ -275,12 +304,34 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), loop);
 
     for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+    Reg first_slice = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
+    if (split_log2 != 0) {
+      // The slices' sums meet in shared memory; slice 0 adds them in slice order.
+      const ptx::Symbol partials = kb.Shared("partials", int64_t{cfg.warps} * mt * 4);
+      const Reg mine = kb.Emit(Op::kMadLo, Type::kU32, {warp, mt * 4, kb.AddressOf(partials)});
+      {
+        auto g = kb.If(first_slice);
+        for (int m = 0; m < mt; ++m) {
+          kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{m} * 4), {acc[m]});
+        }
+      }
+      kb.BarSync();
+      first_slice =
+          kb.Emit(Op::kAnd, Type::kPred, {first_slice, kb.Setp(Cmp::kEq, Type::kU32, slice, 0)});
+      auto g = kb.If(first_slice);
+      for (int m = 0; m < mt; ++m) {
+        for (int j = 1; j < cfg.split; ++j) {
+          const Reg other =
+              kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(mine, (int64_t{j} * mt + m) * 4));
+          kb.EmitTo(acc[m], Op::kAdd, Type::kF32, {acc[m], other});
+        }
+      }
+    }
     Reg b;
     if (cfg.has_bias) {
       b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));
     }
-    const Reg lane0 =
-        kb.Emit(Op::kAnd, Type::kPred, {col_ok, kb.Setp(Cmp::kEq, Type::kU32, lane, 0)});
+    const Reg lane0 = kb.Emit(Op::kAnd, Type::kPred, {col_ok, first_slice});
     for (int m = 0; m < mt; ++m) {
       const Reg r = gen::UAdd(kb, m0, m);
       const Reg store =

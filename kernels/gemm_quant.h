@@ -27,7 +27,8 @@
 // operations (E4M3's bits moved into an f16's, which is the code's value times 2^-8 for
 // every code, subnormals included; a nibble ORed into 1024.0's f16 bits, minus 1024 + z),
 // then cvt.f32.f16 (no cvt from e4m3 needed, so sm_80 and sm_90 run the same text).
-// Batches of M <= m_tile read the weights once; larger ones once per 8-row tile.
+// Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
+// split > 1 the warps of a column each take a contiguous slice of K / split.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +74,11 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   bool has_bias = false;
   bool accumulate = false;  // y += x w^T (fuses the residual add)
   int m_tile = 4;           // token rows per CTA, 1..8
-  int warps = 4;            // output columns per CTA (one per warp), 1..16
+  int warps = 4;            // warps per CTA, 1..16
+  int split = 1;            // warps per output column, each a slice of K: 1, 2 or 4
   ptx::Target target;
   int Threads() const { return warps * 32; }
+  int Columns() const { return warps / split; }  // output columns per CTA
   using C = QuantGemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24),
@@ -83,14 +86,19 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
       Field("format", &C::format).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
       Field("accumulate", &C::accumulate).Key("acc"),
       Field("m_tile", &C::m_tile).Key("mt").Range(1, 8),
-      Field("warps", &C::warps).Key("w").Range(1, 16));
+      Field("warps", &C::warps).Key("w").Range(1, 16),
+      Field("split", &C::split).Key("s").Range(1, 4));
+  absl::Status CheckAcrossFields() const;
 };
 
 absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg);
-// grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
+// grid (ceil(N / Columns()), ceil(M / m_tile)), warps * 32 threads.
 LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m);
 // The form for batches of up to `m` rows: `base` with m_tile = min(m, 8) (at most 8 rows
-// read the blocks once; more rows re-read them once per 8-row tile, from L2 when they fit).
+// read the blocks once; more rows re-read them once per 8-row tile, from L2 when they fit),
+// and for few columns K split across 2 or 4 warps: a GEMV whose grid barely fills the GPU
+// is bound by one warp's chain of instructions over its row, which a split shortens (the
+// partial sums meet in shared memory, added in slice order).
 QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m);
 
 }  // namespace ptxserve::kernels

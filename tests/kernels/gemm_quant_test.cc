@@ -39,6 +39,7 @@ struct QuantGemmCase {
   int m_tile;  // 0: QuantGemmConfigFor's
   int warps;
   bool bias, accumulate;
+  int split = 0;  // 0: QuantGemmConfigFor's
 };
 
 // n rows of k random weights in `f`'s blocks, padded with zero bytes to a multiple of 16
@@ -77,6 +78,7 @@ void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vect
   base.warps = c.warps;
   QuantGemmConfig cfg = QuantGemmConfigFor(base, c.m);
   if (c.m_tile != 0) cfg.m_tile = c.m_tile;
+  if (c.split != 0) cfg.split = c.split;
   EXPECT_EQ(cfg.m_tile, c.m_tile != 0 ? c.m_tile : std::min(c.m, 8));
   absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
@@ -127,6 +129,13 @@ TEST(QuantGemm, MatchesCpuQuantizedGemm) {
       {7, 100, 640, kInt4G128, 0, 8, false, false},
       {21, 5, 1152, kInt4G128, 0, 4, true, false},
       {10, 12, 256, kInt4G128, 3, 4, false, true},
+      // K split across 2 or 4 warps of a column (partial last steps in each slice, N not a
+      // multiple of the CTA's columns, rows past a tile).
+      {1, 33, 4160, kQ8_0, 0, 4, true, false, 2},
+      {3, 17, 1024, kQ4_0, 0, 8, false, true, 4},
+      {2, 9, 2176, kFp8E4M3, 0, 4, true, true, 4},
+      {9, 31, 2560, kInt4G128, 0, 4, false, true, 2},
+      {1, 12, 512, kInt4G128, 0, 16, true, false, 4},
   };
   std::mt19937 rng(16);
   for (const QuantGemmCase& c : cases) {
@@ -187,7 +196,7 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
   cfg.k = 96;
   cfg.format = BlockFormat::kQ4_0;
   cfg.m_tile = 8;
-  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:" + cfg.target.Key());
+  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:s1:" + cfg.target.Key());
   cfg.k = 100;
   const absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
   ASSERT_FALSE(ptx.ok());
@@ -207,6 +216,20 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
     EXPECT_EQ(BlockBytes(f), LayoutOf(ToQuantType(f)).block_bytes);
     EXPECT_EQ(BlockElems(f), LayoutOf(ToQuantType(f)).block_elems);
   }
+  // Few columns split K (k/v of Llama-3.2-1B: 512 x 2048), whole rows otherwise; a split
+  // must divide the warps and leave whole blocks in each slice.
+  cfg.n = 512;
+  cfg.k = 2048;
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).split, 4);
+  EXPECT_EQ(QuantGemmLaunch(QuantGemmConfigFor(cfg, 1), 1).grid[0], 512u);
+  cfg.n = 2048;
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).split, 1);
+  cfg.split = 4;
+  cfg.k = 384;
+  EXPECT_FALSE(GenerateQuantGemm(cfg).ok());  // 96-element slices: not whole int4 blocks
+  cfg.split = 1;
+  cfg.n = 64;
+  cfg.k = 96;
   const LaunchDims d = QuantGemmLaunch(QuantGemmConfigFor(cfg, 1000), 1000);
   EXPECT_EQ(d.grid[0], 16u);
   EXPECT_EQ(d.grid[1], 125u);

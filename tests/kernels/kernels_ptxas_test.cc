@@ -108,18 +108,20 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
   }
 }
 
-// The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers.
+// The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers,
+// K split across warps or not.
 TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
   for (int sm : {80, 90}) {
     std::vector<PtxModule> modules;
     for (BlockFormat f :
          {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
-      for (int m_tile : {1, 8}) {
+      for (auto [m_tile, split] : {std::pair{1, 1}, std::pair{8, 1}, std::pair{8, 4}}) {
         QuantGemmConfig c;
         c.n = 2048;
         c.k = 8192;
         c.format = f;
         c.m_tile = m_tile;
+        c.split = split;
         c.accumulate = true;
         c.target = ptx::Target{sm, 78};
         absl::StatusOr<std::string> ptx = GenerateQuantGemm(c);
