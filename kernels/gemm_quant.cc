@@ -144,6 +144,10 @@ absl::Status QuantGemmConfig::CheckAcrossFields() const {
     return absl::InvalidArgumentError(
         absl::StrCat("qgemm: split = ", split, " must be 1, 2 or 4 and divide warps = ", warps));
   }
+  if (cols != 1 && split != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qgemm: cols = ", cols, " with split = ", split, ": one of them must be 1"));
+  }
   if (k % (split * BlockElems(format)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("qgemm: k = ", k, " is not a multiple of ", BlockFormatName(format), "'s ",
@@ -165,6 +169,10 @@ QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m) {
   // Few columns (a Llama-3.2-1B k/v projection: 512, 128 CTAs of 4 warps) leave the grid
   // bound by one warp's chain: split K while each slice keeps 512 elements. Wider GEMVs
   // keep whole rows, where a split's extra per-warp work costs more issue than it saves.
+  // Many columns (gate/up: 16384) fill the GPU many times over: there a warp takes two
+  // columns at up to 2 rows, so its fixed work (addresses, the reduction) and each x load
+  // serve twice the weights, which keeps 4-bit formats below the instruction-issue limit.
+  base.cols = base.n >= 8192 && base.m_tile <= 2 ? 2 : 1;
   base.split = 1;
   for (int s : {2, 4}) {
     if (base.n <= 1024 && base.warps % s == 0 && base.k % (s * BlockElems(base.format)) == 0 &&
@@ -182,6 +190,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     // Lane units per block (1, or 4 for int4_g128) as a shift.
     const int upb_log2 = be == 128 ? 2 : 0;
     const int split_log2 = cfg.split == 4 ? 2 : cfg.split - 1;
+    const int nc = cfg.cols;                                 // columns per warp
     const int64_t nu = cfg.k / kQuantLaneElems / cfg.split;  // lane units per row and slice
     const int64_t row_bytes = cfg.k / be * bb;
     const int64_t slice_bytes = row_bytes / cfg.split;
@@ -191,11 +200,12 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const int units = static_cast<int>(
         CeilDiv(14 + (std::min<int64_t>(nu, kStepUnits) >> upb_log2) * bb, kUnitBytes));
     const int rounds = static_cast<int>(CeilDiv(units, 32));
+    const int64_t region_bytes = int64_t{rounds} * 32 * kUnitBytes;  // one column's staging
     const int mt = cfg.m_tile;
 
     const auto [x, w, bias, y, m_rows] =
         cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-    const ptx::Symbol stage = kb.Shared("blocks", int64_t{cfg.warps} * rounds * 32 * kUnitBytes);
+    const ptx::Symbol stage = kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes);
 
     // Every warp runs every step: the steps share bar.sync, so a warp past the last column
     // works on column n - 1 and stores nothing. Only whole CTAs leave early (rows past M).
@@ -203,40 +213,50 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg tid = kb.Special(SReg::kTidX);
     const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
     const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-    // Warp w works on column w / split of the CTA's, slice w % split of its K.
-    const Reg col_raw =
-        kb.Emit(Op::kMadLo, Type::kU32,
-                {kb.Special(SReg::kCtaidX), cfg.Columns(),
-                 split_log2 == 0 ? warp : kb.Emit(Op::kShr, Type::kU32, {warp, split_log2})});
+    // Warp w works on columns cols * (w / split) + c of the CTA's, slice w % split of K.
+    const Reg col_first = kb.Emit(
+        Op::kMadLo, Type::kU32,
+        {kb.Special(SReg::kCtaidX), cfg.Columns(),
+         kb.Emit(
+             Op::kMulLo, Type::kU32,
+             {split_log2 == 0 ? warp : kb.Emit(Op::kShr, Type::kU32, {warp, split_log2}), nc})});
     const Reg slice =
         split_log2 == 0 ? Reg{} : kb.Emit(Op::kAnd, Type::kB32, {warp, cfg.split - 1});
-    const Reg col_ok = kb.Setp(Cmp::kLt, Type::kU32, col_raw, cfg.n);
-    const Reg col = kb.Emit(Op::kMin, Type::kU32, {col_raw, cfg.n - 1});
     const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), mt});
     kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, m0, m_rows), done);
     const Reg last_row = kb.Emit(Op::kSub, Type::kU32, {m_rows, 1});
 
-    // The row's blocks start `head` bytes into the aligned unit that holds their first byte.
-    Reg row = gen::AddrAdd(kb, w, col, row_bytes);
-    if (split_log2 != 0) row = gen::AddrAdd(kb, row, slice, slice_bytes);
-    const Reg head = kb.Emit(Op::kAnd, Type::kB32, {kb.Cvt(Type::kU32, Type::kU64, row), 15});
-    const Reg aligned = kb.Emit(Op::kAnd, Type::kB64, {row, static_cast<int64_t>(~uint64_t{15})});
-    const Reg src = aligned;  // the step's first unit
-    const Reg region =
-        kb.Emit(Op::kMadLo, Type::kU32, {warp, rounds * 32 * kUnitBytes, kb.AddressOf(stage)});
-    const Reg dst = kb.Emit(Op::kMadLo, Type::kU32, {lane, kUnitBytes, region});
-    // Lane's units in a step: `lane` and 32 + lane, in blocks lane / upb and (32 + lane) /
-    // upb at head + j * bb in the staging, quarter lane % upb of an int4_g128 block.
-    const Reg blk0 =
-        kb.Emit(Op::kMadLo, Type::kU32,
-                {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
-                 gen::UAdd(kb, region, head)});
-    // An int4_g128 lane's nibbles: quarter lane % 4 of its block, past the 4-byte header.
-    const Reg codes0 = upb_log2 == 0
-                           ? blk0
-                           : kb.Emit(Op::kMadLo, Type::kU32,
-                                     {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}),
-                                      16, gen::UAdd(kb, blk0, 4)});
+    // Per column of the warp: its row's blocks start `head` bytes into the aligned unit that
+    // holds their first byte; `src` is the step's first unit, `region` its staging.
+    struct Column {
+      Reg ok, col, head, src, dst, blk0, codes0;
+    };
+    std::vector<Column> cols(nc);
+    for (int c = 0; c < nc; ++c) {
+      Column& k = cols[c];
+      const Reg raw = c == 0 ? col_first : gen::UAdd(kb, col_first, c);
+      k.ok = kb.Setp(Cmp::kLt, Type::kU32, raw, cfg.n);
+      k.col = kb.Emit(Op::kMin, Type::kU32, {raw, cfg.n - 1});
+      Reg row = gen::AddrAdd(kb, w, k.col, row_bytes);
+      if (split_log2 != 0) row = gen::AddrAdd(kb, row, slice, slice_bytes);
+      k.head = kb.Emit(Op::kAnd, Type::kB32, {kb.Cvt(Type::kU32, Type::kU64, row), 15});
+      k.src = kb.Emit(Op::kAnd, Type::kB64, {row, static_cast<int64_t>(~uint64_t{15})});
+      const Reg region = kb.Emit(
+          Op::kMadLo, Type::kU32,
+          {warp, nc * region_bytes, gen::UAdd(kb, kb.AddressOf(stage), int64_t{c} * region_bytes)});
+      k.dst = kb.Emit(Op::kMadLo, Type::kU32, {lane, kUnitBytes, region});
+      // Lane's units in a step: `lane` and 32 + lane, in blocks lane / upb and (32 + lane) /
+      // upb at head + j * bb in the staging, quarter lane % upb of an int4_g128 block.
+      k.blk0 = kb.Emit(Op::kMadLo, Type::kU32,
+                       {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
+                        gen::UAdd(kb, region, k.head)});
+      // An int4_g128 lane's nibbles: quarter lane % 4 of its block, past the 4-byte header.
+      k.codes0 = upb_log2 == 0
+                     ? k.blk0
+                     : kb.Emit(Op::kMadLo, Type::kU32,
+                               {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}), 16,
+                                gen::UAdd(kb, k.blk0, 4)});
+    }
     // x of unit `lane` of the step, for each row of the tile; rows past M read the last
     // row (valid memory) and are never stored.
     std::vector<Reg> x_lane(mt);
@@ -246,8 +266,10 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       if (split_log2 != 0) xr = gen::AddrAdd(kb, xr, slice, nu * kQuantLaneElems * 4);
       x_lane[m] = gen::AddrAdd(kb, xr, lane, int64_t{kQuantLaneElems} * 4);
     }
-    std::vector<Reg> acc(mt);
-    for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    std::vector<std::vector<Reg>> acc(nc, std::vector<Reg>(mt));
+    for (std::vector<Reg>& ac : acc) {
+      for (Reg& a : ac) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    }
 
     const Reg left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
     const Reg t = kb.Mov(Type::kU32, 0);
@@ -256,23 +278,29 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const Reg step_units = kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits});
     const Reg step_blocks =
         upb_log2 == 0 ? step_units : kb.Emit(Op::kShr, Type::kU32, {step_units, upb_log2});
-    const Reg needed = kb.Emit(
-        Op::kShr, Type::kU32,
-        {kb.Emit(Op::kMadLo, Type::kU32, {step_blocks, bb, gen::UAdd(kb, head, kUnitBytes - 1)}),
-         4});
-    // Lanes past the step's last unit load that unit again (a sector the warp reads anyway),
-    // so every lane loads and stores unguarded.
-    const Reg last_unit = kb.Emit(Op::kSub, Type::kU32, {needed, 1});
-    std::vector<std::vector<Reg>> unit(rounds);
-    for (int r = 0; r < rounds; ++r) {
-      const Reg u =
-          kb.Emit(Op::kMin, Type::kU32, {r == 0 ? lane : gen::UAdd(kb, lane, 32 * r), last_unit});
-      unit[r] = kb.Ld(Space::kGlobal, Type::kB32, Operand::Addr(gen::AddrAdd(kb, src, u, 16)), 4,
-                      ptx::CacheOp::kNonCoherent);
+    std::vector<std::vector<Reg>> unit;
+    for (const Column& k : cols) {
+      const Reg needed = kb.Emit(Op::kShr, Type::kU32,
+                                 {kb.Emit(Op::kMadLo, Type::kU32,
+                                          {step_blocks, bb, gen::UAdd(kb, k.head, kUnitBytes - 1)}),
+                                  4});
+      // Lanes past the step's last unit load that unit again (a sector the warp reads
+      // anyway), so every lane loads and stores unguarded.
+      const Reg last_unit = kb.Emit(Op::kSub, Type::kU32, {needed, 1});
+      for (int r = 0; r < rounds; ++r) {
+        const Reg u =
+            kb.Emit(Op::kMin, Type::kU32, {r == 0 ? lane : gen::UAdd(kb, lane, 32 * r), last_unit});
+        unit.push_back(kb.Ld(Space::kGlobal, Type::kB32,
+                             Operand::Addr(gen::AddrAdd(kb, k.src, u, 16)), 4,
+                             ptx::CacheOp::kNonCoherent));
+      }
     }
     kb.BarSync();  // the previous step's blocks are decoded: the staging may be refilled
-    for (int r = 0; r < rounds; ++r) {
-      kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{r} * 32 * kUnitBytes), unit[r]);
+    for (int c = 0; c < nc; ++c) {
+      for (int r = 0; r < rounds; ++r) {
+        kb.St(Space::kShared, Type::kB32, Operand::Addr(cols[c].dst, int64_t{r} * 32 * kUnitBytes),
+              unit[c * rounds + r]);
+      }
     }
     kb.BarSync();  // this step's units are visible to every lane
     for (int p = 0; p < kStepUnits / 32; ++p) {
@@ -282,37 +310,45 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       kb.BraIf(
           kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
           skip);
-      const LaneUnit block =
-          DecodeLaneUnit(kb, cfg.format, blk0, codes0, int64_t{32 * p >> upb_log2} * bb);
-      for (int m = 0; m < mt; ++m) {
-        const std::vector<Reg> xv =
-            gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
-                           kQuantLaneElems, 16);
-        // The scale applies once per lane unit and row: acc += d * (x . codes).
-        const Reg dot = gen::FMul(kb, xv[0], block.codes[0]);
-        for (int e = 1; e < kQuantLaneElems; ++e)
-          kb.EmitTo(dot, Op::kFma, Type::kF32, {xv[e], block.codes[e], dot});
-        kb.EmitTo(acc[m], Op::kFma, Type::kF32, {block.d, dot, acc[m]});
+      // x is loaded once for the warp's columns.
+      std::vector<std::vector<Reg>> xv(mt);
+      for (int c = 0; c < nc; ++c) {
+        const LaneUnit block = DecodeLaneUnit(kb, cfg.format, cols[c].blk0, cols[c].codes0,
+                                              int64_t{32 * p >> upb_log2} * bb);
+        for (int m = 0; m < mt; ++m) {
+          if (c == 0) {
+            xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m],
+                                   int64_t{32} * p * kQuantLaneElems * 4, kQuantLaneElems, 16);
+          }
+          // The scale applies once per lane unit and row: acc += d * (x . codes).
+          const Reg dot = gen::FMul(kb, xv[m][0], block.codes[0]);
+          for (int e = 1; e < kQuantLaneElems; ++e)
+            kb.EmitTo(dot, Op::kFma, Type::kF32, {xv[m][e], block.codes[e], dot});
+          kb.EmitTo(acc[c][m], Op::kFma, Type::kF32, {block.d, dot, acc[c][m]});
+        }
       }
       kb.Bind(skip);
     }
-    kb.EmitTo(src, Op::kAdd, Type::kU64, {src, step_bytes});
+    for (const Column& k : cols) kb.EmitTo(k.src, Op::kAdd, Type::kU64, {k.src, step_bytes});
     for (Reg& xa : x_lane)
       kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
     kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
     kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
     kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), loop);
 
-    for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+    for (std::vector<Reg>& ac : acc) {
+      for (Reg& a : ac) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+    }
     Reg first_slice = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
     if (split_log2 != 0) {
-      // The slices' sums meet in shared memory; slice 0 adds them in slice order.
+      // The slices' sums meet in shared memory; slice 0 adds them in slice order (one
+      // column per warp: a split takes cols = 1).
       const ptx::Symbol partials = kb.Shared("partials", int64_t{cfg.warps} * mt * 4);
       const Reg mine = kb.Emit(Op::kMadLo, Type::kU32, {warp, mt * 4, kb.AddressOf(partials)});
       {
         auto g = kb.If(first_slice);
         for (int m = 0; m < mt; ++m) {
-          kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{m} * 4), {acc[m]});
+          kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{m} * 4), {acc[0][m]});
         }
       }
       kb.BarSync();
@@ -323,31 +359,34 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
         for (int j = 1; j < cfg.split; ++j) {
           const Reg other =
               kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(mine, (int64_t{j} * mt + m) * 4));
-          kb.EmitTo(acc[m], Op::kAdd, Type::kF32, {acc[m], other});
+          kb.EmitTo(acc[0][m], Op::kAdd, Type::kF32, {acc[0][m], other});
         }
       }
     }
-    Reg b;
-    if (cfg.has_bias) {
-      b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));
-    }
-    const Reg lane0 = kb.Emit(Op::kAnd, Type::kPred, {col_ok, first_slice});
-    for (int m = 0; m < mt; ++m) {
-      const Reg r = gen::UAdd(kb, m0, m);
-      const Reg store =
-          kb.Emit(Op::kAnd, Type::kPred, {lane0, kb.Setp(Cmp::kLt, Type::kU32, r, m_rows)});
-      auto g = kb.If(store);
-      const Reg ya = gen::AddrAdd(kb, y, kb.Emit(Op::kMadLo, Type::kU32, {r, cfg.n, col}), 4);
-      Reg v = acc[m];
-      if (cfg.has_bias) v = gen::FAdd(kb, v, b);
-      if (cfg.accumulate)
-        v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
+    for (int c = 0; c < nc; ++c) {
+      const Column& k = cols[c];
+      Reg b;
+      if (cfg.has_bias) {
+        b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, k.col, 4)));
+      }
+      const Reg lane0 = kb.Emit(Op::kAnd, Type::kPred, {k.ok, first_slice});
+      for (int m = 0; m < mt; ++m) {
+        const Reg r = gen::UAdd(kb, m0, m);
+        const Reg store =
+            kb.Emit(Op::kAnd, Type::kPred, {lane0, kb.Setp(Cmp::kLt, Type::kU32, r, m_rows)});
+        auto g = kb.If(store);
+        const Reg ya = gen::AddrAdd(kb, y, kb.Emit(Op::kMadLo, Type::kU32, {r, cfg.n, k.col}), 4);
+        Reg v = acc[c][m];
+        if (cfg.has_bias) v = gen::FAdd(kb, v, b);
+        if (cfg.accumulate)
+          v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
+        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
+      }
     }
     kb.Bind(done);
     kb.Ret();
     return absl::StrCat("GEMV over ", BlockFormatName(cfg.format), " blocks, staged ",
-                        kStepUnits * kQuantLaneElems, " elements per warp and step");
+                        kStepUnits * kQuantLaneElems, " elements per warp, column and step");
   });
 }
 

@@ -28,7 +28,8 @@
 // every code, subnormals included; a nibble ORed into 1024.0's f16 bits, minus 1024 + z),
 // then cvt.f32.f16 (no cvt from e4m3 needed, so sm_80 and sm_90 run the same text).
 // Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
-// split > 1 the warps of a column each take a contiguous slice of K / split.
+// split > 1 the warps of a column each take a contiguous slice of K / split; with cols 2 a
+// warp stages and decodes two columns' rows side by side, loading x once for both.
 #pragma once
 
 #include <cstdint>
@@ -76,9 +77,10 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   int m_tile = 4;           // token rows per CTA, 1..8
   int warps = 4;            // warps per CTA, 1..16
   int split = 1;            // warps per output column, each a slice of K: 1, 2 or 4
+  int cols = 1;             // output columns per warp (with split 1): 1 or 2
   ptx::Target target;
   int Threads() const { return warps * 32; }
-  int Columns() const { return warps / split; }  // output columns per CTA
+  int Columns() const { return warps * cols / split; }  // output columns per CTA
   using C = QuantGemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24),
@@ -87,7 +89,7 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
       Field("accumulate", &C::accumulate).Key("acc"),
       Field("m_tile", &C::m_tile).Key("mt").Range(1, 8),
       Field("warps", &C::warps).Key("w").Range(1, 16),
-      Field("split", &C::split).Key("s").Range(1, 4));
+      Field("split", &C::split).Key("s").Range(1, 4), Field("cols", &C::cols).Key("c").Range(1, 2));
   absl::Status CheckAcrossFields() const;
 };
 
@@ -98,7 +100,8 @@ LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m);
 // read the blocks once; more rows re-read them once per 8-row tile, from L2 when they fit),
 // and for few columns K split across 2 or 4 warps: a GEMV whose grid barely fills the GPU
 // is bound by one warp's chain of instructions over its row, which a split shortens (the
-// partial sums meet in shared memory, added in slice order).
+// partial sums meet in shared memory, added in slice order); for many columns at m <= 2,
+// two columns per warp.
 QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m);
 
 }  // namespace ptxserve::kernels

@@ -80,8 +80,8 @@ int Registers(const std::string& ptx, const std::string& arch) {
 // registers from ptxas at sm_90 where present: per launch its time, the limit that binds
 // and its share of the roofline of the bytes it moves (the quantized weights, x and y), then
 // the layer's share (each launch's time weighted by its share, as gpu_estimate's table is
-// read). The figures are estimates. Gate/up, the layer's largest, must come within 78% of
-// its roofline in every format (q4_0 and int4_g128 are bound by instruction issue there).
+// read). The figures are estimates. Gate/up, the layer's largest, must come within 80% of
+// its roofline bound by DRAM in every format: no format's unpacking may be what limits it.
 TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
   struct Shape {
     const char* role;
@@ -136,7 +136,8 @@ TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
           static_cast<double>(c.warp_instructions) / (static_cast<double>(sh.n) * sh.k / 32),
           roofline * 1e6, 100 * roofline / e.seconds);
       if (i == 2) {
-        EXPECT_GE(roofline / e.seconds, 0.78);
+        EXPECT_EQ(e.binding, "dram");
+        EXPECT_GE(roofline / e.seconds, 0.80);
       }
     }
     absl::PrintF(

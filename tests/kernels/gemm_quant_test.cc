@@ -40,6 +40,7 @@ struct QuantGemmCase {
   int warps;
   bool bias, accumulate;
   int split = 0;  // 0: QuantGemmConfigFor's
+  int cols = 0;   // 0: QuantGemmConfigFor's
 };
 
 // n rows of k random weights in `f`'s blocks, padded with zero bytes to a multiple of 16
@@ -79,6 +80,7 @@ void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vect
   QuantGemmConfig cfg = QuantGemmConfigFor(base, c.m);
   if (c.m_tile != 0) cfg.m_tile = c.m_tile;
   if (c.split != 0) cfg.split = c.split;
+  if (c.cols != 0) cfg.cols = c.cols;
   EXPECT_EQ(cfg.m_tile, c.m_tile != 0 ? c.m_tile : std::min(c.m, 8));
   absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
@@ -136,6 +138,13 @@ TEST(QuantGemm, MatchesCpuQuantizedGemm) {
       {2, 9, 2176, kFp8E4M3, 0, 4, true, true, 4},
       {9, 31, 2560, kInt4G128, 0, 4, false, true, 2},
       {1, 12, 512, kInt4G128, 0, 16, true, false, 4},
+      // Two columns per warp: N odd (the last warp's second column is past N), rows past
+      // a tile, partial steps.
+      {1, 35, 2080, kQ8_0, 0, 4, true, true, 1, 2},
+      {2, 17, 1056, kQ4_0, 0, 2, false, false, 1, 2},
+      {2, 9, 4128, kFp8E4M3, 0, 4, true, false, 1, 2},
+      {1, 41, 2176, kInt4G128, 0, 4, false, true, 1, 2},
+      {5, 13, 640, kInt4G128, 2, 1, true, true, 1, 2},
   };
   std::mt19937 rng(16);
   for (const QuantGemmCase& c : cases) {
@@ -196,7 +205,7 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
   cfg.k = 96;
   cfg.format = BlockFormat::kQ4_0;
   cfg.m_tile = 8;
-  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:s1:" + cfg.target.Key());
+  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:s1:c1:" + cfg.target.Key());
   cfg.k = 100;
   const absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
   ASSERT_FALSE(ptx.ok());
@@ -224,6 +233,15 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
   EXPECT_EQ(QuantGemmLaunch(QuantGemmConfigFor(cfg, 1), 1).grid[0], 512u);
   cfg.n = 2048;
   EXPECT_EQ(QuantGemmConfigFor(cfg, 1).split, 1);
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).cols, 1);
+  cfg.n = 16384;  // gate/up: two columns per warp up to 2 rows
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 2).cols, 2);
+  EXPECT_EQ(QuantGemmLaunch(QuantGemmConfigFor(cfg, 2), 2).grid[0], 2048u);
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 3).cols, 1);
+  cfg.cols = 2;
+  cfg.split = 2;
+  EXPECT_FALSE(GenerateQuantGemm(cfg).ok());
+  cfg.cols = 1;
   cfg.split = 4;
   cfg.k = 384;
   EXPECT_FALSE(GenerateQuantGemm(cfg).ok());  // 96-element slices: not whole int4 blocks
