@@ -6,6 +6,7 @@
 //
 //   build/bench/gpu_estimate --preset llama-3.2-1b --dtype f16 --device h100
 //   build/bench/gpu_estimate --preset llama-3.2-1b --weights q4_0 --batch 1,8 --prefill 0
+//   build/bench/gpu_estimate --preset llama-3.2-1b --weights int4 --batch 1 --prefill 0
 //   build/bench/gpu_estimate --model ../shared/models/tinystories-656k --batch 1,8 --prefill 128
 //   build/bench/gpu_estimate ... --format json > estimate.json
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "engine/cuda/step_estimate.h"
 #include "engine/model/gguf_export.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/hf_quant_export.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "kernels/ptx/ptxas.h"
@@ -34,8 +36,9 @@ ABSL_FLAG(std::string, model, "", "a Hugging Face model directory (or --preset)"
 ABSL_FLAG(std::string, preset, "llama-3.2-1b", "a synthetic preset, when --model is not given");
 ABSL_FLAG(std::string, dtype, "f16", "--preset: the weights' dtype (f16, bf16, f32)");
 ABSL_FLAG(std::string, weights, "",
-          "the matrices re-encoded as a GGUF of this type first (q8_0, q4_0, f16, ...: the GPU "
-          "reads q8_0/q4_0 as blocks); empty: as loaded");
+          "the matrices re-encoded first: as a GGUF of this type (q8_0, q4_0, f16, ...) or as a "
+          "Hugging Face checkpoint (fp8: FP8 E4M3, int4: AWQ's 4-bit groups of 128); the GPU "
+          "reads q8_0/q4_0/fp8/int4 as blocks. Empty: as loaded");
 ABSL_FLAG(std::string, device, "h100", "the GPU to estimate for (h100, a100)");
 ABSL_FLAG(std::string, batch, "1,16,64,256", "decode batches (sequences), comma-separated");
 ABSL_FLAG(int32_t, context, 1024, "tokens per sequence in a decode step");
@@ -174,23 +177,32 @@ int Run() {
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if (const std::string weights = absl::GetFlag(FLAGS_weights); !weights.empty()) {
     const std::optional<GgufWeightType> type = ParseGgufWeightType(weights);
-    if (!type) {
+    const bool hf = weights == "fp8" || weights == "int4";
+    if (!type && !hf) {
       return Fail(absl::StrCat("--weights: '", weights, "' is not one of ",
-                               absl::StrJoin(GgufWeightTypeNames(), ", ")));
+                               absl::StrJoin(GgufWeightTypeNames(), ", "), ", fp8, int4"));
     }
-    // Through a GGUF, as `ptxserve quantize` writes one, so the blocks are the file's.
-    GgufWriter w;
+    // As `ptxserve quantize` writes them, so the blocks are the file's: a GGUF, or for fp8
+    // and int4 a checkpoint directory (AWQ's packing for int4) repacked at load.
     const std::string path =
         (std::filesystem::temp_directory_path() /
          absl::StrCat("ptxserve-estimate-", std::filesystem::path(name).filename().string(), "-",
-                      weights, "-", model->config.num_layers, "layer.gguf"))
+                      weights, "-", model->config.num_layers, "layer", hf ? "" : ".gguf"))
             .string();
-    absl::Status st = AddModelToGguf(*model, *type, name, &w);
-    if (st.ok()) st = w.Write(path);
+    absl::Status st;
+    if (hf) {
+      st = WriteHfQuantized(
+          *model, weights == "fp8" ? HfQuantization::Method::kFp8 : HfQuantization::Method::kAwq,
+          path);
+    } else {
+      GgufWriter w;
+      st = AddModelToGguf(*model, *type, name, &w);
+      if (st.ok()) st = w.Write(path);
+    }
     if (!st.ok()) return Fail(std::string(st.message()));
     model = LoadModel(path);
     std::error_code ignored;
-    std::filesystem::remove(path, ignored);  // the model maps it; unlinking keeps the mapping
+    std::filesystem::remove_all(path, ignored);  // the model maps it; unlinking keeps the mapping
     if (!model.ok()) return Fail(std::string(model.status().message()));
   }
   std::string ptxas = absl::GetFlag(FLAGS_ptxas);
@@ -217,7 +229,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "gpu_estimate [--model DIR | --preset NAME --dtype f16] [--weights q8_0|q4_0] "
+      "gpu_estimate [--model DIR | --preset NAME --dtype f16] [--weights q8_0|q4_0|fp8|int4] "
       "[--device h100|a100] "
       "[--batch 1,16,64,256] [--context 1024] [--prefill 2048] [--format table|json]");
   absl::ParseCommandLine(argc, argv);

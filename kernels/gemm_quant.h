@@ -1,23 +1,35 @@
-// Linear layer over block-quantized weights (GGML q8_0 and q4_0, as a GGUF stores them):
+// Linear layer over block-quantized weights (GGML q8_0 and q4_0, as a GGUF stores them, and
+// the row blocks Hugging Face fp8/AWQ/GPTQ checkpoints load into, engine/model/quant.h):
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) (+ y[m, n] when accumulate), f32
 // accumulation, the layout and arguments of kernels/gemm.h with w as blocks.
 //
 // Contract (device pointers, row-major, non-aliasing): GemmArgs, in .param order, with w
-// N rows of K / 32 blocks, each block a little-endian f16 scale d then its codes:
-//   q8_0: 34 bytes, int8 q[32]                 w[n, k] = d * q[k % 32]
-//   q4_0: 18 bytes, uint8 qs[16] (elements 0..15 the low nibbles, 16..31 the high)
-//                                              w[n, k] = d * (nibble - 8)
-// The w allocation is readable up to the next multiple of 16 bytes past its last block
-// (the kernel loads whole aligned 16-byte units; the bytes past the end are never used).
+// N rows of K / BlockElems blocks, each block its scale then its codes:
+//   q8_0:      34 bytes, f16 d, int8 q[32]         w[n, k] = d * q[k % 32]
+//   q4_0:      18 bytes, f16 d, uint8 qs[16] (elements 0..15 the low nibbles, 16..31 the
+//              high)                               w[n, k] = d * (nibble - 8)
+//   fp8_e4m3:  36 bytes, f32 s, uint8 e4m3[32]     w[n, k] = s * e4m3 (0x7F, E4M3's NaN,
+//              which no encoder writes, reads as 480)
+//   int4_g128: 68 bytes for 128 elements, f16 s, uint8 z, uint8 pad, uint8 qs[64] (element
+//              2i the low nibble of qs[i], 2i + 1 the high one)   w[n, k] = s * (q - z)
+// all little-endian. The w allocation is readable up to the next multiple of 16 bytes past
+// its last block (the kernel loads whole aligned 16-byte units; the bytes past the end are
+// never used).
 //
 // One form, the GEMV: one warp per output column streams its row of blocks once per tile
-// of m_tile rows. Rows of blocks are only 2-byte aligned (34 and 18 bytes per block), so a
-// warp reads a run of 64 blocks as the aligned 16-byte units that cover it, one unit per
-// lane and load (coalesced: every sector a load touches is one the row needs), stages them
-// in shared memory, then each lane decodes whole blocks from there (bfe, cvt to f32) and
-// adds d * (x . codes) per block and row, in f32: the f32 GEMM over the dequantized weights
-// up to f32 rounding. Batches of M <= m_tile read the weights once; larger ones once per
-// 8-row tile.
+// of m_tile rows. Rows of blocks are only 2- or 4-byte aligned, so a warp reads a run of
+// 2048 elements' blocks as the aligned 16-byte units that cover it, one unit per lane and
+// load (coalesced: every sector a load touches is one the row needs), stages them in shared
+// memory, then each lane decodes 32 elements at a time from there (a whole block, or a
+// quarter of an int4_g128 block) and adds scale * (x . codes) per 32 elements and row, in
+// f32: the f32 GEMM over the dequantized weights up to f32 rounding. The codes become f32
+// exactly: q8_0 and q4_0 by bfe and cvt; fp8 and int4 two at a time as f16x2 by bit
+// operations (E4M3's bits moved into an f16's, which is the code's value times 2^-8 for
+// every code, subnormals included; a nibble ORed into 1024.0's f16 bits, minus 1024 + z),
+// then cvt.f32.f16 (no cvt from e4m3 needed, so sm_80 and sm_90 run the same text).
+// Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
+// split > 1 the warps of a column each take a contiguous slice of K / split; with cols 2 a
+// warp stages and decodes two columns' rows side by side, loading x once for both.
 #pragma once
 
 #include <cstdint>
@@ -34,38 +46,62 @@ namespace ptxserve::kernels {
 inline constexpr char kQuantGemmEntry[] = "qgemm";
 
 // The block formats the kernel decodes.
-enum class BlockFormat : uint8_t { kQ8_0, kQ4_0 };
-absl::string_view BlockFormatName(BlockFormat f);  // "q8_0", "q4_0"
+enum class BlockFormat : uint8_t { kQ8_0, kQ4_0, kFp8E4M3, kInt4G128 };
+// "q8_0", "q4_0", "fp8_e4m3", "int4_g128" (engine/model/quant.h's spelling).
+absl::string_view BlockFormatName(BlockFormat f);
 bool ParseBlockFormat(absl::string_view s, BlockFormat* out);
 inline absl::string_view KeyText(BlockFormat f) { return BlockFormatName(f); }
-inline constexpr int kQuantBlockElems = 32;
-constexpr int BlockBytes(BlockFormat f) { return f == BlockFormat::kQ8_0 ? 34 : 18; }
+// The elements a lane decodes at a time; every block holds a whole number of them.
+inline constexpr int kQuantLaneElems = 32;
+constexpr int BlockElems(BlockFormat f) { return f == BlockFormat::kInt4G128 ? 128 : 32; }
+constexpr int BlockBytes(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::kQ8_0:
+      return 34;
+    case BlockFormat::kQ4_0:
+      return 18;
+    case BlockFormat::kFp8E4M3:
+      return 36;
+    case BlockFormat::kInt4G128:
+      break;
+  }
+  return 68;
+}
 
 struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   int n = 4096;  // output features
-  int k = 4096;  // input features, a multiple of 32
+  int k = 4096;  // input features, a multiple of BlockElems(format)
   BlockFormat format = BlockFormat::kQ8_0;
   bool has_bias = false;
   bool accumulate = false;  // y += x w^T (fuses the residual add)
   int m_tile = 4;           // token rows per CTA, 1..8
-  int warps = 4;            // output columns per CTA (one per warp), 1..16
+  int warps = 4;            // warps per CTA, 1..16
+  int split = 1;            // warps per output column, each a slice of K: 1, 2 or 4
+  int cols = 1;             // output columns per warp (with split 1): 1 or 2
   ptx::Target target;
   int Threads() const { return warps * 32; }
+  int Columns() const { return warps * cols / split; }  // output columns per CTA
   using C = QuantGemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24),
-      Field("k", &C::k).Key("k").Range(32, 1 << 20, kQuantBlockElems),
+      Field("k", &C::k).Key("k").Range(32, 1 << 20, kQuantLaneElems),
       Field("format", &C::format).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
       Field("accumulate", &C::accumulate).Key("acc"),
       Field("m_tile", &C::m_tile).Key("mt").Range(1, 8),
-      Field("warps", &C::warps).Key("w").Range(1, 16));
+      Field("warps", &C::warps).Key("w").Range(1, 16),
+      Field("split", &C::split).Key("s").Range(1, 4), Field("cols", &C::cols).Key("c").Range(1, 2));
+  absl::Status CheckAcrossFields() const;
 };
 
 absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg);
-// grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
+// grid (ceil(N / Columns()), ceil(M / m_tile)), warps * 32 threads.
 LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m);
 // The form for batches of up to `m` rows: `base` with m_tile = min(m, 8) (at most 8 rows
-// read the blocks once; more rows re-read them once per 8-row tile, from L2 when they fit).
+// read the blocks once; more rows re-read them once per 8-row tile, from L2 when they fit),
+// and for few columns K split across 2 or 4 warps: a GEMV whose grid barely fills the GPU
+// is bound by one warp's chain of instructions over its row, which a split shortens (the
+// partial sums meet in shared memory, added in slice order); for many columns at m <= 2,
+// two columns per warp.
 QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m);
 
 }  // namespace ptxserve::kernels

@@ -59,15 +59,17 @@ absl::StatusOr<std::optional<kernels::BlockFormat>> BlocksOf(const Tensor& t) {
       return kernels::BlockFormat::kQ8_0;
     case QuantType::kQ4_0:
       return kernels::BlockFormat::kQ4_0;
+    case QuantType::kFp8E4M3:
+      return kernels::BlockFormat::kFp8E4M3;
+    case QuantType::kInt4G128:
+      return kernels::BlockFormat::kInt4G128;
     case QuantType::kQ4_K:
     case QuantType::kQ6_K:
-    case QuantType::kFp8E4M3:
-    case QuantType::kInt4G128:
       break;
   }
   return absl::UnimplementedError(absl::StrCat("tensor ", t.name, " is ", FormatOf(t),
                                                "; the GPU backend serves f32/f16/bf16 and "
-                                               "q8_0/q4_0 weights"));
+                                               "q8_0/q4_0/fp8_e4m3/int4_g128 weights"));
 }
 
 // The tensor's elements as f32 (blocks decoded, element types widened).
@@ -268,7 +270,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   }
   if (!s.ok()) return s;
 
-  // o's columns are padded per head, and a block of 32 cannot be split: with padded heads a
+  // o's columns are padded per head, and a block (32 or 128) cannot be split: with padded heads a
   // block o is uploaded decoded to f32 instead.
   const bool o_decoded = padded && w.types.o_blocks.has_value();
   if (o_decoded) w.types.o_blocks.reset();
@@ -289,8 +291,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   // A role's device bytes: rows of `cols` elements or of their blocks.
   const auto bytes = [&](kernels::ElemType t, const std::optional<kernels::BlockFormat>& b,
                          int64_t rows, int64_t cols) {
-    return static_cast<size_t>(b ? rows * (cols / kernels::kQuantBlockElems) *
-                                       kernels::BlockBytes(*b)
+    return static_cast<size_t>(b ? rows * (cols / kernels::BlockElems(*b)) * kernels::BlockBytes(*b)
                                  : rows * cols * static_cast<int64_t>(es(t)));
   };
   const WeightTypes& ty = w.types;

@@ -65,7 +65,7 @@ kernels::LaunchDims GemmSlots::Launch(int form, int64_t m) const {
 int64_t GemmSlots::RowBytes() const {
   if (!quant) return int64_t{cfg[0].k} * kernels::ElemSize(cfg[0].weight_dtype);
   const kernels::QuantGemmConfig& q = (*quant)[0];
-  return q.k / kernels::kQuantBlockElems * kernels::BlockBytes(q.format);
+  return q.k / kernels::BlockElems(q.format) * kernels::BlockBytes(q.format);
 }
 
 kernels::ElemType ToElemType(DType t) {

@@ -43,8 +43,9 @@ struct WeightTypes {
   kernels::ElemType v = kernels::ElemType::kF32, o = kernels::ElemType::kF32;
   kernels::ElemType gate_up = kernels::ElemType::kF32, down = kernels::ElemType::kF32;
 
-  // Linear roles uploaded as GGML blocks, as a GGUF stores them (kernels/gemm_quant.h); the
-  // role's element type above is then unused. The embedding gather never reads blocks.
+  // Linear roles uploaded as blocks, as a GGUF stores them or an fp8/AWQ/GPTQ checkpoint loads
+  // (kernels/gemm_quant.h); the role's element type above is then unused. The embedding
+  // gather never reads blocks.
   std::optional<kernels::BlockFormat> q_blocks, k_blocks, v_blocks, o_blocks, gate_up_blocks,
       down_blocks, lm_head_blocks;
 

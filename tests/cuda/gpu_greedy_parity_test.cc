@@ -6,12 +6,17 @@
 // step compares logits over the same context. Prompts come in chunks of up to 40 rows next
 // to decoding sequences: steps mix prefill chunks with decode rows, and contexts reach 100.
 //
-// The same for q8_0 and q4_0 GGUFs (`ptxserve quantize`'s encoding) of the models: the GPU
-// runs its quantized GEMV (kernels/gemm_quant.h) on the blocks as stored.
+// The same for q8_0 and q4_0 GGUFs (`ptxserve quantize`'s encoding) of the models, and for
+// its fp8, AWQ and GPTQ checkpoints (loaded as fp8_e4m3 and int4_g128 blocks): the GPU runs
+// its quantized GEMV (kernels/gemm_quant.h) on the blocks as stored.
 //
 // Tolerance: testing::TensorCoreLogitsTolerance, (6 L + 1) u of the largest logit for L
-// layers and the weights' unit roundoff u, and for block weights
+// layers and the weights' unit roundoff u, and for q8_0/q4_0 weights
 // testing::QuantizedLogitsTolerance, (4 L + 1) / 254 + 2 L u_kv (both derived in gpu_test_util.h).
+// fp8_e4m3 and int4_g128 have no integer kernel on the CPU: it widens them to f32 exactly
+// (engine/cpu/gemm_quant.cc), so both backends compute the f32 model over the decoded
+// weights and the bound is the one below against the decoded model, (4 L + 1) K 2^-24 +
+// 2 L u_kv.
 // A step may pick a different token only where the CPU's best two logits lie within twice its
 // absolute size (a near-tie: every one is printed). The largest error seen is printed beside
 // it.
@@ -30,6 +35,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "engine/model/gguf_export.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/hf_quant_export.h"
 #include "gtest/gtest.h"
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
@@ -122,8 +128,11 @@ Outcome RunTeacherForced(const Model& model, const std::string& name) {
   std::vector<float> exact_logits;
 
   const int64_t vocab = model.config.vocab_size;
-  const double tolerance = quantized ? testing::QuantizedLogitsTolerance(model)
-                                     : testing::TensorCoreLogitsTolerance(model);
+  const QuantType q = model.tensors.layers.at(0).wq.quant;
+  const bool widened_on_cpu = q == QuantType::kFp8E4M3 || q == QuantType::kInt4G128;
+  const double tolerance = widened_on_cpu ? exact_tolerance
+                           : quantized    ? testing::QuantizedLogitsTolerance(model)
+                                          : testing::TensorCoreLogitsTolerance(model);
   std::vector<float> gpu_logits;
   auto step = [&](const StepBatch& b, std::vector<float>* logits, std::vector<int32_t>* ids) {
     if (absl::Status s = (*cpu)->Step(b, logits); !s.ok()) return s;
@@ -235,10 +244,11 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuGreedyParity,
                            return model + "_" + std::string(DTypeName(std::get<1>(info.param)));
                          });
 
-// (model, block format): the model written as a GGUF of that format and loaded back, the
-// way `ptxserve quantize` makes one. tinystories-656k pads its 16-wide heads (q/k/v block
-// rows scattered, o decoded to f32); hd128 reads every projection as blocks (q4_0 only: the
-// emulator takes minutes on it, and the layout is the format's only difference).
+// (model, block format): the model written as a GGUF of that format (or a checkpoint
+// directory of fp8/awq/gptq) and loaded back, the way `ptxserve quantize` makes one.
+// tinystories-656k pads its 16-wide heads (q/k/v block rows scattered, o decoded to f32);
+// hd128 reads every projection as blocks (q4_0 only: the emulator takes minutes on it, and
+// the layout is the format's only difference).
 class GpuQuantGreedyParity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
@@ -259,6 +269,20 @@ TEST_P(GpuQuantGreedyParity, SixtyTokens) {
     m = testing::SyntheticModel(name, DType::kF32);
   }
   ASSERT_TRUE(m.ok()) << m.status();
+  if (format == "fp8" || format == "awq" || format == "gptq") {
+    const HfQuantization::Method method = format == "fp8"   ? HfQuantization::Method::kFp8
+                                          : format == "awq" ? HfQuantization::Method::kAwq
+                                                            : HfQuantization::Method::kGptq;
+    const std::string dir = absl::StrCat(::testing::TempDir(), "/parity-", name, "-", format);
+    ASSERT_TRUE(WriteHfQuantized(*m, method, dir).ok());
+    absl::StatusOr<Model> q = LoadModel(dir);
+    ASSERT_TRUE(q.ok()) << q.status();
+    ASSERT_EQ(q->tensors.layers.at(0).w_down.quant,
+              format == "fp8" ? QuantType::kFp8E4M3 : QuantType::kInt4G128);
+    RunTeacherForced(*q, absl::StrCat(name, " ", format));
+    std::filesystem::remove_all(dir);
+    return;
+  }
   GgufWriter w;
   ASSERT_TRUE(AddModelToGguf(*m, *ParseGgufWeightType(format), name, &w).ok());
   const std::string path =
@@ -274,6 +298,9 @@ TEST_P(GpuQuantGreedyParity, SixtyTokens) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuQuantGreedyParity,
                          ::testing::Values(std::tuple{"tinystories-656k", "q8_0"},
                                            std::tuple{"tinystories-656k", "q4_0"},
+                                           std::tuple{"tinystories-656k", "fp8"},
+                                           std::tuple{"tinystories-656k", "awq"},
+                                           std::tuple{"tinystories-656k", "gptq"},
                                            std::tuple{"hd128", "q4_0"}),
                          [](const auto& info) {
                            std::string model = std::get<0>(info.param);

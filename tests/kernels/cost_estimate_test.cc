@@ -17,6 +17,7 @@
 #include "kernels/cost/cost_model.h"
 #include "kernels/decode_attention.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "kernels/ptx/ptxas.h"
 #include "tests/kernels/emu_harness.h"
 
@@ -72,6 +73,78 @@ int Registers(const std::string& ptx, const std::string& arch) {
   const ptx::PtxasResult r = ptx::AssembleAll(ptxas, {{"kernel", ptx}}, arch);
   EXPECT_TRUE(r.ok) << r.log;
   return r.ok ? std::max(r.entries.front().registers, 0) : 0;
+}
+
+// The quantized decode GEMV (batch 1) in each block format at the shapes of a Llama-3.2-1B
+// layer (q/o 2048 x 2048, k/v 512 x 2048, gate/up 16384 x 2048, down 2048 x 8192) on h100,
+// registers from ptxas at sm_90 where present: per launch its time, the limit that binds
+// and its share of the roofline of the bytes it moves (the quantized weights, x and y), then
+// the layer's share (each launch's time weighted by its share, as gpu_estimate's table is
+// read). The figures are estimates. Gate/up, the layer's largest, must come within 80% of
+// its roofline bound by DRAM in every format: no format's unpacking may be what limits it.
+TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
+  struct Shape {
+    const char* role;
+    int n, k;
+  };
+  const Shape shapes[] = {
+      {"q/o", 2048, 2048}, {"k/v", 512, 2048}, {"gate/up", 16384, 2048}, {"down", 2048, 8192}};
+  const int per_layer[] = {2, 2, 1, 1};
+  const cost::DeviceSpec& d = *cost::FindDevice("h100");
+  for (BlockFormat f :
+       {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
+    double layer_s = 0, layer_roof_s = 0;
+    for (int i = 0; i < 4; ++i) {
+      const Shape& sh = shapes[i];
+      SCOPED_TRACE(absl::StrFormat("%s %s", BlockFormatName(f), sh.role));
+      QuantGemmConfig base;
+      base.n = sh.n;
+      base.k = sh.k;
+      base.format = f;
+      base.target = ptx::Target{90, 78};
+      const QuantGemmConfig cfg = QuantGemmConfigFor(base, 1);
+      absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      emu::EmulatorOptions options;
+      options.collect_counters = true;
+      options.sample_ctas = 64;
+      EmuHarness h(options);
+      const size_t w_bytes =
+          (static_cast<size_t>(sh.n) * (sh.k / BlockElems(f)) * BlockBytes(f) + 15) / 16 * 16;
+      const uint64_t dx = h.Upload(std::vector<float>(sh.k, 1.0f));
+      const uint64_t dw = h.Upload(std::vector<uint8_t>(w_bytes, 0));
+      const uint64_t dy = h.Alloc(static_cast<size_t>(sh.n) * 4);
+      ASSERT_TRUE(h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, 1),
+                        {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(1)})
+                      .ok());
+      std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+      ASSERT_EQ(counters.size(), 1u);
+      const emu::KernelCounters& c = counters[0];
+      const cost::Estimate e =
+          cost::EstimateLaunch(d, c, {Registers(*ptx, "sm_90")}, /*in_graph=*/true);
+      const double roofline =
+          static_cast<double>(c.dram_read_bytes + c.dram_write_bytes) / d.dram_bytes_per_s;
+      EXPECT_GE(e.seconds, roofline);
+      layer_s += per_layer[i] * e.seconds;
+      layer_roof_s += per_layer[i] * roofline;
+      absl::PrintF(
+          "estimate (not measured): qgemm %-9s %-7s %5dx%-5d on h100: %6.2f us, bound by %-7s "
+          "(dram %.2f, issue %.2f, latency %.2f us; %.1f warp instructions per 32 weights), "
+          "roofline %.2f us = %.1f%%\n",
+          BlockFormatName(f), sh.role, sh.n, sh.k, e.seconds * 1e6, e.binding, e.dram_s * 1e6,
+          e.issue_s * 1e6, e.latency_s * 1e6,
+          static_cast<double>(c.warp_instructions) / (static_cast<double>(sh.n) * sh.k / 32),
+          roofline * 1e6, 100 * roofline / e.seconds);
+      if (i == 2) {
+        EXPECT_EQ(e.binding, "dram");
+        EXPECT_GE(roofline / e.seconds, 0.80);
+      }
+    }
+    absl::PrintF(
+        "estimate (not measured): qgemm %-9s one layer's GEMVs: %.2f us, %.1f%% of their "
+        "roofline\n",
+        BlockFormatName(f), layer_s * 1e6, 100 * layer_roof_s / layer_s);
+  }
 }
 
 // The launch of issue 12's target: 64 sequences of 4096 tokens, each in its own blocks

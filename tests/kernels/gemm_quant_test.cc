@@ -1,9 +1,12 @@
 // The quantized GEMV (kernels/gemm_quant.h) on the emulator against the CPU backend's
-// quantized GEMM (engine/cpu), for q8_0 and q4_0 at odd shapes and batches of 1..8 rows
-// and more, and through the registry's key and launch rules.
+// quantized GEMM (engine/cpu), for q8_0, q4_0, fp8_e4m3 and int4_g128 at odd shapes and
+// batches of 1..8 rows and more, on random blocks and on blocks of edge codes, and through
+// the registry's key and launch rules.
 #include "kernels/gemm_quant.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -17,7 +20,17 @@ namespace ptxserve::kernels::testing {
 namespace {
 
 QuantType ToQuantType(BlockFormat f) {
-  return f == BlockFormat::kQ8_0 ? QuantType::kQ8_0 : QuantType::kQ4_0;
+  switch (f) {
+    case BlockFormat::kQ8_0:
+      return QuantType::kQ8_0;
+    case BlockFormat::kQ4_0:
+      return QuantType::kQ4_0;
+    case BlockFormat::kFp8E4M3:
+      return QuantType::kFp8E4M3;
+    case BlockFormat::kInt4G128:
+      break;
+  }
+  return QuantType::kInt4G128;
 }
 
 struct QuantGemmCase {
@@ -26,6 +39,8 @@ struct QuantGemmCase {
   int m_tile;  // 0: QuantGemmConfigFor's
   int warps;
   bool bias, accumulate;
+  int split = 0;  // 0: QuantGemmConfigFor's
+  int cols = 0;   // 0: QuantGemmConfigFor's
 };
 
 // n rows of k random weights in `f`'s blocks, padded with zero bytes to a multiple of 16
@@ -38,6 +53,46 @@ std::vector<uint8_t> RandomBlocks(std::mt19937& rng, BlockFormat f, int n, int k
     EXPECT_TRUE(QuantizeRow(ToQuantType(f), row.data(), k, out.data() + r * row_bytes).ok());
   }
   return out;
+}
+
+// The GEMV on `w` against the CPU backend's widened-rows kernel: the f32 GEMM over the
+// dequantized rows, which the GEMV computes too, in another order of sums.
+void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vector<uint8_t>& w) {
+  SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", BlockFormatName(c.format),
+                            " warps ", c.warps));
+  const std::vector<float> x = RandomFloats(rng, c.m * c.k);
+  const std::vector<float> bias = RandomFloats(rng, c.n);
+  const std::vector<float> y0 = RandomFloats(rng, c.m * c.n);
+  std::vector<float> want(c.m * c.n);
+  cpu::GemmQuantized(x.data(), {w.data(), DType::kF32, ToQuantType(c.format)},
+                     c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data(),
+                     cpu::BlockKernel::kWidenedRows);
+  if (c.accumulate) {
+    for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+  }
+  QuantGemmConfig base;
+  base.n = c.n;
+  base.k = c.k;
+  base.format = c.format;
+  base.has_bias = c.bias;
+  base.accumulate = c.accumulate;
+  base.warps = c.warps;
+  QuantGemmConfig cfg = QuantGemmConfigFor(base, c.m);
+  if (c.m_tile != 0) cfg.m_tile = c.m_tile;
+  if (c.split != 0) cfg.split = c.split;
+  if (c.cols != 0) cfg.cols = c.cols;
+  EXPECT_EQ(cfg.m_tile, c.m_tile != 0 ? c.m_tile : std::min(c.m, 8));
+  absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EmuHarness h;
+  const uint64_t dx = h.Upload(x), dw = h.Upload(w), db = h.Upload(bias);
+  const uint64_t dy = h.Upload(y0);
+  const absl::Status st = h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, c.m),
+                                {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
+  ASSERT_TRUE(st.ok()) << st;
+  // Sums of up to 4128 products of magnitude <= 1 (448 s <= 1 for fp8) in two orders: f32
+  // rounding stays far below 1e-4 of the typical |y| ~ sqrt(k) / 3.
+  EXPECT_TRUE(Near(h.Download<float>(dy, want.size()), want, 1e-4f, 1e-4f));
 }
 
 TEST(QuantGemm, MatchesCpuQuantizedGemm) {
@@ -59,45 +114,88 @@ TEST(QuantGemm, MatchesCpuQuantizedGemm) {
       {17, 21, 224, kQ8_0, 0, 4, false, true},
       {33, 5, 1056, kQ4_0, 0, 4, true, false},
       {10, 50, 96, kQ8_0, 3, 4, false, false},
+      // fp8 rows (36-byte blocks, 4-byte aligned): one block, odd counts, partial steps.
+      {1, 33, 32, kFp8E4M3, 0, 4, false, false},
+      {2, 17, 96, kFp8E4M3, 0, 4, true, true},
+      {3, 7, 2080, kFp8E4M3, 0, 2, false, true},
+      {5, 40, 4128, kFp8E4M3, 0, 4, true, false},
+      {8, 65, 160, kFp8E4M3, 0, 16, false, false},
+      {19, 9, 544, kFp8E4M3, 0, 4, false, true},
+      // int4_g128 rows (68-byte blocks of 128, four lanes each): one block, a step of 16
+      // blocks and partial ones.
+      {1, 33, 128, kInt4G128, 0, 4, false, false},
+      {2, 31, 384, kInt4G128, 0, 4, true, false},
+      {4, 7, 2176, kInt4G128, 0, 2, false, true},
+      {6, 40, 4224, kInt4G128, 0, 4, true, true},
+      {8, 17, 2048, kInt4G128, 0, 1, false, false},
+      {7, 100, 640, kInt4G128, 0, 8, false, false},
+      {21, 5, 1152, kInt4G128, 0, 4, true, false},
+      {10, 12, 256, kInt4G128, 3, 4, false, true},
+      // K split across 2 or 4 warps of a column (partial last steps in each slice, N not a
+      // multiple of the CTA's columns, rows past a tile).
+      {1, 33, 4160, kQ8_0, 0, 4, true, false, 2},
+      {3, 17, 1024, kQ4_0, 0, 8, false, true, 4},
+      {2, 9, 2176, kFp8E4M3, 0, 4, true, true, 4},
+      {9, 31, 2560, kInt4G128, 0, 4, false, true, 2},
+      {1, 12, 512, kInt4G128, 0, 16, true, false, 4},
+      // Two columns per warp: N odd (the last warp's second column is past N), rows past
+      // a tile, partial steps.
+      {1, 35, 2080, kQ8_0, 0, 4, true, true, 1, 2},
+      {2, 17, 1056, kQ4_0, 0, 2, false, false, 1, 2},
+      {2, 9, 4128, kFp8E4M3, 0, 4, true, false, 1, 2},
+      {1, 41, 2176, kInt4G128, 0, 4, false, true, 1, 2},
+      {5, 13, 640, kInt4G128, 2, 1, true, true, 1, 2},
   };
   std::mt19937 rng(16);
   for (const QuantGemmCase& c : cases) {
-    SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", BlockFormatName(c.format),
-                              " warps ", c.warps));
-    const std::vector<float> x = RandomFloats(rng, c.m * c.k);
-    const std::vector<uint8_t> w = RandomBlocks(rng, c.format, c.n, c.k);
-    const std::vector<float> bias = RandomFloats(rng, c.n);
-    const std::vector<float> y0 = RandomFloats(rng, c.m * c.n);
-    // The widened-rows kernel: the f32 GEMM over the dequantized rows, which the GEMV
-    // computes too, in another order of sums.
-    std::vector<float> want(c.m * c.n);
-    cpu::GemmQuantized(x.data(), {w.data(), DType::kF32, ToQuantType(c.format)},
-                       c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data(),
-                       cpu::BlockKernel::kWidenedRows);
-    if (c.accumulate) {
-      for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+    ExpectMatchesCpu(rng, c, RandomBlocks(rng, c.format, c.n, c.k));
+  }
+}
+
+// Blocks written code by code rather than by the encoder: every E4M3 code but the NaN
+// 0x7F/0xFF (max 448 at 0x7E, the subnormals m * 2^-9 at 0x01..0x07 and their negatives,
+// both zeros) and int4 groups with zero points 0, 1, 8, 15 and 16 against nibbles 0..15.
+TEST(QuantGemm, EdgeCodesMatchCpu) {
+  std::mt19937 rng(61);
+  {
+    const int n = 9, k = 256;
+    const int64_t row_bytes = QuantRowBytes(QuantType::kFp8E4M3, k);
+    std::vector<uint8_t> w((n * row_bytes + 15) / 16 * 16, 0);
+    int code = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int b = 0; b < k / 32; ++b) {
+        uint8_t* blk = w.data() + r * row_bytes + b * 36;
+        const float s = r == 0 ? 1.0f / 448 : std::ldexp(1.0f, -3 - r);
+        std::memcpy(blk, &s, 4);
+        for (int j = 0; j < 32; ++j) {
+          do code = (code + 1) % 256;
+          while ((code & 0x7F) == 0x7F);
+          blk[4 + j] = static_cast<uint8_t>(code);
+        }
+      }
     }
-    QuantGemmConfig base;
-    base.n = c.n;
-    base.k = c.k;
-    base.format = c.format;
-    base.has_bias = c.bias;
-    base.accumulate = c.accumulate;
-    base.warps = c.warps;
-    QuantGemmConfig cfg = QuantGemmConfigFor(base, c.m);
-    if (c.m_tile != 0) cfg.m_tile = c.m_tile;
-    EXPECT_EQ(cfg.m_tile, c.m_tile != 0 ? c.m_tile : std::min(c.m, 8));
-    absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
-    ASSERT_TRUE(ptx.ok()) << ptx.status();
-    EmuHarness h;
-    const uint64_t dx = h.Upload(x), dw = h.Upload(w), db = h.Upload(bias);
-    const uint64_t dy = h.Upload(y0);
-    const absl::Status st = h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, c.m),
-                                  {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
-    ASSERT_TRUE(st.ok()) << st;
-    // Sums of up to 4128 products of magnitude <= 1 in two orders: f32 rounding stays far
-    // below 1e-4 of the typical |y| ~ sqrt(k) / 3.
-    EXPECT_TRUE(Near(h.Download<float>(dy, want.size()), want, 1e-4f, 1e-4f));
+    for (int m : {1, 3, 8})
+      ExpectMatchesCpu(rng, {m, n, k, BlockFormat::kFp8E4M3, 0, 4, true, false}, w);
+  }
+  {
+    const int n = 10, k = 512;
+    const int64_t row_bytes = QuantRowBytes(QuantType::kInt4G128, k);
+    std::vector<uint8_t> w((n * row_bytes + 15) / 16 * 16, 0);
+    const uint8_t zeros[] = {0, 15, 1, 8, 16};
+    for (int r = 0; r < n; ++r) {
+      for (int b = 0; b < k / 128; ++b) {
+        uint8_t* blk = w.data() + r * row_bytes + b * 68;
+        const uint16_t s = r % 2 == 0 ? 0x2C00 : 0x0001;  // 1/16, and the least subnormal f16
+        std::memcpy(blk, &s, 2);
+        blk[2] = zeros[(r + b) % 5];
+        for (int j = 0; j < 64; ++j) {
+          blk[4 + j] = static_cast<uint8_t>(((j + r) % 16) | ((15 - (j + b) % 16) << 4));
+        }
+      }
+    }
+    for (int m : {1, 2, 8, 9}) {
+      ExpectMatchesCpu(rng, {m, n, k, BlockFormat::kInt4G128, 0, 4, false, true}, w);
+    }
   }
 }
 
@@ -107,11 +205,49 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
   cfg.k = 96;
   cfg.format = BlockFormat::kQ4_0;
   cfg.m_tile = 8;
-  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:" + cfg.target.Key());
+  EXPECT_EQ(cfg.Key(), "qgemm:n64:k96:q4_0:mt8:w4:s1:c1:" + cfg.target.Key());
   cfg.k = 100;
   const absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
   ASSERT_FALSE(ptx.ok());
   EXPECT_NE(ptx.status().message().find("k = 100"), std::string::npos) << ptx.status();
+  cfg.k = 96;
+  cfg.format = BlockFormat::kInt4G128;
+  const absl::StatusOr<std::string> int4 = GenerateQuantGemm(cfg);
+  ASSERT_FALSE(int4.ok());
+  EXPECT_NE(int4.status().message().find("k = 96 is not a multiple of int4_g128's 128"),
+            std::string::npos)
+      << int4.status();
+  for (BlockFormat f :
+       {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
+    BlockFormat parsed{};
+    EXPECT_TRUE(ParseBlockFormat(BlockFormatName(f), &parsed));
+    EXPECT_EQ(parsed, f);
+    EXPECT_EQ(BlockBytes(f), LayoutOf(ToQuantType(f)).block_bytes);
+    EXPECT_EQ(BlockElems(f), LayoutOf(ToQuantType(f)).block_elems);
+  }
+  // Few columns split K (k/v of Llama-3.2-1B: 512 x 2048), whole rows otherwise; a split
+  // must divide the warps and leave whole blocks in each slice.
+  cfg.n = 512;
+  cfg.k = 2048;
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).split, 4);
+  EXPECT_EQ(QuantGemmLaunch(QuantGemmConfigFor(cfg, 1), 1).grid[0], 512u);
+  cfg.n = 2048;
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).split, 1);
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 1).cols, 1);
+  cfg.n = 16384;  // gate/up: two columns per warp up to 2 rows
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 2).cols, 2);
+  EXPECT_EQ(QuantGemmLaunch(QuantGemmConfigFor(cfg, 2), 2).grid[0], 2048u);
+  EXPECT_EQ(QuantGemmConfigFor(cfg, 3).cols, 1);
+  cfg.cols = 2;
+  cfg.split = 2;
+  EXPECT_FALSE(GenerateQuantGemm(cfg).ok());
+  cfg.cols = 1;
+  cfg.split = 4;
+  cfg.k = 384;
+  EXPECT_FALSE(GenerateQuantGemm(cfg).ok());  // 96-element slices: not whole int4 blocks
+  cfg.split = 1;
+  cfg.n = 64;
+  cfg.k = 96;
   const LaunchDims d = QuantGemmLaunch(QuantGemmConfigFor(cfg, 1000), 1000);
   EXPECT_EQ(d.grid[0], 16u);
   EXPECT_EQ(d.grid[1], 125u);

@@ -28,7 +28,8 @@ namespace {
 // a new profile belongs here). Their targets differ (sm_80, sm_90); their SM counts do not
 // enter the kernel set today, which is why small and a100 list the same kernels, and would
 // show here if they did. Dtypes: each model's weights as the server may load them (and as
-// q8_0/q4_0 GGUFs where its rows are whole blocks of 32), and every K/V cache dtype the
+// q8_0/q4_0 GGUFs where its rows are whole blocks of 32, and as fp8/AWQ checkpoints where
+// they are whole blocks of 32/128), and every K/V cache dtype the
 // backend takes; a kernel depends on one or the other, never both, but every pair is built anyway,
 // so the manifest does not rest on that. Block size and PTX ISA: the server's defaults.
 constexpr const char* kProfiles[] = {"small", "a100", "h100"};
@@ -93,6 +94,22 @@ absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
           (padded || c.q_dim() % 32 == 0)) {
         for (kernels::BlockFormat f : {kernels::BlockFormat::kQ8_0, kernels::BlockFormat::kQ4_0}) {
           formats.push_back(WeightTypes::Blocks(f, padded));
+        }
+      }
+      // And the fp8 and AWQ/GPTQ checkpoints `ptxserve quantize --type fp8|awq` makes of it:
+      // the projections in blocks, embedding and LM head in the model's dtype.
+      for (kernels::BlockFormat f :
+           {kernels::BlockFormat::kFp8E4M3, kernels::BlockFormat::kInt4G128}) {
+        const int be = kernels::BlockElems(f);
+        if (c.hidden_size % be != 0 || c.intermediate_size % be != 0 ||
+            (!padded && c.q_dim() % be != 0)) {
+          continue;
+        }
+        for (DType dt : m.weight_dtypes) {
+          WeightTypes w = WeightTypes::Blocks(f, padded);
+          w.lm_head_blocks.reset();
+          w.embed = w.lm_head = ToElemType(dt);
+          formats.push_back(w);
         }
       }
       for (const WeightTypes& weights : formats) {

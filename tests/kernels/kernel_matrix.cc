@@ -116,7 +116,8 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       }
     }
   }
-  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+  for (BlockFormat f :
+       {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
     for (int m_tile : full ? std::vector<int>{1, 4, 8} : std::vector<int>{8}) {
       QuantGemmConfig q;  // Llama-3.2-1B's down projection (k 8192: two staging steps)
       q.n = 2048;

@@ -108,17 +108,22 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
   }
 }
 
-// The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers.
+// The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers,
+// K split across warps or not, one column per warp or two.
 TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
   for (int sm : {80, 90}) {
     std::vector<PtxModule> modules;
-    for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
-      for (int m_tile : {1, 8}) {
+    for (BlockFormat f :
+         {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
+      for (auto [m_tile, split, cols] :
+           {std::tuple{1, 1, 1}, std::tuple{8, 1, 1}, std::tuple{8, 4, 1}, std::tuple{2, 1, 2}}) {
         QuantGemmConfig c;
         c.n = 2048;
         c.k = 8192;
         c.format = f;
         c.m_tile = m_tile;
+        c.split = split;
+        c.cols = cols;
         c.accumulate = true;
         c.target = ptx::Target{sm, 78};
         absl::StatusOr<std::string> ptx = GenerateQuantGemm(c);
