@@ -49,14 +49,12 @@ inline float Scale(const uint8_t* p) {
 // The two formats as the kernels see them: Widen gives elements 8s..8s+7 of a block as
 // f32 weights (d already broadcast); Load and Dot give the integer kernel a block's
 // codes and their dot product with 32 codes of x, as 8 int32 lanes (lane l: elements
-// 4l..4l+3); kOffset is the c of x's corrections (gemm_tiles.h) that Dot needs, kVnniOffset
-// the one gemm_quant_vnni.cc's kernel needs.
+// 4l..4l+3); kOffset is the c of x's corrections (gemm_tiles.h) that Dot needs.
 struct Q8_0 {
   static constexpr int kBytes = 34;
   static constexpr int kElems = 32;
   static constexpr QuantType kType = QuantType::kQ8_0;
   static constexpr int kOffset = 0;
-  static constexpr int kVnniOffset = 128;
   static float BlockScale(const uint8_t* b) { return Scale(b); }
   static __m256 Widen(const uint8_t* b, int s, __m256 d) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * s));
@@ -81,7 +79,6 @@ struct Q4_0 {
   static constexpr int kElems = 32;
   static constexpr QuantType kType = QuantType::kQ4_0;
   static constexpr int kOffset = 8;
-  static constexpr int kVnniOffset = 8;
   static float BlockScale(const uint8_t* b) { return Scale(b); }
   // Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
   static __m256 Widen(const uint8_t* b, int s, __m256 d) {
@@ -401,7 +398,7 @@ void GemmBlocks(const Problem& problem, bool integer) {
   }
   const bool vnni = GemmIsa() >= Isa::kAvx512Vnni;
   thread_local QuantizedRows xq;
-  QuantizeActivations(problem.x, problem.M, problem.K, vnni ? F::kVnniOffset : F::kOffset, &xq);
+  QuantizeActivations(problem.x, problem.M, problem.K, F::kOffset, &xq);
   Problem p = problem;
   p.xq = &xq;
   if (vnni) {
