@@ -49,7 +49,7 @@ inline float Scale(const uint8_t* p) {
 // The two formats as the kernels see them: Widen gives elements 8s..8s+7 of a block as
 // f32 weights (d already broadcast); Load and Dot give the integer kernel a block's
 // codes and their dot product with 32 codes of x, as 8 int32 lanes (lane l: elements
-// 4l..4l+3); kOffset is the c of x's corrections (gemm_tiles.h) that Dot needs.
+// 4l..4l+3); kOffset is the c of x's corrections (QuantizedRows) that Dot needs.
 struct Q8_0 {
   static constexpr int kBytes = 34;
   static constexpr int kElems = 32;
@@ -146,15 +146,14 @@ struct Int4G128 {
   }
 };
 
-// The storage of a QuantizedX (gemm_tiles.h).
+// x rounded to 8 bits (QuantizedX's layout, gemm_tiles.h), and for the AVX2 kernel's Dot
+// each block's corrections at corrections + (m * blocks + b) * 8: the 8 int32 lanes
+// -c * (q[4l] + ... + q[4l + 3]), c being what Dot adds to the weight codes to make them
+// unsigned (F::kOffset: 8 for q4_0's nibbles, 0 for q8_0, which needs none).
 struct QuantizedRows {
   std::vector<int8_t> codes;
   std::vector<float> scales;
   std::vector<int32_t> corrections;
-
-  QuantizedX View(int64_t blocks_per_row) const {
-    return {codes.data(), scales.data(), corrections.data(), blocks_per_row};
-  }
 };
 
 // x (M rows of K) rounded to 8 bits per block of 32, with corrections for c = offset.
@@ -212,13 +211,12 @@ inline void StoreTile(__m256 (&acc)[MR][4], const float* bias, int64_t col_step,
 // tile's first weight row, the distance between its rows, and where its outputs go.
 struct TileArgs {
   const float* x;
-  const int8_t* x_codes;  // integer kernel: row i's block b at x_codes + (i*blocks+b)*32
-  const float* x_scales;  // integer kernel: row i's block b at x_scales[i*blocks+b]
-  const int32_t*
-      x_corrections;  // integer kernel: row i's block b at x_corrections + (i*blocks+b)*8
-  const uint8_t* w;   // the tile's first weight row
-  int64_t row_bytes;  // bytes per weight row
-  int64_t col_step;   // weight rows (and output columns) between the tile's rows
+  const int8_t* x_codes;         // integer kernel: row i's block b at x_codes + (i*blocks+b)*32
+  const float* x_scales;         // integer kernel: row i's block b at x_scales[i*blocks+b]
+  const int32_t* x_corrections;  // integer kernel: as x_codes, 8 per block
+  const uint8_t* w;              // the tile's first weight row
+  int64_t row_bytes;             // bytes per weight row
+  int64_t col_step;              // weight rows (and output columns) between the tile's rows
   int64_t K;
   const float* bias;  // bias of the first row, or nullptr
   int64_t ldy;
@@ -402,7 +400,7 @@ void GemmBlocks(const Problem& problem, bool integer) {
   Problem p = problem;
   p.xq = &xq;
   if (vnni) {
-    const QuantizedX x = xq.View(p.K / 32);
+    const QuantizedX x{xq.codes.data(), xq.scales.data(), p.K / 32};
     RunPanels(p, [&](int64_t b, int64_t e) {
       IntegerPanelAvx512Vnni(F::kType, x, p.w, p.row_bytes, p.bias, p.M, p.N, b, e, p.y);
     });

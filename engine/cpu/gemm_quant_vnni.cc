@@ -9,8 +9,8 @@
 // lane by lane, exactly: q4_0's nibbles are already its codes plus 8 (c = 8); q8_0's codes
 // get 128 by flipping their top bit (c = 128, w + 128 in 0..255). This is the usual offset
 // trick, with the offset's cost paid once per x block and tile rather than per weight
-// block; computed here rather than read (QuantizedX's corrections), so x's blocks take 36
-// bytes instead of 68 of the cache that holds a tile's 8 rows of x.
+// block; computed here rather than read from x's blocks as the AVX2 kernel's q4_0 does, so
+// x's blocks take 36 bytes instead of 68 of the cache that holds a tile's 8 rows of x.
 // The lanes are the AVX2 kernel's (lane l: elements 4l..4l+3 of the block, summed
 // exactly), and the f32 work after them is the AVX2 kernel's too, in the same order: the
 // lanes are converted to f32 and added into 8 f32 lanes per output as
@@ -175,7 +175,7 @@ void Panel(const QuantizedX& x, const uint8_t* w, int64_t row_bytes, const float
   ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
               [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
                 const int64_t b0 = m0 * x.blocks;
-                const TileArgs a{{x.codes + b0 * 32, x.scales + b0, nullptr, x.blocks},
+                const TileArgs a{{x.codes + b0 * 32, x.scales + b0, x.blocks},
                                  w + n * row_bytes,
                                  row_bytes,
                                  col_step,

@@ -51,22 +51,17 @@ void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* b
 
 // x rounded per block of 32 to int8 codes q and an f32 scale d (x ~ d * q), as the integer
 // kernels read it (gemm_quant.cc makes it): row m's block b has its codes at
-// codes + (m * blocks + b) * 32, its d at scales[m * blocks + b], and at
-// corrections + (m * blocks + b) * 8 the 8 int32 lanes -c * (q[4l] + ... + q[4l + 3]), where c
-// is what the AVX2 kernel adds to the weight codes to make them unsigned (8 for q4_0's
-// nibbles; 0 for q8_0, which needs no correction there).
+// codes + (m * blocks + b) * 32 and its d at scales[m * blocks + b].
 struct QuantizedX {
   const int8_t* codes;
   const float* scales;
-  const int32_t* corrections;
   int64_t blocks;  // blocks per row: K / 32
 };
 
 // The q8_0/q4_0 integer kernel's panel for CPUs with AVX512-VNNI (gemm_quant_vnni.cc):
 // y[m * ldy + n] = sum over blocks of (the block's integer dot product) * (d_w * d_x)
 // (+ bias[n]) for m < M, n in [n_begin, n_end), with exactly the sums of gemm_quant.cc's
-// AVX2 integer kernel, bit for bit. x's corrections are not read. Only when
-// DetectIsa() >= Isa::kAvx512Vnni.
+// AVX2 integer kernel, bit for bit. Only when DetectIsa() >= Isa::kAvx512Vnni.
 void IntegerPanelAvx512Vnni(QuantType t, const QuantizedX& x, const uint8_t* w, int64_t row_bytes,
                             const float* bias, int64_t M, int64_t ldy, int64_t n_begin,
                             int64_t n_end, float* y);
