@@ -5,7 +5,8 @@
 // num_layers timed cpu::PagedAttention calls at the same shape (512 query rows of one
 // sequence against its 512 cached positions), so both see the same machine load:
 // attention_pct = 100 * attention time / step time; once per GEMM instruction set the
-// CPU has (the GEMM's AVX-512 kernel gives the same bits). The model is read from --model
+// CPU has (each gives the AVX2 kernels' bits, except that with AVX512-VNNI q8_0 runs the
+// integer kernel at 512 rows, where the others widen its rows). The model is read from --model
 // (default /tmp/m1b-f16, made by `ptxserve make-model --preset llama-3.2-1b --dtype f16`).
 // BM_Attention needs no model: the llama-3.2-1b attention shape (32 query heads, 8 KV
 // heads, head_dim 64) at a prefill of `rows` rows and at decode (1 row per sequence).
@@ -101,7 +102,7 @@ void BM_Attention(benchmark::State& state, DType dtype) {
       benchmark::Counter(p.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// arg: the GEMM's instruction set (0 avx2, 1 avx512; engine/cpu/isa.h).
+// arg: the GEMM's instruction set (0 avx2, 1 avx512, 2 avx512_vnni; engine/cpu/isa.h).
 void BM_PrefillStep(benchmark::State& state) {
   const auto isa = static_cast<cpu::Isa>(state.range(0));
   if (!cpu::SetGemmIsa(isa)) return state.SkipWithError("this CPU lacks the instruction set");
@@ -168,6 +169,7 @@ BENCHMARK_CAPTURE(BM_Attention, f16, DType::kF16)
 BENCHMARK(BM_PrefillStep)
     ->Arg(static_cast<int>(cpu::Isa::kAvx2))
     ->Arg(static_cast<int>(cpu::Isa::kAvx512))
+    ->Arg(static_cast<int>(cpu::Isa::kAvx512Vnni))
     ->Iterations(2)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

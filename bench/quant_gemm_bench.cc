@@ -1,7 +1,8 @@
 // The CPU GEMM over f16 and block-quantized weights on Llama-3.2-1B's projection shapes,
 // for a decode step (1 row), batches (8, 64) and a prefill chunk (512), with each
 // q8_0/q4_0 kernel (widening in registers, widened rows, integer dot products) named
-// explicitly, and the Hugging Face formats fp8_e4m3 and int4_g128. GB/s is
+// explicitly (the integer one also on AVX2 alone, where the CPU has AVX512-VNNI: the label
+// names the instruction set), and the Hugging Face formats fp8_e4m3 and int4_g128. GB/s is
 // weight bytes read per second (the weights once per GEMM), the figure decode is bound by.
 // Iterations cycle through copies of the weights filling kColdBytes, more than the
 // last-level cache, so the weights come from memory as a whole model's do in decode.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/dtype.h"
 #include "engine/model/quant.h"
@@ -51,9 +53,11 @@ std::vector<uint8_t> Weights(QuantType quant, int64_t N, int64_t K) {
 
 constexpr size_t kColdBytes = size_t{512} << 20;
 
-// state.range: (M, N, K).
-void RunGemm(benchmark::State& state, QuantType quant, cpu::BlockKernel kernel) {
+// state.range: (M, N, K). avx2: the GEMM kernels' AVX2 versions, whatever the CPU has.
+void RunGemm(benchmark::State& state, QuantType quant, cpu::BlockKernel kernel, bool avx2 = false) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  cpu::SetGemmIsa(avx2 ? cpu::Isa::kAvx2 : cpu::DetectIsa());
+  state.SetLabel(cpu::IsaName(cpu::GemmIsa()));
   // Google Benchmark calls this a few times per case: the copies are made once per case.
   static std::map<std::tuple<QuantType, int64_t, int64_t>, std::vector<uint8_t>> made;
   static std::vector<uint8_t> all;
@@ -80,6 +84,7 @@ void RunGemm(benchmark::State& state, QuantType quant, cpu::BlockKernel kernel) 
     }
     benchmark::DoNotOptimize(y.data());
   }
+  cpu::SetGemmIsa(cpu::DetectIsa());
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] =
@@ -102,10 +107,14 @@ BENCHMARK_CAPTURE(RunGemm, q8_0_widening, QuantType::kQ8_0, BlockKernel::kWideni
 BENCHMARK_CAPTURE(RunGemm, q8_0_widened_rows, QuantType::kQ8_0, BlockKernel::kWidenedRows)
     ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q8_0_integer, QuantType::kQ8_0, BlockKernel::kInteger)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q8_0_integer_avx2, QuantType::kQ8_0, BlockKernel::kInteger, true)
+    ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_widening, QuantType::kQ4_0, BlockKernel::kWidening)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_widened_rows, QuantType::kQ4_0, BlockKernel::kWidenedRows)
     ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_integer, QuantType::kQ4_0, BlockKernel::kInteger)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q4_0_integer_avx2, QuantType::kQ4_0, BlockKernel::kInteger, true)
+    ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q8_0_chosen, QuantType::kQ8_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_chosen, QuantType::kQ4_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_k, QuantType::kQ4_K, BlockKernel::kChosen)->Apply(Shapes);

@@ -155,7 +155,7 @@ KernelFn<W> PickKernel(int mr, int nr) {
 template <class W>
 void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
                int64_t K, int64_t n_begin, int64_t n_end, float* y) {
-  if (GemmIsa() == Isa::kAvx512) {
+  if (GemmIsa() >= Isa::kAvx512) {
     GemmPanelAvx512(x, w, wt, bias, M, ldy, K, n_begin, n_end, y);
     return;
   }

@@ -49,6 +49,23 @@ void GemmPanelAvx512(const float* x, const float* w, DType wt, const float* bias
 void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* bias, int64_t M,
                      int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y);
 
+// x rounded per block of 32 to int8 codes q and an f32 scale d (x ~ d * q), as the integer
+// kernels read it (gemm_quant.cc makes it): row m's block b has its codes at
+// codes + (m * blocks + b) * 32 and its d at scales[m * blocks + b].
+struct QuantizedX {
+  const int8_t* codes;
+  const float* scales;
+  int64_t blocks;  // blocks per row: K / 32
+};
+
+// The q8_0/q4_0 integer kernel's panel for CPUs with AVX512-VNNI (gemm_quant_vnni.cc):
+// y[m * ldy + n] = sum over blocks of (the block's integer dot product) * (d_w * d_x)
+// (+ bias[n]) for m < M, n in [n_begin, n_end), with exactly the sums of gemm_quant.cc's
+// AVX2 integer kernel, bit for bit. Only when DetectIsa() >= Isa::kAvx512Vnni.
+void IntegerPanelAvx512Vnni(QuantType t, const QuantizedX& x, const uint8_t* w, int64_t row_bytes,
+                            const float* bias, int64_t M, int64_t ldy, int64_t n_begin,
+                            int64_t n_end, float* y);
+
 // The ways to multiply by blocks (gemm_quant.cc): widening codes to f32 weights in
 // registers (q8_0, q4_0, fp8_e4m3, int4_g128), widening a few rows at a time into an f32
 // buffer for gemm.cc's kernel (every format), both exact; or integer dot products against
@@ -56,7 +73,7 @@ void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* b
 // benchmarks name one (a format without the one named widens rows).
 enum class BlockKernel { kChosen, kWidening, kWidenedRows, kInteger };
 
-// The kernel Gemm uses for M rows of x against `t` blocks (never kChosen).
+// The kernel Gemm uses for M rows of x against `t` blocks (never kChosen), under GemmIsa().
 BlockKernel ChooseBlockKernel(QuantType t, int64_t M);
 
 // Gemm for w.quant != kNone (gemm_quant.cc).

@@ -13,19 +13,32 @@ std::atomic<Isa>& GemmChoice() {
 
 }  // namespace
 
-const char* IsaName(Isa isa) { return isa == Isa::kAvx512 ? "avx512" : "avx2"; }
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512_vnni";
+  }
+  return "unknown";
+}
 
 Isa DetectIsa() {
-  static const Isa isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
-                             ? Isa::kAvx512
-                             : Isa::kAvx2;
+  static const Isa isa = [] {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) {
+      return Isa::kAvx2;
+    }
+    return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
+  }();
   return isa;
 }
 
 Isa GemmIsa() { return GemmChoice().load(std::memory_order_relaxed); }
 
 bool SetGemmIsa(Isa isa) {
-  if (isa == Isa::kAvx512 && DetectIsa() != Isa::kAvx512) return false;
+  if (isa > DetectIsa()) return false;
   GemmChoice().store(isa, std::memory_order_relaxed);
   return true;
 }

@@ -1,6 +1,8 @@
-// The GEMM's AVX-512 kernel (gemm_avx512.cc) against its AVX2 kernel (gemm.cc): the same
-// outputs, bit for bit, so a token's logits do not depend on the machine. Skipped, with
-// the reason printed, on CPUs without AVX-512 F and VL.
+// The GEMM's AVX-512 kernel (gemm_avx512.cc) against its AVX2 kernel (gemm.cc), and the
+// q8_0/q4_0 integer kernel for AVX512-VNNI (gemm_quant_vnni.cc) against its AVX2 one
+// (gemm_quant.cc): the same outputs, bit for bit, so a token's logits do not depend on the
+// machine. Skipped, with the reason printed, on CPUs without the instruction set.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -22,13 +24,13 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return v;
 }
 
-// Runs `gemm` under each Isa and expects equal bytes.
+// Runs `gemm` under Isa::kAvx2 and under `wide` and expects equal bytes.
 template <class Gemm>
-void ExpectSameUnderBothIsas(int64_t M, int64_t N, const Gemm& gemm) {
+void ExpectSameUnderBothIsas(int64_t M, int64_t N, const Gemm& gemm, Isa wide = Isa::kAvx512) {
   std::vector<float> avx2(M * N, -1.0f), avx512(M * N, -2.0f);
   ASSERT_TRUE(SetGemmIsa(Isa::kAvx2));
   gemm(avx2.data());
-  ASSERT_TRUE(SetGemmIsa(Isa::kAvx512));
+  ASSERT_TRUE(SetGemmIsa(wide));
   gemm(avx512.data());
   SetGemmIsa(DetectIsa());
   for (int64_t i = 0; i < M * N; ++i) {
@@ -40,7 +42,7 @@ void ExpectSameUnderBothIsas(int64_t M, int64_t N, const Gemm& gemm) {
 class GemmIsaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (DetectIsa() != Isa::kAvx512) {
+    if (DetectIsa() < Isa::kAvx512) {
       std::printf("skipping: this CPU lacks AVX-512 F/VL, only the AVX2 kernel runs\n");
       GTEST_SKIP() << "no AVX-512 F/VL on this CPU";
     }
@@ -84,6 +86,54 @@ TEST_F(GemmIsaTest, WidenedQuantRowsGiveTheSameBits) {
       GemmQuantized(x.data(), WeightMatrix{w.data(), DType::kF32, q}, nullptr, M, N, K, y,
                     BlockKernel::kWidenedRows);
     });
+  }
+}
+
+// The integer kernel (x rounded to 8 bits per block) over q8_0 and q4_0: M across the
+// 8-row VNNI and 3-row AVX2 tiles and the 48-row blocks, N across the 4-row tiles (odd
+// counts leave half a register pair) and the thread split, K of 1 to 9 blocks. Weight codes
+// at the extremes (q8_0's -128 and 127, q4_0's 0 and 15) and x blocks of one sign, of
+// zeros and with a single large element exercise the offset trick's corrections.
+TEST(GemmIsaVnniTest, IntegerKernelGivesTheSameBits) {
+  if (DetectIsa() < Isa::kAvx512Vnni) {
+    std::printf("skipping: this CPU lacks AVX512-VNNI, only the AVX2 integer kernel runs\n");
+    GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  }
+  for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_0}) {
+    for (int64_t M : {1, 2, 7, 8, 9, 50, 100}) {
+      for (int64_t N : {1, 3, 6, 67}) {
+        for (int64_t K : {32, 96, 288}) {
+          SCOPED_TRACE(::testing::Message()
+                       << QuantName(q) << " M=" << M << " N=" << N << " K=" << K);
+          std::vector<float> x = Random(M * K, 6);
+          for (int64_t k = 0; k < 32; ++k) {
+            x[k] = 0.0f;                                       // row 0, block 0: zeros
+            if (M > 1) x[K + k] = std::fabs(x[K + k]) + 1.0f;  // row 1, block 0: positive
+          }
+          if (M > 2) x[2 * K + 5] = 1e4f;  // row 2: one element dominates its block
+          const std::vector<float> wf = Random(N * K, 7), bias = Random(N, 8);
+          const int64_t row_bytes = QuantRowBytes(q, K);
+          std::vector<uint8_t> w(N * row_bytes);
+          for (int64_t n = 0; n < N; ++n) {
+            ASSERT_TRUE(QuantizeRow(q, wf.data() + n * K, K, w.data() + n * row_bytes).ok());
+          }
+          // Row 0's first block: the extreme codes, alternating.
+          const int code_bytes = q == QuantType::kQ8_0 ? 32 : 16;
+          for (int i = 0; i < code_bytes; ++i) {
+            w[2 + i] = q == QuantType::kQ8_0 ? (i % 2 ? 0x7F : 0x80) : (i % 2 ? 0xF0 : 0x0F);
+          }
+          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+            ExpectSameUnderBothIsas(
+                M, N,
+                [&](float* y) {
+                  GemmQuantized(x.data(), WeightMatrix{w.data(), DType::kF32, q}, b, M, N, K, y,
+                                BlockKernel::kInteger);
+                },
+                Isa::kAvx512Vnni);
+          }
+        }
+      }
+    }
   }
 }
 
