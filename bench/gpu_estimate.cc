@@ -69,6 +69,9 @@ void PrintTable(const ModelEstimate& m) {
       "%s CTAs per launch\n",
       m.model.c_str(), m.weights.c_str(), d.name.c_str(), d.description.c_str(),
       m.sample_ctas == 0 ? "all" : absl::StrCat("at most ", m.sample_ctas).c_str());
+  std::printf("weights on the device: %.1f MiB (%llu bytes, every layer, as uploaded)\n",
+              static_cast<double>(m.device_weight_bytes) / (1 << 20),
+              static_cast<unsigned long long>(m.device_weight_bytes));
   for (const StepEstimate& s : m.steps) {
     std::printf("\n%s: %d sequence(s) x %d tokens, %d token(s) run\n", s.phase.c_str(), s.batch,
                 s.context, s.tokens);
@@ -104,7 +107,8 @@ nlohmann::json ToJson(const ModelEstimate& m) {
                         {"dtype", std::string(DTypeName(m.dtype))},
                         {"weights", m.weights},
                         {"device", m.device->name},
-                        {"sample_ctas", m.sample_ctas}};
+                        {"sample_ctas", m.sample_ctas},
+                        {"device_weight_bytes", m.device_weight_bytes}};
   for (const StepEstimate& s : m.steps) {
     nlohmann::json step = {{"phase", s.phase},
                            {"batch", s.batch},

@@ -237,10 +237,14 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
                                               "; the GPU backend stacks them into one matrix"));
   }
   if (s.ok()) s = role_blocks(&LayerTensors::w_down, &w.types.down_blocks);
-  // The LM head reads blocks (a tied head the embedding's); the embedding gather reads
-  // plain elements, so a block embedding is uploaded decoded to f32 (exact, as the CPU
-  // backend's gather decodes its rows).
+  // The embedding gather and the LM head read blocks as stored, so a tied head is the
+  // embedding's one buffer.
   const Tensor& head = tied ? mt.embed : mt.lm_head;
+  if (s.ok()) {
+    absl::StatusOr<std::optional<kernels::BlockFormat>> b = BlocksOf(mt.embed);
+    s = b.status();
+    if (s.ok()) w.types.embed_blocks = *b;
+  }
   if (s.ok()) {
     absl::StatusOr<std::optional<kernels::BlockFormat>> b = BlocksOf(head);
     s = b.status();
@@ -295,10 +299,8 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
                                  : rows * cols * static_cast<int64_t>(es(t)));
   };
   const WeightTypes& ty = w.types;
-  // A block head tied to the embedding is a buffer of its own beside the decoded table.
-  const bool head_buffer = !tied || ty.lm_head_blocks.has_value();
   const size_t head_bytes = bytes(ty.lm_head, ty.lm_head_blocks, V, H);
-  size_t total = V * H * es(ty.embed) + (head_buffer ? head_bytes : 0) + H * 4;
+  size_t total = bytes(ty.embed, ty.embed_blocks, V, H) + (tied ? 0 : head_bytes) + H * 4;
   const size_t layer_bytes =
       2 * H * 4 + bytes(ty.q, ty.q_blocks, NH * dp, H) + bytes(ty.o, ty.o_blocks, H, NH * dp) +
       bytes(ty.k, ty.k_blocks, KVH * dp, H) + bytes(ty.v, ty.v_blocks, KVH * dp, H) +
@@ -350,16 +352,17 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
     return put(up.Upload(b, what), out);
   };
 
-  if (s = upload_as(mt.embed, w.types.embed, "embed", &w.embed); !s.ok()) return s;
+  s = ty.embed_blocks ? upload_blocks(BlockBytes(mt.embed), "embed", &w.embed)
+                      : upload_as(mt.embed, w.types.embed, "embed", &w.embed);
+  if (!s.ok()) return s;
   if (s = upload_as(mt.final_norm, kernels::ElemType::kF32, "final_norm", &w.final_norm); !s.ok()) {
     return s;
   }
-  if (ty.lm_head_blocks) {
-    s = upload_blocks(BlockBytes(head), "lm_head", &w.lm_head);
-  } else if (!tied) {
-    s = upload_as(mt.lm_head, w.types.lm_head, "lm_head", &w.lm_head);
+  if (!tied) {
+    s = ty.lm_head_blocks ? upload_blocks(BlockBytes(mt.lm_head), "lm_head", &w.lm_head)
+                          : upload_as(mt.lm_head, w.types.lm_head, "lm_head", &w.lm_head);
+    if (!s.ok()) return s;
   }
-  if (!s.ok()) return s;
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerTensors& lt = mt.layers[i];
@@ -412,6 +415,7 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   std::copy(inv.begin(), inv.end(), inv_p.begin());
   if (s = put(up.UploadF32(inv_p, "rope inv_freq"), &w.inv_freq); !s.ok()) return s;
   w.bytes = total;
+  w.layer_bytes = layer_bytes;
   return w;
 }
 

@@ -34,13 +34,14 @@ struct DeviceWeights {
     DeviceBuffer w_gate_up;            // [2 * inter][hidden]: gate, then up
     DeviceBuffer w_down;               // [hidden][inter]
   };
-  DeviceBuffer embed;       // [vocab][hidden] in its file dtype
+  DeviceBuffer embed;       // [vocab][hidden] in its file dtype, or its blocks as stored
   DeviceBuffer final_norm;  // f32 [hidden]
-  DeviceBuffer lm_head;     // empty when tied to embed
+  DeviceBuffer lm_head;     // empty when tied to embed (the head reads embed's buffer)
   DeviceBuffer inv_freq;    // f32 [padded / 2], padding pairs 0
   std::vector<Layer> layers;
-  WeightTypes types;  // element types by role (layer 0's file dtype; others converted to it)
-  size_t bytes = 0;   // all of the above
+  WeightTypes types;       // element types by role (layer 0's file dtype; others converted to it)
+  size_t bytes = 0;        // all of the above
+  size_t layer_bytes = 0;  // of them, one layer's (every layer has the same)
   // What the GEMMs read per step whatever the batch (every linear weight + LM head).
   size_t step_bytes = 0;
 

@@ -161,6 +161,7 @@ class GpuBackend final : public Backend {
   Device& device() { return *device_; }
   // Bytes of weights on the device, and of the K/V pools.
   size_t weight_bytes() const { return weights_.bytes; }
+  size_t layer_weight_bytes() const { return weights_.layer_bytes; }  // of them, per layer
   size_t kv_bytes() const { return kv_pools_.bytes; }
   // Bytes the GEMMs read per step whatever the batch (every linear weight + LM head).
   size_t step_weight_bytes() const { return weights_.step_bytes; }

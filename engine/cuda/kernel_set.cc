@@ -110,11 +110,14 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   const int64_t qd = c.num_heads * dp, kd = c.num_kv_heads * dp;
   k.embed_cfg.dim = static_cast<int>(H);
   k.embed_cfg.table_dtype = w.embed;
+  k.embed_cfg.blocks = w.embed_blocks.has_value();
+  if (w.embed_blocks) k.embed_cfg.block_format = *w.embed_blocks;
   k.embed_cfg.target = target;
   k.embed = MakeSlot(k.embed_cfg);
   // The logits-row gather is an embedding lookup into the f32 residual stream.
   k.gather_cfg = k.embed_cfg;
   k.gather_cfg.table_dtype = kernels::ElemType::kF32;
+  k.gather_cfg.blocks = false;
   k.gather = MakeSlot(k.gather_cfg);
   k.norm_cfg.dim = static_cast<int>(H);
   k.norm_cfg.weight_dtype = kernels::ElemType::kF32;

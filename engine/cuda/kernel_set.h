@@ -43,11 +43,11 @@ struct WeightTypes {
   kernels::ElemType v = kernels::ElemType::kF32, o = kernels::ElemType::kF32;
   kernels::ElemType gate_up = kernels::ElemType::kF32, down = kernels::ElemType::kF32;
 
-  // Linear roles uploaded as blocks, as a GGUF stores them or an fp8/AWQ/GPTQ checkpoint loads
-  // (kernels/gemm_quant.h); the role's element type above is then unused. The embedding
-  // gather never reads blocks.
-  std::optional<kernels::BlockFormat> q_blocks, k_blocks, v_blocks, o_blocks, gate_up_blocks,
-      down_blocks, lm_head_blocks;
+  // Roles uploaded as blocks, as a GGUF stores them or an fp8/AWQ/GPTQ checkpoint loads
+  // (kernels/gemm_quant.h, and the embedding gather's kernels/embedding.h); the role's element
+  // type above is then unused.
+  std::optional<kernels::BlockFormat> embed_blocks, q_blocks, k_blocks, v_blocks, o_blocks,
+      gate_up_blocks, down_blocks, lm_head_blocks;
 
   // Every role in `t`: a model whose tensors share one dtype, as most files do.
   static WeightTypes Uniform(kernels::ElemType t) {
@@ -55,12 +55,13 @@ struct WeightTypes {
     w.embed = w.lm_head = w.q = w.k = w.v = w.o = w.gate_up = w.down = t;
     return w;
   }
-  // Every matrix in blocks of `f`, as a GGUF of `ptxserve quantize` loads (device_weights.cc):
-  // the embedding decoded to f32 for the gather, and with `padded_heads` (head_dim not a
-  // multiple of 32) the o projection too, whose blocks cannot be split per head.
+  // Every matrix in blocks of `f`, as a GGUF of `ptxserve quantize` loads (device_weights.cc),
+  // except with `padded_heads` (head_dim not a multiple of 32) the o projection, whose blocks
+  // cannot be split per head: it is decoded to f32.
   static WeightTypes Blocks(kernels::BlockFormat f, bool padded_heads) {
     WeightTypes w = Uniform(kernels::ElemType::kF32);
-    w.q_blocks = w.k_blocks = w.v_blocks = w.gate_up_blocks = w.down_blocks = w.lm_head_blocks = f;
+    w.embed_blocks = w.q_blocks = w.k_blocks = w.v_blocks = w.gate_up_blocks = w.down_blocks =
+        w.lm_head_blocks = f;
     if (!padded_heads) w.o_blocks = f;
     return w;
   }

@@ -37,7 +37,8 @@ StepBatch MakeStep(int batch, int context, int block_size, int64_t vocab, bool d
 
 struct CountedStep {
   std::vector<emu::KernelCounters> launches;
-  std::map<uint64_t, int> registers;  // by PtxHash of the launches' modules
+  size_t weight_bytes = 0, layer_weight_bytes = 0;  // the one-layer model's on the device
+  std::map<uint64_t, int> registers;                // by PtxHash of the launches' modules
 };
 
 // The launches of one step on a one-layer copy of the model, counted over sampled CTAs.
@@ -73,6 +74,8 @@ absl::StatusOr<CountedStep> CountStep(const Model& one_layer, const StepEstimate
   }
   CountedStep out;
   out.launches = TakeEmulatedKernelCounters();
+  out.weight_bytes = (*backend)->weight_bytes();
+  out.layer_weight_bytes = (*backend)->layer_weight_bytes();
   SetEmulatedKernelCounters(false);
   if (!st.ok()) return st;
   for (const emu::KernelCounters& k : out.launches) {
@@ -177,6 +180,8 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
       return absl::Status(launches.status().code(),
                           absl::StrCat("decode batch ", batch, ": ", launches.status().message()));
     }
+    out.device_weight_bytes =
+        launches->weight_bytes + (c.num_layers - 1) * launches->layer_weight_bytes;
     StepEstimate s = Summarise(d, *std::move(launches), c.num_layers, o.cuda_graphs);
     s.phase = "decode";
     s.batch = batch;
@@ -196,6 +201,8 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
       return absl::Status(launches.status().code(),
                           absl::StrCat("prefill: ", launches.status().message()));
     }
+    out.device_weight_bytes =
+        launches->weight_bytes + (c.num_layers - 1) * launches->layer_weight_bytes;
     StepEstimate s = Summarise(d, *std::move(launches), c.num_layers, false);
     s.phase = "prefill";
     s.batch = 1;

@@ -80,6 +80,9 @@ struct ModelEstimate {
   DType dtype = DType::kF16;
   std::string weights;  // the linear weights' format (Model::WeightFormat: "f16", "q4_0", ...)
   uint64_t sample_ctas = 0;
+  // Bytes of the weights as the backend uploads them, for all the model's layers (the
+  // one-layer copy's, plus its layer's bytes for each further layer): a count, not an estimate.
+  uint64_t device_weight_bytes = 0;
   std::vector<StepEstimate> steps;  // decode steps by batch, then the prefill
 };
 

@@ -4,6 +4,7 @@
 #include "engine/cuda/gpu_backend.h"
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "engine/cuda/emulated_driver.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
+#include "engine/model/gguf_export.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/model/quant.h"
 #include "engine/model/synthetic.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -442,6 +446,37 @@ TEST_F(GpuBackendTest, EngineFailsTheStepsRequestsAndLivesOn) {
   EXPECT_NE(ok.finish, FinishReason::kError) << ok.error;
   EXPECT_EQ(ok.generated_tokens, 3);
   EXPECT_FALSE(engine.Stats().failed);
+}
+
+// A q8_0/q4_0 GGUF's embedding is uploaded as its blocks and a tied LM head reads that one
+// buffer: beyond the layers, the device holds the table's blocks and the final norm, not an
+// f32 table beside a copy of the blocks.
+TEST_F(GpuBackendTest, BlockEmbeddingIsUploadedAsStoredAndSharedWithTheTiedHead) {
+  const std::string dir = testing::SharedModelsDir() + "/tinystories-656k";
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    GTEST_SKIP() << "test model absent: " << dir;
+  }
+  absl::StatusOr<Model> m = LoadModel(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const char* format : {"q8_0", "q4_0"}) {
+    SCOPED_TRACE(format);
+    GgufWriter w;
+    ASSERT_TRUE(AddModelToGguf(*m, *ParseGgufWeightType(format), "tinystories", &w).ok());
+    const std::string path = absl::StrCat(::testing::TempDir(), "/embed-blocks-", format, ".gguf");
+    ASSERT_TRUE(w.Write(path).ok());
+    absl::StatusOr<Model> q = LoadModel(path);
+    ASSERT_TRUE(q.ok()) << q.status();
+    const ModelConfig& c = q->config;
+    ASSERT_EQ(QuantName(q->tensors.embed.quant), format);
+    ASSERT_TRUE(c.tie_word_embeddings);
+    auto b = testing::EmulatedBackend(*q, kKv);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const size_t table =
+        static_cast<size_t>(c.vocab_size * QuantRowBytes(q->tensors.embed.quant, c.hidden_size));
+    EXPECT_EQ((*b)->weight_bytes() - c.num_layers * (*b)->layer_weight_bytes(),
+              table + c.hidden_size * 4);
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace

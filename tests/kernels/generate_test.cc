@@ -69,6 +69,7 @@ const std::vector<Golden>& Goldens() {
        "flash_attention",
        {{"kv_dtype", "bf16"}, {"head_dim", "64"}}},
       {"embedding_bf16_dim4096", "embedding", {{"table_dtype", "bf16"}}},
+      {"embedding_q4_0_dim4096", "embedding", {{"blocks", "true"}, {"block_format", "q4_0"}}},
       {"rmsnorm_f32_dim4096", "rmsnorm", {}},
       {"rope_interleaved_h32_kvh8_d128", "rope", {{"layout", "interleaved"}}},
       {"gemm_f16_n4096_k4096_mt4", "gemm", {}},

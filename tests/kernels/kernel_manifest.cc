@@ -107,6 +107,7 @@ absl::StatusOr<std::string> KernelManifest(const std::string& test_model_dir) {
         }
         for (DType dt : m.weight_dtypes) {
           WeightTypes w = WeightTypes::Blocks(f, padded);
+          w.embed_blocks.reset();
           w.lm_head_blocks.reset();
           w.embed = w.lm_head = ToElemType(dt);
           formats.push_back(w);

@@ -94,6 +94,13 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       e.table_dtype = dt;
       e.target = target;
       Add(&out, e);
+      if (dt == ElemType::kF32 && dim % 32 == 0) {  // a q8_0/q4_0 GGUF's table, as stored
+        e.blocks = true;
+        for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+          e.block_format = f;
+          Add(&out, e);
+        }
+      }
       RmsNormConfig r;
       r.dim = dim;
       r.weight_dtype = dt;

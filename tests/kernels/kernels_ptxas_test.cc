@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
+#include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
 #include "kernels/gemm_quant.h"
 #include "tests/kernels/kernel_matrix.h"
@@ -133,6 +134,33 @@ TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
     }
     const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
     ASSERT_TRUE(r.ok) << r.log;
+    for (const PtxasEntryInfo& e : r.entries) {
+      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
+                  e.spill_stores, e.spill_loads);
+      EXPECT_EQ(e.spill_stores, 0) << e.label;
+      EXPECT_EQ(e.spill_loads, 0) << e.label;
+      EXPECT_GT(e.registers, 0) << e.label;
+    }
+  }
+}
+
+// The embedding gather decodes a whole block (32 values) per thread step in registers.
+TEST_F(PtxasTest, EmbeddingBlocksDoNotSpill) {
+  for (int sm : {80, 90}) {
+    std::vector<PtxModule> modules;
+    for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0}) {
+      EmbeddingConfig c;
+      c.dim = 2048;
+      c.blocks = true;
+      c.block_format = f;
+      c.target = ptx::Target{sm, 78};
+      absl::StatusOr<std::string> ptx = GenerateEmbedding(c);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      modules.push_back({c.Key(), *ptx});
+    }
+    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
+    ASSERT_TRUE(r.ok) << r.log;
+    ASSERT_EQ(r.entries.size(), modules.size());
     for (const PtxasEntryInfo& e : r.entries) {
       std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
                   e.spill_stores, e.spill_loads);
