@@ -22,6 +22,7 @@
 #include "kernels/penalties.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
@@ -54,8 +55,8 @@ using AllKernels =
                Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>,
                Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateQuantGemm>,
                Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
-               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>, Kernel<&GenerateSampling>,
-               Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>, Kernel<&GenerateRopeKv>,
+               Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

@@ -20,6 +20,25 @@ int KvScatterConfig::Threads() const {
   return static_cast<int>(std::min<int64_t>(256, CeilDiv(vecs, 32) * 32));
 }
 
+namespace gen {
+
+Reg PoolTokenElem(KernelBuilder& kb, Reg slot, int num_kv_heads, int block_size, int head_dim) {
+  Reg block;
+  Reg offset;
+  if (IsPow2(block_size)) {
+    block = kb.Emit(Op::kShr, Type::kU64, {slot, Log2(block_size)});
+    offset = kb.Emit(Op::kAnd, Type::kB64, {slot, block_size - 1});
+  } else {
+    block = kb.Emit(Op::kDiv, Type::kU64, {slot, block_size});
+    offset = kb.Emit(Op::kRem, Type::kU64, {slot, block_size});
+  }
+  const Reg dst_row = kb.Emit(Op::kMulLo, Type::kU64, {offset, head_dim});
+  return kb.Emit(Op::kMadLo, Type::kU64,
+                 {block, int64_t{num_kv_heads} * block_size * head_dim, dst_row});
+}
+
+}  // namespace gen
+
 absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int w = VecElems(cfg);
@@ -35,20 +54,8 @@ absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg) {
         kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
     kb.BraIf(kb.Setp(Cmp::kLt, Type::kS64, slot, 0), done);
 
-    Reg block;
-    Reg offset;
-    if (IsPow2(cfg.block_size)) {
-      block = kb.Emit(Op::kShr, Type::kU64, {slot, Log2(cfg.block_size)});
-      offset = kb.Emit(Op::kAnd, Type::kB64, {slot, cfg.block_size - 1});
-    } else {
-      block = kb.Emit(Op::kDiv, Type::kU64, {slot, cfg.block_size});
-      offset = kb.Emit(Op::kRem, Type::kU64, {slot, cfg.block_size});
-    }
-    // Element index of (block, head 0, offset, 0) in the pools.
-    const Reg dst_row = kb.Emit(Op::kMulLo, Type::kU64, {offset, cfg.head_dim});
     const Reg dst_tok =
-        kb.Emit(Op::kMadLo, Type::kU64,
-                {block, int64_t{cfg.num_kv_heads} * cfg.block_size * cfg.head_dim, dst_row});
+        gen::PoolTokenElem(kb, slot, cfg.num_kv_heads, cfg.block_size, cfg.head_dim);
     const Reg k_pool_tok = gen::AddrAdd(kb, k_pool, dst_tok, es);
     const Reg v_pool_tok = gen::AddrAdd(kb, v_pool, dst_tok, es);
     const Reg src_row = kb.Emit(Op::kMulWide, Type::kU32, {t, row * 4});

@@ -51,4 +51,10 @@ absl::StatusOr<std::string> GenerateKvScatter(const KvScatterConfig& cfg);
 // One CTA per token; threads stride over the token's kv_heads * head_dim elements.
 inline constexpr auto KvScatterLaunch = &RowLaunchFor<KvScatterConfig>;
 
+namespace gen {
+// The element index (u64) of (block, head 0, offset, 0) in a K or V pool of the layout
+// above for a token's non-negative `slot` (u64).
+Reg PoolTokenElem(KernelBuilder& kb, Reg slot, int num_kv_heads, int block_size, int head_dim);
+}  // namespace gen
+
 }  // namespace ptxserve::kernels

@@ -27,6 +27,42 @@ int RopeConfig::Threads() const {
   return static_cast<int>(std::clamp<int64_t>(CeilDiv(pairs, 32) * 32, 32, 1024));
 }
 
+namespace gen {
+
+void RopeCosSin(KernelBuilder& kb, int half, int threads, Reg tid, Reg pos, Reg inv_freq,
+                Reg cs_base) {
+  // Threads stride over the frequencies (guarded, no early exit: the caller's barrier
+  // must see every thread).
+  for (int i0 = 0; i0 < half; i0 += threads) {
+    const Reg i = gen::UAdd(kb, tid, i0);
+    const Reg active = kb.Setp(Cmp::kLt, Type::kU32, i, half);
+    auto g = kb.If(active);
+    const Reg f =
+        kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, inv_freq, i, 4)));
+    const Reg hi = gen::FMul(kb, pos, f);
+    const Reg lo = gen::FFma(kb, pos, f, kb.Emit(Op::kNeg, Type::kF32, {hi}));
+    const Reg turns = gen::FMul(kb, hi, Operand::F32(static_cast<float>(1.0 / kTwoPi)));
+    const Reg kk = kb.Cvt(Type::kF32, Type::kF32, turns, ptx::Round::kRni);
+    const Reg nk = kb.Emit(Op::kNeg, Type::kF32, {kk});
+    Reg r = gen::FFma(kb, nk, Operand::F32(kC1), hi);
+    r = gen::FFma(kb, nk, Operand::F32(kC2), r);
+    r = gen::FFma(kb, nk, Operand::F32(kC3), r);
+    r = gen::FAdd(kb, r, lo);
+    const Reg c = kb.Emit(Op::kCos, Type::kF32, {r});
+    const Reg s = kb.Emit(Op::kSin, Type::kF32, {r});
+    kb.St(Space::kShared, Type::kF32,
+          Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), {c, s});
+  }
+}
+
+std::pair<Reg, Reg> RopeRotate(KernelBuilder& kb, Reg a, Reg b, Reg cos, Reg sin) {
+  // a' = a cos - b sin, b' = b cos + a sin (as the CPU reference rounds them).
+  return {gen::FSub(kb, gen::FMul(kb, a, cos), gen::FMul(kb, b, sin)),
+          gen::FAdd(kb, gen::FMul(kb, b, cos), gen::FMul(kb, a, sin))};
+}
+
+}  // namespace gen
+
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) {
     const int half = cfg.head_dim / 2;
@@ -42,28 +78,7 @@ absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
     const Reg pos = kb.Cvt(Type::kF32, Type::kS32, pos_i, ptx::Round::kRn);
     const Reg cs_base = kb.AddressOf(cs);
 
-    // Angles: threads stride over the half head_dim frequencies (guarded, no early exit:
-    // the barrier below must see every thread).
-    for (int i0 = 0; i0 < half; i0 += threads) {
-      const Reg i = gen::UAdd(kb, tid, i0);
-      const Reg active = kb.Setp(Cmp::kLt, Type::kU32, i, half);
-      auto g = kb.If(active);
-      const Reg f =
-          kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, inv_freq, i, 4)));
-      const Reg hi = gen::FMul(kb, pos, f);
-      const Reg lo = gen::FFma(kb, pos, f, kb.Emit(Op::kNeg, Type::kF32, {hi}));
-      const Reg turns = gen::FMul(kb, hi, Operand::F32(static_cast<float>(1.0 / kTwoPi)));
-      const Reg kk = kb.Cvt(Type::kF32, Type::kF32, turns, ptx::Round::kRni);
-      const Reg nk = kb.Emit(Op::kNeg, Type::kF32, {kk});
-      Reg r = gen::FFma(kb, nk, Operand::F32(kC1), hi);
-      r = gen::FFma(kb, nk, Operand::F32(kC2), r);
-      r = gen::FFma(kb, nk, Operand::F32(kC3), r);
-      r = gen::FAdd(kb, r, lo);
-      const Reg c = kb.Emit(Op::kCos, Type::kF32, {r});
-      const Reg s = kb.Emit(Op::kSin, Type::kF32, {r});
-      kb.St(Space::kShared, Type::kF32,
-            Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), {c, s});
-    }
+    gen::RopeCosSin(kb, half, threads, tid, pos, inv_freq, cs_base);
     kb.BarSync();
 
     const Reg p = kb.Mov(Type::kU32, tid);
@@ -96,9 +111,7 @@ absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg) {
         a = ab[0];
         b = ab[1];
       }
-      // a' = a cos - b sin, b' = b cos + a sin (as the CPU reference rounds them).
-      const Reg na = gen::FSub(kb, gen::FMul(kb, a, csv[0]), gen::FMul(kb, b, csv[1]));
-      const Reg nb = gen::FAdd(kb, gen::FMul(kb, b, csv[0]), gen::FMul(kb, a, csv[1]));
+      const auto [na, nb] = gen::RopeRotate(kb, a, b, csv[0], csv[1]);
       if (cfg.layout == RopeLayout::kRotateHalf) {
         kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa), {na});
         kb.St(Space::kGlobal, Type::kF32, Operand::Addr(aa, int64_t{half} * 4), {nb});

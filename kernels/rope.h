@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,5 +58,15 @@ struct RopeArgs {
 absl::StatusOr<std::string> GenerateRope(const RopeConfig& cfg);
 // One CTA per token.
 inline constexpr auto RopeLaunch = &RowLaunchFor<RopeConfig>;
+
+namespace gen {
+// The token's cos and sin of angle positions * inv_freq[i] for i < half, into shared memory
+// at cs_base + 8 i as (cos, sin) f32, threads (tid of `threads`) striding over i. `pos` is
+// the position as f32; the caller synchronises the CTA before reading them.
+void RopeCosSin(KernelBuilder& kb, int half, int threads, Reg tid, Reg pos, Reg inv_freq,
+                Reg cs_base);
+// The pair (a, b) rotated by the angle of (cos, sin).
+std::pair<Reg, Reg> RopeRotate(KernelBuilder& kb, Reg a, Reg b, Reg cos, Reg sin);
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

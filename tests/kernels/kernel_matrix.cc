@@ -110,6 +110,10 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       g.accumulate = m_tile == 8;
       g.target = target;
       Add(&out, g);
+      GemmConfig normed = g;  // the GEMV with its input's RMSNorm fused
+      normed.norm = true;
+      normed.accumulate = false;
+      Add(&out, normed);
       if (m_tile == 4) {
         g.tiled = true;
         Add(&out, g);
@@ -136,6 +140,14 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       r.layout = layout;
       r.target = target;
       Add(&out, r);
+      for (ElemType dt : kv_types) {
+        RopeKvConfig rk;
+        rk.head_dim = hd;
+        rk.layout = layout;
+        rk.kv_dtype = dt;
+        rk.target = target;
+        Add(&out, rk);
+      }
     }
   }
   for (int inter : {0, 11008}) {
