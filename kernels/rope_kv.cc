@@ -1,17 +1,80 @@
-// One CTA per token: the token's cos/sin are computed once into shared memory (as rope
-// does), then each thread takes units of four pairs of a q or k head (two 128-bit loads of
-// the qkv row, rotated, stored as f32 into q or as the pool's type into the K pool) or of
-// four elements of a v head (copied into the V pool), so the row is read once and every
-// load is a 128-bit vector.
+// One CTA per token: the token's cos/sin are computed once into shared memory, then each thread
+// takes units of four pairs of a q or k head (two 128-bit loads of the qkv row, rotated, stored as
+// f32 into q or as the pool's type into the K pool) or of four elements of a v head (copied into
+// the V pool), so the row is read once and every load is a 128-bit vector.
 #include "kernels/rope_kv.h"
 
 #include <algorithm>
+#include <numbers>
+#include <utility>
 #include <vector>
 
 #include "kernels/generator.h"
-#include "kernels/kv_scatter.h"
 
 namespace ptxserve::kernels {
+
+namespace {
+
+// 2*pi as C1 + C2 + C3: C1 has few significant bits, so k * C1 loses nothing in the fma.
+constexpr double kTwoPi = 2.0 * std::numbers::pi;
+constexpr float kC1 = 6.28125f;
+const float kC2 = static_cast<float>(kTwoPi - kC1);
+const float kC3 = static_cast<float>(kTwoPi - kC1 - static_cast<double>(kC2));
+
+// The token's cos and sin of angle pos * inv_freq[i] for i < half, into shared memory at
+// cs_base + 8 i as (cos, sin) f32, threads (tid of `threads`) striding over i. `pos` is the
+// position as f32; the caller synchronises the CTA before reading them.
+void RopeCosSin(KernelBuilder& kb, int half, int threads, Reg tid, Reg pos, Reg inv_freq,
+                Reg cs_base) {
+  // Threads stride over the frequencies (guarded, no early exit: the caller's barrier
+  // must see every thread).
+  for (int i0 = 0; i0 < half; i0 += threads) {
+    const Reg i = gen::UAdd(kb, tid, i0);
+    const Reg active = kb.Setp(Cmp::kLt, Type::kU32, i, half);
+    auto g = kb.If(active);
+    const Reg f =
+        kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, inv_freq, i, 4)));
+    const Reg hi = gen::FMul(kb, pos, f);
+    const Reg lo = gen::FFma(kb, pos, f, kb.Emit(Op::kNeg, Type::kF32, {hi}));
+    const Reg turns = gen::FMul(kb, hi, Operand::F32(static_cast<float>(1.0 / kTwoPi)));
+    const Reg kk = kb.Cvt(Type::kF32, Type::kF32, turns, ptx::Round::kRni);
+    const Reg nk = kb.Emit(Op::kNeg, Type::kF32, {kk});
+    Reg r = gen::FFma(kb, nk, Operand::F32(kC1), hi);
+    r = gen::FFma(kb, nk, Operand::F32(kC2), r);
+    r = gen::FFma(kb, nk, Operand::F32(kC3), r);
+    r = gen::FAdd(kb, r, lo);
+    const Reg c = kb.Emit(Op::kCos, Type::kF32, {r});
+    const Reg s = kb.Emit(Op::kSin, Type::kF32, {r});
+    kb.St(Space::kShared, Type::kF32,
+          Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {i, 8, cs_base})), {c, s});
+  }
+}
+
+// The pair (a, b) rotated by the angle of (cos, sin).
+std::pair<Reg, Reg> RopeRotate(KernelBuilder& kb, Reg a, Reg b, Reg cos, Reg sin) {
+  // a' = a cos - b sin, b' = b cos + a sin (as the CPU reference rounds them).
+  return {gen::FSub(kb, gen::FMul(kb, a, cos), gen::FMul(kb, b, sin)),
+          gen::FAdd(kb, gen::FMul(kb, b, cos), gen::FMul(kb, a, sin))};
+}
+
+// The element index (u64) of (block, head 0, offset, 0) in a K or V pool for a token's
+// non-negative `slot` (u64).
+Reg PoolTokenElem(KernelBuilder& kb, Reg slot, int num_kv_heads, int block_size, int head_dim) {
+  Reg block;
+  Reg offset;
+  if (IsPow2(block_size)) {
+    block = kb.Emit(Op::kShr, Type::kU64, {slot, Log2(block_size)});
+    offset = kb.Emit(Op::kAnd, Type::kB64, {slot, block_size - 1});
+  } else {
+    block = kb.Emit(Op::kDiv, Type::kU64, {slot, block_size});
+    offset = kb.Emit(Op::kRem, Type::kU64, {slot, block_size});
+  }
+  const Reg dst_row = kb.Emit(Op::kMulLo, Type::kU64, {offset, head_dim});
+  return kb.Emit(Op::kMadLo, Type::kU64,
+                 {block, int64_t{num_kv_heads} * block_size * head_dim, dst_row});
+}
+
+}  // namespace
 
 int RopeKvConfig::Threads() const {
   // One unit per thread where the CTA allows: a decode step has one CTA per token, so
@@ -39,12 +102,11 @@ absl::StatusOr<std::string> GenerateRopeKv(const RopeKvConfig& cfg) {
         kb.Ld1(Space::kGlobal, Type::kU64, Operand::Addr(gen::AddrAdd(kb, slots, t, 8)));
     const Reg pos = kb.Cvt(Type::kF32, Type::kS32, pos_i, ptx::Round::kRn);
     const Reg cs_base = kb.AddressOf(cs);
-    gen::RopeCosSin(kb, half, threads, tid, pos, inv_freq, cs_base);
+    RopeCosSin(kb, half, threads, tid, pos, inv_freq, cs_base);
 
     // A negative slot (padding) writes no K/V; its pool addresses are computed but unused.
     const Reg has_slot = kb.Setp(Cmp::kGe, Type::kS64, slot, 0);
-    const Reg dst_tok =
-        gen::PoolTokenElem(kb, slot, cfg.num_kv_heads, cfg.block_size, cfg.head_dim);
+    const Reg dst_tok = PoolTokenElem(kb, slot, cfg.num_kv_heads, cfg.block_size, cfg.head_dim);
     const Reg k_tok = gen::AddrAdd(kb, k_pool, dst_tok, es);
     const Reg v_tok = gen::AddrAdd(kb, v_pool, dst_tok, es);
     const Reg src_tok = gen::AddrAdd(kb, qkv, t, row * 4);
@@ -85,7 +147,7 @@ absl::StatusOr<std::string> GenerateRopeKv(const RopeKvConfig& cfg) {
       }
       std::vector<Reg> na, nb, nab;
       for (int j = 0; j < 4; ++j) {
-        const auto [x, y] = gen::RopeRotate(kb, a[j], b[j], cos[j], sin[j]);
+        const auto [x, y] = RopeRotate(kb, a[j], b[j], cos[j], sin[j]);
         na.push_back(x);
         nb.push_back(y);
         nab.push_back(x);

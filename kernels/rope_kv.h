@@ -1,26 +1,35 @@
 // RoPE and the KV-cache write as one kernel: each token's row of the stacked q/k/v projection
 // is read once; q is rotated into the attention's q buffer, k rotated and v copied into the
-// paged pools. It replaces a rope launch and a kv_scatter launch per layer.
+// paged pools, in one launch per layer.
 //
 // Contract (device pointers, row-major, non-aliasing): RopeKvArgs, in .param order.
-// Rotation as kernels/rope.h (the same pairs, angle reduction and rounding), the pools'
-// f16/bf16 conversion as kernels/kv_scatter.h (round to nearest even): the results equal a
-// rope launch followed by a kv_scatter launch bit for bit.
+// A pair (a, b) -> (a cos - b sin, b cos + a sin) with angle positions[t] * inv_freq[i],
+// reduced modulo 2*pi in extended precision first (the product is carried as an exact
+// hi + lo pair), so long positions stay accurate; rounded as the CPU reference (cpu::Rope)
+// rounds. f16/bf16 pools receive round-to-nearest-even conversions (cpu::KvScatter).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "absl/status/statusor.h"
 #include "kernels/common.h"
 #include "kernels/config_fields.h"
 #include "kernels/kernel_params.h"
 #include "kernels/ptx/types.h"
-#include "kernels/rope.h"
 
 namespace ptxserve::kernels {
 
 inline constexpr char kRopeKvEntry[] = "rope_kv";
+
+// Pair i of a head is (i, i + head_dim/2) for kRotateHalf (Llama/HF) and (2i, 2i+1) for
+// kInterleaved (GPT-J).
+enum class RopeLayout : uint8_t { kRotateHalf, kInterleaved };
+// The layout as the config key names it: "half" or "interleaved".
+inline const char* KeyText(RopeLayout l) {
+  return l == RopeLayout::kRotateHalf ? "half" : "interleaved";
+}
 
 struct RopeKvConfig : KernelConfig<RopeKvConfig, kRopeKvEntry> {
   int num_heads = 32;

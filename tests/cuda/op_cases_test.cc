@@ -29,9 +29,7 @@
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
 #include "kernels/rope_kv.h"
 #include "kernels/silu_mul.h"
 #include "tests/cuda/gpu_test_util.h"
@@ -63,10 +61,6 @@ struct EmbeddingCase {
   int tokens, vocab, dim;
   ElemType table;
 };
-struct RopeCase {
-  int tokens, heads, kv_heads, head_dim;
-  kernels::RopeLayout layout;
-};
 struct ArgmaxCase {
   int rows, vocab;
 };
@@ -74,10 +68,6 @@ struct ArgmaxCase {
 struct RopeKvCase {
   int tokens, heads, kv_heads, head_dim;
   kernels::RopeLayout layout;
-  ElemType kv;
-};
-struct KvScatterCase {
-  int tokens, kv_heads, head_dim, block_size;
   ElemType kv;
 };
 // Decode mode: one query row per sequence; split: partitions of `partition` tokens merged
@@ -93,8 +83,8 @@ struct FlashAttentionCase {
   int heads, kv_heads, head_dim;
   ElemType kv;
 };
-using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase,
-                            KvScatterCase, DecodeAttentionCase, FlashAttentionCase, RopeKvCase>;
+using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, ArgmaxCase,
+                            DecodeAttentionCase, FlashAttentionCase, RopeKvCase>;
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> cases;
@@ -115,12 +105,9 @@ std::vector<OpCase> AllCases() {
   }
   cases.push_back(SiluMulCase{1000});
   cases.push_back(SiluMulCase{4096});
-  cases.push_back(RopeCase{4, 8, 2, 64, kernels::RopeLayout::kRotateHalf});
-  cases.push_back(RopeCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved});
   cases.push_back(ArgmaxCase{3, 1000});
   cases.push_back(ArgmaxCase{2, 32000});
   for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
-    cases.push_back(KvScatterCase{7, 2, 64, 16, t});
     cases.push_back(RopeKvCase{5, 8, 2, 64, kernels::RopeLayout::kRotateHalf, t});
     cases.push_back(RopeKvCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved, t});
     cases.push_back(DecodeAttentionCase{3, 8, 2, 64, 16, t, 0});    // GQA 4:1
@@ -151,16 +138,8 @@ std::string Name(const OpCase& c) {
       return absl::StrCat("embedding_t", c.tokens, "_d", c.dim, "_",
                           kernels::ElemTypeName(c.table));
     }
-    std::string operator()(const RopeCase& c) const {
-      return absl::StrCat("rope_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
-                          c.layout == kernels::RopeLayout::kRotateHalf ? "_half" : "_interleaved");
-    }
     std::string operator()(const ArgmaxCase& c) const {
       return absl::StrCat("argmax_r", c.rows, "_v", c.vocab);
-    }
-    std::string operator()(const KvScatterCase& c) const {
-      return absl::StrCat("kv_scatter_t", c.tokens, "_kv", c.kv_heads, "_d", c.head_dim, "_",
-                          kernels::ElemTypeName(c.kv));
     }
     std::string operator()(const RopeKvCase& c) const {
       return absl::StrCat("rope_kv_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
@@ -393,39 +372,6 @@ void RunCase(OpRunner& r, const EmbeddingCase& c) {
   ExpectClose(r.Download<float>(dout, want.size()), want, 0);  // a copy: exact
 }
 
-void RunCase(OpRunner& r, const RopeCase& c) {
-  kernels::RopeConfig cfg;
-  cfg.num_heads = c.heads;
-  cfg.num_kv_heads = c.kv_heads;
-  cfg.head_dim = c.head_dim;
-  cfg.layout = c.layout;
-  cfg.target = r.target();
-  std::vector<float> q = Random(size_t{1} * c.tokens * c.heads * c.head_dim, 10);
-  std::vector<float> k = Random(size_t{1} * c.tokens * c.kv_heads * c.head_dim, 11);
-  std::vector<float> inv_freq(c.head_dim / 2);
-  for (int i = 0; i < c.head_dim / 2; ++i) {
-    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.head_dim));
-  }
-  std::vector<int32_t> positions(c.tokens);
-  for (int t = 0; t < c.tokens; ++t) positions[t] = t * 997 + 5;  // far positions too
-  const CUdeviceptr dq = r.Upload(q), dk = r.Upload(k), df = r.Upload(inv_freq);
-  const CUdeviceptr dp = r.UploadBytes(positions.data(), positions.size() * 4);
-  ASSERT_TRUE(r.Launch(cfg, kernels::kRopeEntry, &kernels::GenerateRope,
-                       kernels::RopeLaunch(cfg, c.tokens),
-                       kernels::RopeArgs{.q = dq,
-                                         .k = dk,
-                                         .positions = dp,
-                                         .inv_freq = df,
-                                         .num_tokens = static_cast<uint32_t>(c.tokens)})
-                  .ok());
-  cpu::Rope(q.data(), k.data(), positions.data(), c.tokens, c.heads, c.kv_heads, c.head_dim,
-            inv_freq.data(),
-            c.layout == kernels::RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf
-                                                         : RopeStyle::kInterleaved);
-  ExpectClose(r.Download<float>(dq, q.size()), q, 1e-5);
-  ExpectClose(r.Download<float>(dk, k.size()), k, 1e-5);
-}
-
 void RunCase(OpRunner& r, const ArgmaxCase& c) {
   kernels::ArgmaxConfig cfg;
   cfg.threads = 256;
@@ -443,47 +389,6 @@ void RunCase(OpRunner& r, const ArgmaxCase& c) {
   for (int row = 0; row < c.rows; ++row) {
     EXPECT_EQ(got[row], testing::ArgMax(logits.data() + int64_t{row} * c.vocab, c.vocab));
   }
-}
-
-void RunCase(OpRunner& r, const KvScatterCase& c) {
-  kernels::KvScatterConfig cfg;
-  cfg.num_kv_heads = c.kv_heads;
-  cfg.head_dim = c.head_dim;
-  cfg.block_size = c.block_size;
-  cfg.kv_dtype = c.kv;
-  cfg.target = r.target();
-  const int num_blocks = 3;
-  const size_t row = size_t{1} * c.kv_heads * c.head_dim;
-  const size_t pool = num_blocks * row * c.block_size * kernels::ElemSize(c.kv);
-  const std::vector<float> k = Random(c.tokens * row, 13), v = Random(c.tokens * row, 14);
-  std::vector<int64_t> slots(c.tokens);
-  for (int t = 0; t < c.tokens; ++t) {
-    slots[t] = t == 2 ? -1 : (t * 5 + 1) % (num_blocks * c.block_size);  // -1: padding
-  }
-  std::vector<uint8_t> want_k(pool, 0), want_v(pool, 0);
-  const CUdeviceptr dk = r.Upload(k), dv = r.Upload(v);
-  const CUdeviceptr ds = r.UploadBytes(slots.data(), slots.size() * 8);
-  const CUdeviceptr dkp = r.UploadBytes(want_k.data(), pool);
-  const CUdeviceptr dvp = r.UploadBytes(want_v.data(), pool);
-  ASSERT_TRUE(r.Launch(cfg, kernels::kKvScatterEntry, &kernels::GenerateKvScatter,
-                       kernels::KvScatterLaunch(cfg, c.tokens),
-                       kernels::KvScatterArgs{.k = dk,
-                                              .v = dv,
-                                              .slot_mapping = ds,
-                                              .k_pool = dkp,
-                                              .v_pool = dvp,
-                                              .num_tokens = static_cast<uint32_t>(c.tokens)})
-                  .ok());
-  // A negative slot is padding the kernel skips; the CPU op (which never sees padding) is
-  // given the other tokens.
-  for (int t = 0; t < c.tokens; ++t) {
-    if (slots[t] < 0) continue;
-    cpu::KvScatter(k.data() + t * row, v.data() + t * row, &slots[t], 1, c.kv_heads, c.head_dim,
-                   c.block_size, ToDType(c.kv), want_k.data(), want_v.data());
-  }
-  // The same conversions (round to nearest even): the pools match byte for byte.
-  EXPECT_EQ(r.Download<uint8_t>(dkp, pool), want_k);
-  EXPECT_EQ(r.Download<uint8_t>(dvp, pool), want_v);
 }
 
 void RunCase(OpRunner& r, const RopeKvCase& c) {

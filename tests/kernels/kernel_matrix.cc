@@ -33,17 +33,6 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   const std::vector<int> block_sizes = full ? std::vector<int>{16, 32} : std::vector<int>{16};
   const std::vector<int> groups = full ? std::vector<int>{1, 4, 8} : std::vector<int>{4};
   for (int hd : head_dims) {
-    for (int bs : block_sizes) {
-      for (ElemType dt : kv_types) {
-        KvScatterConfig c;
-        c.num_kv_heads = 2;
-        c.head_dim = hd;
-        c.block_size = bs;
-        c.kv_dtype = dt;
-        c.target = target;
-        Add(&out, c);
-      }
-    }
     for (int group : groups) {
       for (int bs : block_sizes) {
         for (ElemType dt : attn_types) {
@@ -135,11 +124,6 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   }
   for (int hd : head_dims) {
     for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
-      RopeConfig r;
-      r.head_dim = hd;
-      r.layout = layout;
-      r.target = target;
-      Add(&out, r);
       for (ElemType dt : kv_types) {
         RopeKvConfig rk;
         rk.head_dim = hd;
@@ -217,7 +201,8 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       f.target = target;
       Add(&out, f);
     }
-    KvScatterConfig k;
+    RopeKvConfig k;  // a non-power-of-two block size, an odd group
+    k.num_heads = 9;
     k.num_kv_heads = 3;
     k.head_dim = hd;
     k.block_size = 24;
