@@ -1,6 +1,7 @@
 #include "kernels/gemm.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/generator.h"
@@ -29,6 +30,10 @@ void GemmConfig::SetMmaTile(const GemmMmaTile& t) {
 }
 
 absl::Status GemmConfig::CheckAcrossFields() const {
+  if (norm && tiled) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm config ", Key(), ": the fused RMSNorm is a GEMV form (not tiled)"));
+  }
   if (!tensor_cores) return absl::OkStatus();
   if (!tiled || weight_dtype == ElemType::kF32 || k % 8 != 0) {
     return absl::InvalidArgumentError(
@@ -98,7 +103,17 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     const int64_t full = cfg.k / chunk;
     const int64_t rem = cfg.k % chunk;  // a multiple of ve
 
-    const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
+    // The fused RMSNorm's parameters (norm_w, eps) are declared only with GemmConfig::norm.
+    Reg x, norm_w, w, bias, y, m_rows, eps;
+    if (cfg.norm) {
+      const auto [px, pn, pw, pb, py, pm, pe] =
+          cfg.has_bias ? DeclareParams<NormGemmArgs>(kb)
+                       : DeclareParams<NormGemmArgs>(kb, {&NormGemmArgs::bias});
+      std::tie(x, norm_w, w, bias, y, m_rows, eps) = std::tie(px, pn, pw, pb, py, pm, pe);
+    } else {
+      const auto [px, pw, pb, py, pm] = gen::DeclareGemmParams(kb, cfg);
+      std::tie(x, w, bias, y, m_rows) = std::tie(px, pw, pb, py, pm);
+    }
 
     // No barriers: a warp past the last column leaves as a whole.
     const ptx::Label done = kb.NewLabel("done");
@@ -123,15 +138,32 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     }
     std::vector<Reg> acc(mt);
     for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    // With the fused RMSNorm: norm_w at the lane's elements, and each row's sum of squares.
+    Reg nw_lane;
+    std::vector<Reg> sq(cfg.norm ? mt : 0);
+    if (cfg.norm) {
+      nw_lane = gen::AddrAdd(kb, norm_w, lane, int64_t{ve} * 4);
+      for (Reg& q : sq) q = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    }
 
-    // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x).
+    // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x and norm_w).
     auto step = [&](Reg wa, const std::vector<Reg>& xa, int64_t off) {
-      const std::vector<Reg> wv = gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es,
-                                                 ptx::CacheOp::kNonCoherent);
+      std::vector<Reg> wv = gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es,
+                                           ptx::CacheOp::kNonCoherent);
+      if (cfg.norm) {
+        // norm_w scales the weights once for all the tile's rows.
+        const std::vector<Reg> nv =
+            gen::LoadAsF32(kb, ElemType::kF32, nw_lane, off * 4, ve, ve * 4);
+        for (int e = 0; e < ve; ++e) wv[e] = gen::FMul(kb, wv[e], nv[e]);
+      }
       for (int m = 0; m < mt; ++m) {
         const std::vector<Reg> xv = gen::LoadAsF32(kb, ElemType::kF32, xa[m], off * 4, ve, ve * 4);
         for (int e = 0; e < ve; ++e)
           kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
+        if (cfg.norm) {
+          for (int e = 0; e < ve; ++e)
+            kb.EmitTo(sq[m], Op::kFma, Type::kF32, {xv[e], xv[e], sq[m]});
+        }
       }
     };
 
@@ -143,6 +175,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
       for (int u = 0; u < kUnroll; ++u) step(w_lane, x_lane, u * chunk);
       kb.EmitTo(w_lane, Op::kAdd, Type::kU64, {w_lane, kUnroll * chunk * es});
       for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * 4});
+      if (cfg.norm) kb.EmitTo(nw_lane, Op::kAdd, Type::kU64, {nw_lane, kUnroll * chunk * 4});
       kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
       kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, trips), loop);
     }
@@ -156,6 +189,12 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     }
 
     for (Reg& a : acc) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
+    for (int m = 0; m < static_cast<int>(sq.size()); ++m) {
+      // x . (norm_w w) / sqrt(mean(x^2) + eps), the mean and rsqrt as rmsnorm takes them.
+      const Reg total = gen::WarpAllReduce(kb, sq[m], gen::Reduce::kSum);
+      const Reg mean = gen::FFma(kb, total, Operand::F32(1.0f / static_cast<float>(cfg.k)), eps);
+      acc[m] = gen::FMul(kb, acc[m], kb.Emit(Op::kRsqrt, Type::kF32, {mean}));
+    }
     Reg b;
     if (cfg.has_bias) {
       b = kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, col, 4)));

@@ -42,9 +42,11 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   ElemType weight_dtype = ElemType::kF16;
   bool has_bias = false;
   bool accumulate = false;  // y += x w^T (fuses the residual add)
-  int m_tile = 4;           // token rows per CTA, 1..8
-  int warps = 4;            // output columns per CTA (one per warp), 1..16
-  bool tiled = false;       // the shared-memory tiled form (m_tile and warps unused)
+  // GEMV only: the input rows' RMSNorm fused (NormGemmArgs): x is the un-normalised rows.
+  bool norm = false;
+  int m_tile = 4;      // token rows per CTA, 1..8
+  int warps = 4;       // output columns per CTA (one per warp), 1..16
+  bool tiled = false;  // the shared-memory tiled form (m_tile and warps unused)
   // The tiled form on tensor cores (gemm_mma.cc: f16/bf16 weights, k a multiple of 8), its
   // CTA tile in the fields after it (GemmMmaTile's); without it, f32 FMA in 64x64 tiles.
   bool tensor_cores = false;
@@ -53,13 +55,14 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int Threads() const { return tiled ? (tensor_cores ? 128 : 256) : warps * 32; }  // per CTA
   GemmMmaTile MmaTile() const { return {tile_m, tile_n, warps_m, warps_n, warps_k}; }
   void SetMmaTile(const GemmMmaTile& t);
-  // tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, and four warps of whole 16x16 blocks.
+  // norm: not tiled. tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, and four warps of
+  // whole 16x16 blocks.
   absl::Status CheckAcrossFields() const;
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24), Field("k", &C::k).Key("k").Range(1, 1 << 20),
       Field("weight_dtype", &C::weight_dtype).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
-      Field("accumulate", &C::accumulate).Key("acc"),
+      Field("accumulate", &C::accumulate).Key("acc"), Field("norm", &C::norm).Key("norm"),
       Field("m_tile", &C::m_tile).Key("mt", &C::tiled).Range(1, 8),
       Field("warps", &C::warps).Key("w", &C::tiled).Range(1, 16),
       Field("tiled", &C::tiled).Key("tiled"), Field("tensor_cores", &C::tensor_cores).Key("tc"),
@@ -82,6 +85,29 @@ struct GemmArgs {
   // M, the rows
   uint32_t m = 0;
   PTXSERVE_PARAMS(GemmArgs, x, w, bias, y, m);
+};
+
+// The GEMV with its input's RMSNorm fused (GemmConfig::norm): the product of
+// RMSNorm(x) * norm_w (kernels/rmsnorm.h) with w. Each warp sums its rows' squares while it
+// streams them and scales the warp's sums by 1 / sqrt(mean + eps) at the end, with norm_w
+// applied to the weights as they load (x * norm_w . w = x . (norm_w * w)): no normalised
+// copy of x is written or read, and the rmsnorm launch before the GEMV goes away. Equal to
+// rmsnorm then gemm up to f32 rounding order (a relative 1e-6 or so per output, below the
+// 2e-5 the op tests hold both to).
+struct NormGemmArgs {
+  // f32 [M][K]: the rows before their RMSNorm
+  DevicePtr x;
+  // f32 [K]: the RMSNorm weight
+  DevicePtr norm_w;
+  // weight_dtype [N][K]
+  DevicePtr w;
+  // f32 [N] (has_bias; unused otherwise, may be 0)
+  DevicePtr bias;
+  // f32 [M][N]; read first when accumulate
+  DevicePtr y;
+  uint32_t m = 0;
+  float eps = 0;  // the RMSNorm's epsilon
+  PTXSERVE_PARAMS(NormGemmArgs, x, norm_w, w, bias, y, m, eps);
 };
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);

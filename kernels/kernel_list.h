@@ -17,11 +17,10 @@
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_quant.h"
-#include "kernels/kv_scatter.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
@@ -53,9 +52,8 @@ using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateAttentionMerge>,
                Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>,
                Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateQuantGemm>,
-               Kernel<&GenerateKvScatter>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
-               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRope>, Kernel<&GenerateSampling>,
-               Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>,
+               Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

@@ -60,7 +60,7 @@ const StepBatch& DecodeGraphs::Pad(const StepBatch& batch, DeviceStep* step) {
   p.positions.assign(batch.positions.begin(), batch.positions.end());
   p.positions.resize(bucket, 0);
   p.slot_mapping.assign(batch.slot_mapping.begin(), batch.slot_mapping.end());
-  p.slot_mapping.resize(bucket, -1);  // kv_scatter skips negative slots
+  p.slot_mapping.resize(bucket, -1);  // rope_kv writes no K/V at negative slots
   p.query_start.resize(bucket + 1);
   p.logits_rows.resize(bucket);
   for (int64_t s = 0; s <= bucket; ++s) p.query_start[s] = static_cast<int32_t>(s);

@@ -1,6 +1,7 @@
 #include "engine/cuda/device_forward_ops.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/kernel_launch.h"
@@ -18,12 +19,11 @@ CUdeviceptr DeviceForwardOps::Buffer(Act a) const {
       return b.x.ptr();
     case Act::kNormed:
       return b.h.ptr();
-    case Act::kQ:
+    case Act::kQ:  // rotated (RopeAndWriteKv); the product's q heads are in qkv rows
       return b.q.ptr();
-    case Act::kK:
-      return b.k.ptr();
+    case Act::kK:  // in qkv rows, then in the K/V pools: no kernel takes them alone
     case Act::kV:
-      return b.v.ptr();
+      return 0;
     case Act::kAttention:
       return b.attn.ptr();
     case Act::kGate:
@@ -55,6 +55,25 @@ absl::Status DeviceForwardOps::Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight,
           .x = Buffer(in), .w = weight, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
 }
 
+absl::Status DeviceForwardOps::NormedGemm(GemmSlots& gemm, GemmSlots& fused, Act in,
+                                          CUdeviceptr weight, CUdeviceptr bias, CUdeviceptr out) {
+  if (pending_.in == 0) return Gemm(gemm, in, weight, bias, out, false);
+  const PendingNorm norm = std::exchange(pending_, PendingNorm{});
+  if (norm.out != in) {
+    return absl::InternalError("a GEMM with a fused RMSNorm reads another activation");
+  }
+  const int64_t m = Rows(in);
+  const int form = GemmForm(m);
+  return LaunchSlot(cache_, fused.slot[form], fused.Launch(form, m),
+                    kernels::NormGemmArgs{.x = norm.in,
+                                          .norm_w = norm.weight,
+                                          .w = weight,
+                                          .bias = bias,
+                                          .y = out,
+                                          .m = static_cast<uint32_t>(m),
+                                          .eps = static_cast<float>(config_.rms_norm_eps)});
+}
+
 absl::Status DeviceForwardOps::Embed() {
   return LaunchSlot(cache_, kernels_.embed,
                     kernels::EmbeddingLaunch(kernels_.embed_cfg, step_.tokens),
@@ -82,6 +101,13 @@ absl::Status DeviceForwardOps::RmsNorm(Act in, WeightRef weight, Act out) {
       : weight.role == Weight::kMlpNorm ? weights_.layers[weight.layer].mlp_norm.ptr()
                                         : weights_.final_norm.ptr();
   const int64_t rows = Rows(in);
+  GemmSlots* next = weight.role == Weight::kAttnNorm  ? &kernels_.qkv_norm
+                    : weight.role == Weight::kMlpNorm ? &kernels_.gate_up_norm
+                                                      : &kernels_.lm_head_norm;
+  if (next->slot[GemmForm(rows)].used()) {
+    pending_ = {.out = out, .in = Buffer(in), .weight = w};
+    return absl::OkStatus();
+  }
   return LaunchSlot(cache_, kernels_.norm, kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
                     kernels::RmsNormArgs{.x = Buffer(in),
                                          .w = w,
@@ -92,12 +118,26 @@ absl::Status DeviceForwardOps::RmsNorm(Act in, WeightRef weight, Act out) {
 
 absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> projections) {
   KernelSet& k = kernels_;
+  if (projections.size() == 3 && projections.begin()[0].weight.role == Weight::kQ &&
+      projections.begin()[1].weight.role == Weight::kK &&
+      projections.begin()[2].weight.role == Weight::kV) {
+    // Its output rows are [q | k | v], what rope_kv reads.
+    const DeviceWeights::Layer& l = weights_.layers[projections.begin()->weight.layer];
+    return NormedGemm(k.qkv, k.qkv_norm, in, l.wqkv.ptr(), l.bqkv.ptr(), buffers_.qkv.ptr());
+  }
   if (k.fused_gate_up && projections.size() == 2 &&
       projections.begin()->weight.role == Weight::kGate) {
     // Its output rows are [gate | up], what the fused silu_mul reads.
     const int layer = projections.begin()->weight.layer;
-    return Gemm(k.gate_up, in, weights_.layers[layer].w_gate_up.ptr(), 0, Buffer(Act::kGate),
-                false);
+    return NormedGemm(k.gate_up, k.gate_up_norm, in, weights_.layers[layer].w_gate_up.ptr(), 0,
+                      Buffer(Act::kGate));
+  }
+  if (projections.size() == 1 && projections.begin()->weight.role == Weight::kLmHead) {
+    return NormedGemm(k.lm_head, k.lm_head_norm, in, weights_.lm_head_ptr(), 0,
+                      Buffer(projections.begin()->out));
+  }
+  if (pending_.in != 0) {
+    return absl::InternalError("Linear: an RMSNorm left to this GEMM, which cannot fuse it");
   }
   for (const Projection& p : projections) {
     const int layer = p.weight.layer;
@@ -106,20 +146,10 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
     CUdeviceptr weight = 0, bias = 0;
     switch (p.weight.role) {
       case Weight::kQ:
-        gemm = &k.q;
-        weight = l->wq.ptr();
-        bias = l->bq.ptr();
-        break;
       case Weight::kK:
-        gemm = &k.k;
-        weight = l->wk.ptr();
-        bias = l->bk.ptr();
-        break;
       case Weight::kV:
-        gemm = &k.v;
-        weight = l->wv.ptr();
-        bias = l->bv.ptr();
-        break;
+        return absl::InternalError(
+            "Linear: q, k and v are one stacked product on the GPU; give the three together");
       case Weight::kO:
         gemm = &k.o;
         weight = l->wo.ptr();
@@ -137,10 +167,6 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
         gemm = &k.down;
         weight = l->w_down.ptr();
         break;
-      case Weight::kLmHead:
-        gemm = &k.lm_head;
-        weight = weights_.lm_head_ptr();
-        break;
       default:
         return absl::InternalError("Linear: a norm weight is not a projection");
     }
@@ -152,23 +178,16 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
 }
 
 absl::Status DeviceForwardOps::RopeAndWriteKv(int layer) {
-  const uint32_t tokens = static_cast<uint32_t>(step_.tokens);
-  absl::Status s =
-      LaunchSlot(cache_, kernels_.rope, kernels::RopeLaunch(kernels_.rope_cfg, step_.tokens),
-                 kernels::RopeArgs{.q = buffers_.q.ptr(),
-                                   .k = buffers_.k.ptr(),
-                                   .positions = step_.positions,
-                                   .inv_freq = weights_.inv_freq.ptr(),
-                                   .num_tokens = tokens});
-  if (!s.ok()) return s;
-  return LaunchSlot(cache_, kernels_.kv_scatter,
-                    kernels::KvScatterLaunch(kernels_.kv_cfg, step_.tokens),
-                    kernels::KvScatterArgs{.k = buffers_.k.ptr(),
-                                           .v = buffers_.v.ptr(),
-                                           .slot_mapping = step_.slots,
-                                           .k_pool = kv_.k[layer].ptr(),
-                                           .v_pool = kv_.v[layer].ptr(),
-                                           .num_tokens = tokens});
+  return LaunchSlot(cache_, kernels_.rope_kv,
+                    kernels::RopeKvLaunch(kernels_.rope_kv_cfg, step_.tokens),
+                    kernels::RopeKvArgs{.qkv = buffers_.qkv.ptr(),
+                                        .q = buffers_.q.ptr(),
+                                        .positions = step_.positions,
+                                        .inv_freq = weights_.inv_freq.ptr(),
+                                        .slot_mapping = step_.slots,
+                                        .k_pool = kv_.k[layer].ptr(),
+                                        .v_pool = kv_.v[layer].ptr(),
+                                        .num_tokens = static_cast<uint32_t>(step_.tokens)});
 }
 
 absl::Status DeviceForwardOps::Attention(int layer) {

@@ -31,11 +31,15 @@ class DeviceForwardOps final : public ForwardOps {
         step_(step) {}
 
   absl::Status Embed() override;
+  // Where the GEMM that reads the norm's output fuses it (KernelSet::qkv_norm, gate_up_norm,
+  // lm_head_norm at the step's GEMM form), nothing is enqueued here: that GEMM, the next
+  // Linear over `out`, normalises `in`'s rows itself. Else one rmsnorm launch.
   absl::Status RmsNorm(Act in, WeightRef weight, Act out) override;
-  // q, k and v as three GEMMs; gate and up as one over the stacked matrix where the kernel
-  // set fuses them (KernelSet::fused_gate_up). The residual adds are the GEMMs' fused
-  // epilogue (GemmConfig::accumulate).
+  // q, k and v as one GEMM over the stacked matrix (their rows land in StepBuffers::qkv);
+  // gate and up as one where the kernel set fuses them (KernelSet::fused_gate_up). The
+  // residual adds are the GEMMs' fused epilogue (GemmConfig::accumulate).
   absl::Status Linear(Act in, std::initializer_list<Projection> projections) override;
+  // One rope_kv launch: q rotated from the qkv rows into kQ, k rotated and v into the pools.
   absl::Status RopeAndWriteKv(int layer) override;
   // Flash attention for a ragged step when the kernel set has it; else decode or ragged
   // attention by the step's plan, split and merged when it says so.
@@ -48,6 +52,17 @@ class DeviceForwardOps final : public ForwardOps {
   CUdeviceptr Buffer(Act a) const;
   absl::Status Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight, CUdeviceptr bias, CUdeviceptr out,
                     bool accumulate);
+  // The GEMM of a Linear over `in` (a product of the stacked matrices): with the norm left
+  // pending by RmsNorm fused when there is one, else Gemm.
+  absl::Status NormedGemm(GemmSlots& gemm, GemmSlots& fused, Act in, CUdeviceptr weight,
+                          CUdeviceptr bias, CUdeviceptr out);
+
+  // An RMSNorm left to the GEMM after it: its output's name, input rows and weight.
+  struct PendingNorm {
+    Act out = Act::kNormed;
+    CUdeviceptr in = 0;  // 0: none pending
+    CUdeviceptr weight = 0;
+  };
 
   const ModelConfig& config_;
   KernelSet& kernels_;
@@ -56,6 +71,7 @@ class DeviceForwardOps final : public ForwardOps {
   const KvPools& kv_;
   const StepBuffers& buffers_;
   const DeviceStep& step_;
+  PendingNorm pending_;
 };
 
 }  // namespace ptxserve::cuda

@@ -96,6 +96,14 @@ std::vector<uint8_t> PadTo16(std::vector<uint8_t> v) {
   return v;
 }
 
+// The matrices' rows one after another: one weight the GEMM reads as a single product.
+// Rows are bytes, so element and block rows stack alike.
+std::vector<uint8_t> Stack(std::vector<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> out = std::move(parts[0]);
+  for (size_t i = 1; i < parts.size(); ++i) out.insert(out.end(), parts[i].begin(), parts[i].end());
+  return out;
+}
+
 // [heads * d][row_bytes] -> [heads * dp][row_bytes]: row j of a head moves to pad[j],
 // the rest stays zero.
 std::vector<uint8_t> PadRows(const std::vector<uint8_t>& src, int64_t heads, int64_t d, int64_t dp,
@@ -287,6 +295,13 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
   w.types.q = elem_type(l0.wq);
   w.types.k = elem_type(l0.wk);
   w.types.v = elem_type(l0.wv);
+  // q, k and v are one stacked matrix, so one type: a model whose three differ (rare) has
+  // them as f32, decoded and widened exactly, as the CPU backend computes with them.
+  if (w.types.k != w.types.q || w.types.v != w.types.q || w.types.k_blocks != w.types.q_blocks ||
+      w.types.v_blocks != w.types.q_blocks) {
+    w.types.q = w.types.k = w.types.v = kernels::ElemType::kF32;
+    w.types.q_blocks = w.types.k_blocks = w.types.v_blocks = std::nullopt;
+  }
   w.types.o = elem_type(l0.wo);
   w.types.gate_up = elem_type(l0.w_gate);
   w.types.down = elem_type(l0.w_down);
@@ -332,24 +347,22 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
                            DeviceBuffer* out) -> absl::Status {
     return put(up.Upload(PadTo16(std::move(b)), what), out);
   };
-  // q/k/v projections (and their biases) into the padded head layout; block rows move
-  // whole, like element rows.
-  auto upload_heads = [&](const Tensor& t, kernels::ElemType et, int64_t heads,
-                          const std::string& what, DeviceBuffer* out) -> absl::Status {
-    if (t.quant != QuantType::kNone) {
-      std::vector<uint8_t> b = BlockBytes(t);
-      if (padded) b = PadRows(b, heads, d, dp, pad, QuantRowBytes(t.quant, H));
-      return upload_blocks(std::move(b), what, out);
+  // A q/k/v projection's rows (or a bias's, as one-element f32 rows) in the padded head
+  // layout and the stacked type: block rows move whole, like element rows.
+  auto head_rows = [&](const Tensor& t, int64_t heads) {
+    std::vector<uint8_t> b;
+    size_t row_bytes = H * es(ty.q);
+    if (ty.q_blocks) {
+      b = BlockBytes(t);
+      row_bytes = QuantRowBytes(t.quant, H);
+    } else {
+      b = t.quant != QuantType::kNone ? Dequantized(t) : AsDType(t, ToDType(ty.q));
     }
-    if (!padded) return upload_as(t, et, what, out);
-    return put(up.Upload(PadRows(AsDType(t, ToDType(et)), heads, d, dp, pad, H * es(et)), what),
-               out);
+    return padded ? PadRows(b, heads, d, dp, pad, row_bytes) : b;
   };
-  auto upload_bias = [&](const Tensor& t, int64_t heads, const std::string& what,
-                         DeviceBuffer* out) -> absl::Status {
+  auto bias_rows = [&](const Tensor& t, int64_t heads) {
     std::vector<uint8_t> b = AsDType(t, DType::kF32);
-    if (padded) b = PadRows(b, heads, d, dp, pad, 4);
-    return put(up.Upload(b, what), out);
+    return padded ? PadRows(b, heads, d, dp, pad, 4) : b;
   };
 
   s = ty.embed_blocks ? upload_blocks(BlockBytes(mt.embed), "embed", &w.embed)
@@ -369,13 +382,16 @@ absl::StatusOr<DeviceWeights> UploadWeights(const Model& model, const PaddedHead
     DeviceWeights::Layer& l = w.layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     s = upload_as(lt.attn_norm, kernels::ElemType::kF32, p + "attn_norm", &l.attn_norm);
-    if (s.ok()) s = upload_heads(lt.wq, w.types.q, NH, p + "wq", &l.wq);
-    if (s.ok()) s = upload_heads(lt.wk, w.types.k, KVH, p + "wk", &l.wk);
-    if (s.ok()) s = upload_heads(lt.wv, w.types.v, KVH, p + "wv", &l.wv);
+    if (s.ok()) {
+      std::vector<uint8_t> qkv =
+          Stack({head_rows(lt.wq, NH), head_rows(lt.wk, KVH), head_rows(lt.wv, KVH)});
+      s = ty.q_blocks ? upload_blocks(std::move(qkv), p + "wqkv", &l.wqkv)
+                      : put(up.Upload(qkv, p + "wqkv"), &l.wqkv);
+    }
     if (s.ok() && c.attention_bias) {
-      s = upload_bias(lt.bq, NH, p + "bq", &l.bq);
-      if (s.ok()) s = upload_bias(lt.bk, KVH, p + "bk", &l.bk);
-      if (s.ok()) s = upload_bias(lt.bv, KVH, p + "bv", &l.bv);
+      s = put(up.Upload(Stack({bias_rows(lt.bq, NH), bias_rows(lt.bk, KVH), bias_rows(lt.bv, KVH)}),
+                        p + "bqkv"),
+              &l.bqkv);
     }
     if (s.ok()) {
       if (ty.o_blocks) {

@@ -1,5 +1,6 @@
 // The model's weights on the device: uploaded once at Create, in the layout the kernels
-// read (q/k/v rows and o columns padded to whole 32-element heads, gate and up stacked).
+// read (q/k/v rows and o columns padded to whole 32-element heads; q, k and v stacked, gate
+// and up stacked).
 #pragma once
 
 #include <cstddef>
@@ -28,11 +29,13 @@ PaddedHeads PadHeads(const ModelConfig& config);
 struct DeviceWeights {
   struct Layer {
     DeviceBuffer attn_norm, mlp_norm;  // f32 [hidden]
-    DeviceBuffer wq, wk, wv;           // [heads * padded][hidden] (padded rows)
-    DeviceBuffer bq, bk, bv;           // f32, with attention_bias only
-    DeviceBuffer wo;                   // [hidden][heads * padded] (padded cols)
-    DeviceBuffer w_gate_up;            // [2 * inter][hidden]: gate, then up
-    DeviceBuffer w_down;               // [hidden][inter]
+    // [(heads + 2 kv_heads) * padded][hidden]: the q, then k, then v rows (padded heads), in
+    // one type (WeightTypes::q; blocks: the roles' bytes concatenated)
+    DeviceBuffer wqkv;
+    DeviceBuffer bqkv;       // f32 [(heads + 2 kv_heads) * padded], with attention_bias only
+    DeviceBuffer wo;         // [hidden][heads * padded] (padded cols)
+    DeviceBuffer w_gate_up;  // [2 * inter][hidden]: gate, then up
+    DeviceBuffer w_down;     // [hidden][inter]
   };
   DeviceBuffer embed;       // [vocab][hidden] in its file dtype, or its blocks as stored
   DeviceBuffer final_norm;  // f32 [hidden]

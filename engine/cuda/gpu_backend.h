@@ -15,29 +15,29 @@
 // can use compiled (GpuBackendOptions::warmup) and its CUfunction resolved.
 //
 // Per Step: the StepBatch metadata is packed into pinned memory and goes host->device in
-// ONE async copy; then the kernels of the forward pass (embedding, per layer rmsnorm, q/k/v
-// GEMMs, rope, kv_scatter, decode attention (+ merge when split) or, for prefill and mixed
-// steps, flash attention (f16/bf16 caches; else ragged decode attention), o GEMM with the
-// residual fused, rmsnorm, fused gate/up GEMM, silu_mul, down GEMM with the residual fused;
-// then a row gather, final rmsnorm and the LM head); then ONE device->host copy and the
-// step's only synchronisation. Step copies back the logits rows (R x vocab x 4 bytes);
-// StepSampled samples on the device and copies back only the ids (4 x R bytes), or, when a
-// row wants log-probs, the logprobs kernel's records instead (R x 168 bytes: each carries
-// the row's id, its log-prob and up to 20 top entries; kernels/logprobs.h).
+// ONE async copy; then the kernels of the forward pass (embedding, per layer rmsnorm (fused
+// into the GEMV after it at up to 4 rows), one stacked q/k/v GEMM, rope_kv (RoPE and the K/V cache
+// write), decode attention (+ merge when split) or, for prefill and mixed steps, flash attention
+// (f16/bf16 caches; else ragged decode attention), o GEMM with the residual fused, rmsnorm, fused
+// gate/up GEMM, silu_mul, down GEMM with the residual fused; then a row gather, final rmsnorm and
+// the LM head); then ONE device->host copy and the step's only synchronisation. Step copies back
+// the logits rows (R x vocab x 4 bytes); StepSampled samples on the device and copies back only the
+// ids (4 x R bytes), or, when a row wants log-probs, the logprobs kernel's records instead (R x 168
+// bytes: each carries the row's id, its log-prob and up to 20 top entries; kernels/logprobs.h).
 //
 // CUDA graphs (GpuBackendOptions::cuda_graphs, decode_graphs.h). A decode-only step (every
 // sequence exactly one token, one logits row each, in order) runs as a padded batch of
 // CudaGraphBucket(B) sequences whose forward pass (embedding .. LM head: everything
 // between the metadata copy and the sampling kernel) is captured into a graph once and
-// replayed: one cuGraphLaunch instead of ~13 launches per layer. Sampling (argmax or the
+// replayed: one cuGraphLaunch instead of 8 to 11 launches per layer. Sampling (argmax or the
 // sampling kernel, after penalties when a row has them, then logprobs when wanted) stays
 // plain launches after the graph, on the real rows only; so do the copies. Padding rows are inert:
-// token 0 at position 0, slot -1 (kv_scatter skips it), context 1 over block 0, and their logits
-// rows are computed but never copied back, so transfers stay one metadata copy up and R x vocab x 4
-// (Step), 4 x R (StepSampled) or R x 168 (StepSampled with log-probs) bytes down. Every row is
-// computed independently and the bucket uses the GEMM form the real batch would (buckets 1, 2, 4, 8
-// are the GEMV tiles), so graph steps give the same bits as launch-by-launch steps (on a real GPU
-// the attention plan, chosen by row count, may split differently; see below).
+// token 0 at position 0, slot -1 (rope_kv writes no K/V for it), context 1 over block 0, and their
+// logits rows are computed but never copied back, so transfers stay one metadata copy up and R x
+// vocab x 4 (Step), 4 x R (StepSampled) or R x 168 (StepSampled with log-probs) bytes down. Every
+// row is computed independently and the bucket uses the GEMM form the real batch would (buckets 1,
+// 2, 4, 8 are the GEMV tiles), so graph steps give the same bits as launch-by-launch steps (on a
+// real GPU the attention plan, chosen by row count, may split differently; see below).
 //   What a graph bakes in, and so what keys it: kernel parameters are copied at capture,
 // so every buffer address is fixed (a buffer that grows makes every graph stale: they are
 // dropped and recaptured) and per-step values (token ids, positions, slots, context

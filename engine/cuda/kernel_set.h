@@ -36,7 +36,8 @@ absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_ver
 
 // Element types of the weights by role, as the backend uploads them (device_weights.cc:
 // each role in layer 0's file dtype, other layers converted to it; a tied LM head in the
-// embedding's).
+// embedding's). q, k and v are one stacked matrix: their types are equal (BuildKernelSet
+// rejects others).
 struct WeightTypes {
   kernels::ElemType embed = kernels::ElemType::kF32, lm_head = kernels::ElemType::kF32;
   kernels::ElemType q = kernels::ElemType::kF32, k = kernels::ElemType::kF32;
@@ -107,12 +108,16 @@ struct KernelSet {
   KernelSlot embed, gather;
   kernels::RmsNormConfig norm_cfg;
   KernelSlot norm;
-  GemmSlots q, k, v, o, gate_up, gate, up, down, lm_head;
+  // q, k and v as one product over the stacked matrix (DeviceWeights::Layer::wqkv).
+  GemmSlots qkv, o, gate_up, gate, up, down, lm_head;
   bool fused_gate_up = true;
-  kernels::RopeConfig rope_cfg;
-  KernelSlot rope;
-  kernels::KvScatterConfig kv_cfg;
-  KernelSlot kv_scatter;
+  // The GEMMs that read an RMSNorm's output, in their GEMV forms of up to 4 rows with that
+  // norm fused (GemmConfig::norm; gate_up_norm only with fused_gate_up). A form whose slot
+  // is unused (more rows, tiled, block weights) runs after a separate rmsnorm launch.
+  GemmSlots qkv_norm, gate_up_norm, lm_head_norm;
+  // RoPE and the K/V cache write in one launch, from the qkv product's rows.
+  kernels::RopeKvConfig rope_kv_cfg;
+  KernelSlot rope_kv;
   // [ragged][split]; the ragged slots are unused when flash is.
   kernels::DecodeAttentionConfig attn_cfg[2][2];
   kernels::DecodeAttentionShape attn_shape[2][2];

@@ -20,9 +20,8 @@ absl::Status StepBuffers::Reserve(int64_t tokens, int64_t rows, size_t meta_byte
     const int64_t qd = c.num_heads * head_dim_, kd = c.num_kv_heads * head_dim_;
     absl::Status s = alloc(&x, t * H * 4, "activations x");
     if (s.ok()) s = alloc(&h, t * H * 4, "activations h");
+    if (s.ok()) s = alloc(&qkv, t * (qd + 2 * kd) * 4, "activations qkv");
     if (s.ok()) s = alloc(&q, t * qd * 4, "activations q");
-    if (s.ok()) s = alloc(&k, t * kd * 4, "activations k");
-    if (s.ok()) s = alloc(&v, t * kd * 4, "activations v");
     if (s.ok()) s = alloc(&attn, t * qd * 4, "activations attn");
     // + 256: unfused, the up half is aligned up to the next 256 bytes (up()).
     if (s.ok()) s = alloc(&gate_up, t * 2 * I * 4 + 256, "activations gate_up");

@@ -38,17 +38,16 @@ class StepBuffers {
   }
 
   // Every buffer a forward pass's kernels take the address of.
-  static constexpr int kForwardBuffers = 13;
+  static constexpr int kForwardBuffers = 12;
   std::array<CUdeviceptr, kForwardBuffers> forward_addresses() const {
-    return {x.ptr(),       h.ptr(),       q.ptr(),   k.ptr(),       v.ptr(),
-            attn.ptr(),    gate_up.ptr(), act.ptr(), rows_in.ptr(), logits.ptr(),
-            partial.ptr(), lse.ptr(),     meta.ptr()};
+    return {x.ptr(),   h.ptr(),       qkv.ptr(),    q.ptr(),       attn.ptr(), gate_up.ptr(),
+            act.ptr(), rows_in.ptr(), logits.ptr(), partial.ptr(), lse.ptr(),  meta.ptr()};
   }
 
   DeviceBuffer x;          // f32 [tokens][hidden] residual stream
   DeviceBuffer h;          // f32 [tokens][hidden] normed input
-  DeviceBuffer q;          // f32 [tokens][heads][padded]
-  DeviceBuffer k, v;       // f32 [tokens][kv_heads][padded]
+  DeviceBuffer qkv;        // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
+  DeviceBuffer q;          // f32 [tokens][heads][padded] rotated (K/V go to the pools)
   DeviceBuffer attn;       // f32 [tokens][heads][padded]
   DeviceBuffer gate_up;    // f32 [tokens][2 * inter] (fused) / gate then up arrays
   DeviceBuffer act;        // f32 [tokens][inter]

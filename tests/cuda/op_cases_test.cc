@@ -29,9 +29,8 @@
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
-#include "kernels/kv_scatter.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/silu_mul.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -53,6 +52,7 @@ struct GemmCase {
   ElemType weights;
   bool bias, accumulate;
   GemmForm form = GemmForm::kGemv;
+  bool norm = false;  // the GEMV with its input's RMSNorm fused, against rmsnorm then gemm
 };
 struct SiluMulCase {
   int n;
@@ -61,15 +61,13 @@ struct EmbeddingCase {
   int tokens, vocab, dim;
   ElemType table;
 };
-struct RopeCase {
-  int tokens, heads, kv_heads, head_dim;
-  kernels::RopeLayout layout;
-};
 struct ArgmaxCase {
   int rows, vocab;
 };
-struct KvScatterCase {
-  int tokens, kv_heads, head_dim, block_size;
+// RoPE and the KV write in one launch, from the stacked q/k/v rows.
+struct RopeKvCase {
+  int tokens, heads, kv_heads, head_dim;
+  kernels::RopeLayout layout;
   ElemType kv;
 };
 // Decode mode: one query row per sequence; split: partitions of `partition` tokens merged
@@ -85,8 +83,8 @@ struct FlashAttentionCase {
   int heads, kv_heads, head_dim;
   ElemType kv;
 };
-using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, RopeCase, ArgmaxCase,
-                            KvScatterCase, DecodeAttentionCase, FlashAttentionCase>;
+using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, ArgmaxCase,
+                            DecodeAttentionCase, FlashAttentionCase, RopeKvCase>;
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> cases;
@@ -96,7 +94,9 @@ std::vector<OpCase> AllCases() {
     cases.push_back(GemmCase{1, 96, 256, t, false, false});  // GEMV
     cases.push_back(GemmCase{5, 72, 128, t, true, false});   // GEMV, a partial row tile
     cases.push_back(GemmCase{3, 64, 96, t, false, true});    // fused residual add
-    cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kFmaTiled});  // partial tiles
+    cases.push_back(GemmCase{1, 96, 2048, t, false, false, GemmForm::kGemv, true});
+    cases.push_back(GemmCase{5, 40, 200, t, true, false, GemmForm::kGemv, true});  // partial K
+    cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kFmaTiled});    // partial tiles
     if (t != ElemType::kF32) {
       cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kMmaNarrow});
       cases.push_back(GemmCase{70, 72, 64, t, false, false, GemmForm::kMmaWide});
@@ -105,12 +105,11 @@ std::vector<OpCase> AllCases() {
   }
   cases.push_back(SiluMulCase{1000});
   cases.push_back(SiluMulCase{4096});
-  cases.push_back(RopeCase{4, 8, 2, 64, kernels::RopeLayout::kRotateHalf});
-  cases.push_back(RopeCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved});
   cases.push_back(ArgmaxCase{3, 1000});
   cases.push_back(ArgmaxCase{2, 32000});
   for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
-    cases.push_back(KvScatterCase{7, 2, 64, 16, t});
+    cases.push_back(RopeKvCase{5, 8, 2, 64, kernels::RopeLayout::kRotateHalf, t});
+    cases.push_back(RopeKvCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved, t});
     cases.push_back(DecodeAttentionCase{3, 8, 2, 64, 16, t, 0});    // GQA 4:1
     cases.push_back(DecodeAttentionCase{2, 4, 4, 128, 16, t, 32});  // split, merged
     if (t != ElemType::kF32) {
@@ -131,23 +130,21 @@ std::string Name(const OpCase& c) {
     std::string operator()(const GemmCase& c) const {
       return absl::StrCat("gemm_m", c.m, "_n", c.n, "_k", c.k, "_",
                           kernels::ElemTypeName(c.weights), c.bias ? "_bias" : "",
-                          c.accumulate ? "_acc" : "", kFormNames[static_cast<int>(c.form)]);
+                          c.accumulate ? "_acc" : "", kFormNames[static_cast<int>(c.form)],
+                          c.norm ? "_norm" : "");
     }
     std::string operator()(const SiluMulCase& c) const { return absl::StrCat("silu_mul_n", c.n); }
     std::string operator()(const EmbeddingCase& c) const {
       return absl::StrCat("embedding_t", c.tokens, "_d", c.dim, "_",
                           kernels::ElemTypeName(c.table));
     }
-    std::string operator()(const RopeCase& c) const {
-      return absl::StrCat("rope_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
-                          c.layout == kernels::RopeLayout::kRotateHalf ? "_half" : "_interleaved");
-    }
     std::string operator()(const ArgmaxCase& c) const {
       return absl::StrCat("argmax_r", c.rows, "_v", c.vocab);
     }
-    std::string operator()(const KvScatterCase& c) const {
-      return absl::StrCat("kv_scatter_t", c.tokens, "_kv", c.kv_heads, "_d", c.head_dim, "_",
-                          kernels::ElemTypeName(c.kv));
+    std::string operator()(const RopeKvCase& c) const {
+      return absl::StrCat("rope_kv_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
+                          c.layout == kernels::RopeLayout::kRotateHalf ? "_half" : "_interleaved",
+                          "_", kernels::ElemTypeName(c.kv));
     }
     std::string operator()(const DecodeAttentionCase& c) const {
       return absl::StrCat("decode_attention_s", c.seqs, "_h", c.heads, "_kv", c.kv_heads, "_d",
@@ -297,17 +294,38 @@ void RunCase(OpRunner& r, const GemmCase& c) {
   const CUdeviceptr dx = r.Upload(x),
                     dw = r.Upload(Random(size_t{1} * c.n * c.k, 6), ToDType(c.weights), &w);
   const CUdeviceptr db = c.bias ? r.Upload(bias) : 0, dy = r.Upload(y0);
-  ASSERT_TRUE(r.Launch(cfg, kernels::kGemmEntry, &kernels::GenerateGemm,
-                       kernels::GemmLaunch(cfg, c.m),
-                       kernels::GemmArgs{
-                           .x = dx, .w = dw, .bias = db, .y = dy, .m = static_cast<uint32_t>(c.m)})
-                  .ok());
+  std::vector<float> normed;  // the GEMM's input on the CPU: x, or its RMSNorm
+  if (c.norm) {
+    cfg.norm = true;
+    const std::vector<float> norm_w = Random(c.k, 22, 0.5f, 1.5f);
+    const float eps = 1e-5f;
+    ASSERT_TRUE(r.Launch(cfg, kernels::kGemmEntry, &kernels::GenerateGemm,
+                         kernels::GemmLaunch(cfg, c.m),
+                         kernels::NormGemmArgs{.x = dx,
+                                               .norm_w = r.Upload(norm_w),
+                                               .w = dw,
+                                               .bias = db,
+                                               .y = dy,
+                                               .m = static_cast<uint32_t>(c.m),
+                                               .eps = eps})
+                    .ok());
+    normed.resize(x.size());
+    cpu::RmsNorm(x.data(), norm_w.data(), c.m, c.k, eps, normed.data());
+  } else {
+    ASSERT_TRUE(
+        r.Launch(cfg, kernels::kGemmEntry, &kernels::GenerateGemm, kernels::GemmLaunch(cfg, c.m),
+                 kernels::GemmArgs{
+                     .x = dx, .w = dw, .bias = db, .y = dy, .m = static_cast<uint32_t>(c.m)})
+            .ok());
+    normed = x;
+  }
   std::vector<float> want(y0.size());
-  cpu::Gemm(x.data(), w.data(), c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data());
+  cpu::Gemm(normed.data(), w.data(), c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data());
   if (c.accumulate) cpu::AddInPlace(want.data(), y0.data(), static_cast<int64_t>(want.size()));
   // Tensor cores round the activations to the weights' type (unit roundoff u): each output
   // is off by at most u * sum |x w| (gemm_mma_test holds that bound element by element);
-  // with random signs the norm-wise error stays below 2u.
+  // with random signs the norm-wise error stays below 2u. The fused RMSNorm scales the sums
+  // once at the end instead of each input (f32 rounding order only: within kTolerance).
   const double u = c.weights == ElemType::kF16 ? 0x1p-11 : 0x1p-8;
   ExpectClose(r.Download<float>(dy, want.size()), want, cfg.tensor_cores ? 2 * u : kTolerance);
 }
@@ -354,39 +372,6 @@ void RunCase(OpRunner& r, const EmbeddingCase& c) {
   ExpectClose(r.Download<float>(dout, want.size()), want, 0);  // a copy: exact
 }
 
-void RunCase(OpRunner& r, const RopeCase& c) {
-  kernels::RopeConfig cfg;
-  cfg.num_heads = c.heads;
-  cfg.num_kv_heads = c.kv_heads;
-  cfg.head_dim = c.head_dim;
-  cfg.layout = c.layout;
-  cfg.target = r.target();
-  std::vector<float> q = Random(size_t{1} * c.tokens * c.heads * c.head_dim, 10);
-  std::vector<float> k = Random(size_t{1} * c.tokens * c.kv_heads * c.head_dim, 11);
-  std::vector<float> inv_freq(c.head_dim / 2);
-  for (int i = 0; i < c.head_dim / 2; ++i) {
-    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.head_dim));
-  }
-  std::vector<int32_t> positions(c.tokens);
-  for (int t = 0; t < c.tokens; ++t) positions[t] = t * 997 + 5;  // far positions too
-  const CUdeviceptr dq = r.Upload(q), dk = r.Upload(k), df = r.Upload(inv_freq);
-  const CUdeviceptr dp = r.UploadBytes(positions.data(), positions.size() * 4);
-  ASSERT_TRUE(r.Launch(cfg, kernels::kRopeEntry, &kernels::GenerateRope,
-                       kernels::RopeLaunch(cfg, c.tokens),
-                       kernels::RopeArgs{.q = dq,
-                                         .k = dk,
-                                         .positions = dp,
-                                         .inv_freq = df,
-                                         .num_tokens = static_cast<uint32_t>(c.tokens)})
-                  .ok());
-  cpu::Rope(q.data(), k.data(), positions.data(), c.tokens, c.heads, c.kv_heads, c.head_dim,
-            inv_freq.data(),
-            c.layout == kernels::RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf
-                                                         : RopeStyle::kInterleaved);
-  ExpectClose(r.Download<float>(dq, q.size()), q, 1e-5);
-  ExpectClose(r.Download<float>(dk, k.size()), k, 1e-5);
-}
-
 void RunCase(OpRunner& r, const ArgmaxCase& c) {
   kernels::ArgmaxConfig cfg;
   cfg.threads = 256;
@@ -406,45 +391,75 @@ void RunCase(OpRunner& r, const ArgmaxCase& c) {
   }
 }
 
-void RunCase(OpRunner& r, const KvScatterCase& c) {
-  kernels::KvScatterConfig cfg;
+void RunCase(OpRunner& r, const RopeKvCase& c) {
+  kernels::RopeKvConfig cfg;
+  cfg.num_heads = c.heads;
   cfg.num_kv_heads = c.kv_heads;
   cfg.head_dim = c.head_dim;
-  cfg.block_size = c.block_size;
+  cfg.layout = c.layout;
+  cfg.block_size = 16;
   cfg.kv_dtype = c.kv;
   cfg.target = r.target();
-  const int num_blocks = 3;
-  const size_t row = size_t{1} * c.kv_heads * c.head_dim;
-  const size_t pool = num_blocks * row * c.block_size * kernels::ElemSize(c.kv);
-  const std::vector<float> k = Random(c.tokens * row, 13), v = Random(c.tokens * row, 14);
+  const int num_blocks = 2;
+  const size_t qd = size_t{1} * c.heads * c.head_dim, kd = size_t{1} * c.kv_heads * c.head_dim;
+  const size_t pool = num_blocks * kd * cfg.block_size * kernels::ElemSize(c.kv);
+  const std::vector<float> qkv = Random(c.tokens * (qd + 2 * kd), 21);
+  std::vector<float> inv_freq(c.head_dim / 2);
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.head_dim));
+  }
+  std::vector<int32_t> positions(c.tokens);
   std::vector<int64_t> slots(c.tokens);
   for (int t = 0; t < c.tokens; ++t) {
-    slots[t] = t == 2 ? -1 : (t * 5 + 1) % (num_blocks * c.block_size);  // -1: padding
+    positions[t] = t * 997 + 5;                                            // far positions too
+    slots[t] = t == 1 ? -1 : (t * 7 + 3) % (num_blocks * cfg.block_size);  // -1: padding
   }
   std::vector<uint8_t> want_k(pool, 0), want_v(pool, 0);
-  const CUdeviceptr dk = r.Upload(k), dv = r.Upload(v);
-  const CUdeviceptr ds = r.UploadBytes(slots.data(), slots.size() * 8);
+  const CUdeviceptr dq = r.Upload(std::vector<float>(c.tokens * qd));
   const CUdeviceptr dkp = r.UploadBytes(want_k.data(), pool);
   const CUdeviceptr dvp = r.UploadBytes(want_v.data(), pool);
-  ASSERT_TRUE(r.Launch(cfg, kernels::kKvScatterEntry, &kernels::GenerateKvScatter,
-                       kernels::KvScatterLaunch(cfg, c.tokens),
-                       kernels::KvScatterArgs{.k = dk,
-                                              .v = dv,
-                                              .slot_mapping = ds,
-                                              .k_pool = dkp,
-                                              .v_pool = dvp,
-                                              .num_tokens = static_cast<uint32_t>(c.tokens)})
+  ASSERT_TRUE(r.Launch(cfg, kernels::kRopeKvEntry, &kernels::GenerateRopeKv,
+                       kernels::RopeKvLaunch(cfg, c.tokens),
+                       kernels::RopeKvArgs{
+                           .qkv = r.Upload(qkv),
+                           .q = dq,
+                           .positions = r.UploadBytes(positions.data(), positions.size() * 4),
+                           .inv_freq = r.Upload(inv_freq),
+                           .slot_mapping = r.UploadBytes(slots.data(), slots.size() * 8),
+                           .k_pool = dkp,
+                           .v_pool = dvp,
+                           .num_tokens = static_cast<uint32_t>(c.tokens)})
                   .ok());
-  // A negative slot is padding the kernel skips; the CPU op (which never sees padding) is
-  // given the other tokens.
+  // The CPU ops in sequence: split the rows, rotate q and k, scatter k and v (padding
+  // skipped, as the CPU op never sees it).
+  std::vector<float> q(c.tokens * qd), k(c.tokens * kd), v(c.tokens * kd);
+  for (int t = 0; t < c.tokens; ++t) {
+    const float* row = qkv.data() + t * (qd + 2 * kd);
+    std::copy(row, row + qd, q.begin() + t * qd);
+    std::copy(row + qd, row + qd + kd, k.begin() + t * kd);
+    std::copy(row + qd + kd, row + qd + 2 * kd, v.begin() + t * kd);
+  }
+  cpu::Rope(q.data(), k.data(), positions.data(), c.tokens, c.heads, c.kv_heads, c.head_dim,
+            inv_freq.data(),
+            c.layout == kernels::RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf
+                                                         : RopeStyle::kInterleaved);
   for (int t = 0; t < c.tokens; ++t) {
     if (slots[t] < 0) continue;
-    cpu::KvScatter(k.data() + t * row, v.data() + t * row, &slots[t], 1, c.kv_heads, c.head_dim,
-                   c.block_size, ToDType(c.kv), want_k.data(), want_v.data());
+    cpu::KvScatter(k.data() + t * kd, v.data() + t * kd, &slots[t], 1, c.kv_heads, c.head_dim,
+                   cfg.block_size, ToDType(c.kv), want_k.data(), want_v.data());
   }
-  // The same conversions (round to nearest even): the pools match byte for byte.
-  EXPECT_EQ(r.Download<uint8_t>(dkp, pool), want_k);
+  ExpectClose(r.Download<float>(dq, q.size()), q, 1e-5);
+  // v is a copy (the same conversion: byte for byte); k is rotated (rope's tolerance, and
+  // in a half pool an element whose f32 rotation differs in its last bits may round to the
+  // neighbouring half: at most one half ulp, 2^-11 or 2^-8 relative).
   EXPECT_EQ(r.Download<uint8_t>(dvp, pool), want_v);
+  const size_t pool_elems = pool / kernels::ElemSize(c.kv);
+  std::vector<float> got_k(pool_elems), ref_k(pool_elems);
+  const std::vector<uint8_t> kb = r.Download<uint8_t>(dkp, pool);
+  ConvertToFloat(ToDType(c.kv), kb.data(), pool_elems, got_k.data());
+  ConvertToFloat(ToDType(c.kv), want_k.data(), pool_elems, ref_k.data());
+  const double tol = c.kv == ElemType::kF32 ? 1e-5 : c.kv == ElemType::kF16 ? 0x1p-11 : 0x1p-8;
+  ExpectClose(got_k, ref_k, tol);
 }
 
 void RunCase(OpRunner& r, const DecodeAttentionCase& c) {

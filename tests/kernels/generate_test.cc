@@ -50,10 +50,14 @@ struct Golden {
 
 const std::vector<Golden>& Goldens() {
   static const std::vector<Golden> g = {
-      {"kv_scatter_f16_kvh8_d128", "kv_scatter", {}},
-      {"kv_scatter_f32_kvh2_d64_bs32",
-       "kv_scatter",
-       {{"kv_dtype", "f32"}, {"num_kv_heads", "2"}, {"head_dim", "64"}, {"block_size", "32"}}},
+      {"rope_kv_f32_h8_kvh2_d64_bs32_interleaved",
+       "rope_kv",
+       {{"kv_dtype", "f32"},
+        {"num_heads", "8"},
+        {"num_kv_heads", "2"},
+        {"head_dim", "64"},
+        {"block_size", "32"},
+        {"layout", "interleaved"}}},
       {"decode_attention_f16_h32_kvh8_d128", "decode_attention", {}},
       {"decode_attention_f32_h8_kvh1_d64_split_sm90",
        "decode_attention",
@@ -71,8 +75,9 @@ const std::vector<Golden>& Goldens() {
       {"embedding_bf16_dim4096", "embedding", {{"table_dtype", "bf16"}}},
       {"embedding_q4_0_dim4096", "embedding", {{"blocks", "true"}, {"block_format", "q4_0"}}},
       {"rmsnorm_f32_dim4096", "rmsnorm", {}},
-      {"rope_interleaved_h32_kvh8_d128", "rope", {{"layout", "interleaved"}}},
+      {"rope_kv_f16_h32_kvh8_d128", "rope_kv", {}},
       {"gemm_f16_n4096_k4096_mt4", "gemm", {}},
+      {"gemm_f16_n4096_k4096_mt8_norm", "gemm", {{"m_tile", "8"}, {"norm", "true"}}},
       {"gemm_bf16_n4096_k4096_tiled_bias",
        "gemm",
        {{"weight_dtype", "bf16"}, {"tiled", "true"}, {"has_bias", "true"}}},
@@ -170,14 +175,14 @@ TEST(GenerateTest, UnsupportedConfigsAreErrors) {
   a.target = {90, 70};
   EXPECT_FALSE(GenerateDecodeAttention(a).ok());
 
-  KvScatterConfig k;
+  RopeKvConfig k;
   k.head_dim = 48;
-  EXPECT_FALSE(GenerateKvScatter(k).ok());
+  EXPECT_FALSE(GenerateRopeKv(k).ok());
   k.head_dim = 288;
-  EXPECT_FALSE(GenerateKvScatter(k).ok());
-  k = KvScatterConfig{};
+  EXPECT_FALSE(GenerateRopeKv(k).ok());
+  k = RopeKvConfig{};
   k.block_size = 0;
-  EXPECT_FALSE(GenerateKvScatter(k).ok());
+  EXPECT_FALSE(GenerateRopeKv(k).ok());
   AttentionMergeConfig m;
   m.head_dim = 48;
   EXPECT_FALSE(GenerateAttentionMerge(m).ok());
@@ -265,8 +270,7 @@ TEST(GenerateTest, GemmFormChoice) {
 
 TEST(RegistryTest, NamesDefaultsAndErrors) {
   const std::vector<std::string> names = KernelNames();
-  EXPECT_THAT(names,
-              ::testing::IsSupersetOf({"kv_scatter", "decode_attention", "attention_merge"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"rope_kv", "decode_attention", "attention_merge"}));
   for (const std::string& n : names) {
     absl::StatusOr<KernelSettings> d = KernelDefaults(n);
     ASSERT_TRUE(d.ok()) << n;
@@ -276,15 +280,15 @@ TEST(RegistryTest, NamesDefaultsAndErrors) {
     EXPECT_THAT(*ptx, HasSubstr(".entry " + n + "("));
   }
   EXPECT_EQ(GeneratePtxByName("nope", {}).status().code(), absl::StatusCode::kNotFound);
-  auto bad_key = GeneratePtxByName("kv_scatter", {{"head_dimm", "64"}});
+  auto bad_key = GeneratePtxByName("rope_kv", {{"head_dimm", "64"}});
   ASSERT_FALSE(bad_key.ok());
   EXPECT_THAT(std::string(bad_key.status().message()), HasSubstr("head_dimm"));
-  auto bad_value = GeneratePtxByName("kv_scatter", {{"head_dim", "64x"}});
+  auto bad_value = GeneratePtxByName("rope_kv", {{"head_dim", "64x"}});
   ASSERT_FALSE(bad_value.ok());
   EXPECT_THAT(std::string(bad_value.status().message()), HasSubstr("head_dim='64x'"));
-  EXPECT_FALSE(GeneratePtxByName("kv_scatter", {{"head_dim", "48"}}).ok());
-  EXPECT_FALSE(GeneratePtxByName("kv_scatter", {{"kv_dtype", "f8"}}).ok());
-  auto sm90 = GeneratePtxByName("kv_scatter", {{"sm", "90"}, {"ptx", "8.0"}});
+  EXPECT_FALSE(GeneratePtxByName("rope_kv", {{"head_dim", "48"}}).ok());
+  EXPECT_FALSE(GeneratePtxByName("rope_kv", {{"kv_dtype", "f8"}}).ok());
+  auto sm90 = GeneratePtxByName("rope_kv", {{"sm", "90"}, {"ptx", "8.0"}});
   ASSERT_TRUE(sm90.ok()) << sm90.status();
   EXPECT_THAT(*sm90, HasSubstr(".version 8.0\n.target sm_90\n"));
 }

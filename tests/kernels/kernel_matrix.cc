@@ -33,17 +33,6 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   const std::vector<int> block_sizes = full ? std::vector<int>{16, 32} : std::vector<int>{16};
   const std::vector<int> groups = full ? std::vector<int>{1, 4, 8} : std::vector<int>{4};
   for (int hd : head_dims) {
-    for (int bs : block_sizes) {
-      for (ElemType dt : kv_types) {
-        KvScatterConfig c;
-        c.num_kv_heads = 2;
-        c.head_dim = hd;
-        c.block_size = bs;
-        c.kv_dtype = dt;
-        c.target = target;
-        Add(&out, c);
-      }
-    }
     for (int group : groups) {
       for (int bs : block_sizes) {
         for (ElemType dt : attn_types) {
@@ -117,6 +106,10 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       g.accumulate = m_tile == 8;
       g.target = target;
       Add(&out, g);
+      GemmConfig normed = g;  // the GEMV with its input's RMSNorm fused
+      normed.norm = true;
+      normed.accumulate = false;
+      Add(&out, normed);
       if (m_tile == 4) {
         g.tiled = true;
         Add(&out, g);
@@ -139,11 +132,14 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   }
   for (int hd : head_dims) {
     for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
-      RopeConfig r;
-      r.head_dim = hd;
-      r.layout = layout;
-      r.target = target;
-      Add(&out, r);
+      for (ElemType dt : kv_types) {
+        RopeKvConfig rk;
+        rk.head_dim = hd;
+        rk.layout = layout;
+        rk.kv_dtype = dt;
+        rk.target = target;
+        Add(&out, rk);
+      }
     }
   }
   for (int inter : {0, 11008}) {
@@ -213,7 +209,8 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       f.target = target;
       Add(&out, f);
     }
-    KvScatterConfig k;
+    RopeKvConfig k;  // a non-power-of-two block size, an odd group
+    k.num_heads = 9;
     k.num_kv_heads = 3;
     k.head_dim = hd;
     k.block_size = 24;

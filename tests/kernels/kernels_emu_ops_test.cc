@@ -6,15 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/ops.h"
-#include "engine/model/config.h"
 #include "engine/model/dtype.h"
-#include "engine/model/rope.h"
 #include "gtest/gtest.h"
 #include "kernels/argmax.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
 #include "kernels/silu_mul.h"
 #include "tests/kernels/emu_harness.h"
 #include "tests/kernels/residual_add.h"
@@ -92,45 +89,6 @@ TEST(KernelsEmuOps, RmsNormMatchesCpu) {
                                     {Ptr(dx), Ptr(dw), Ptr(dx), U32(rows), F32(eps)});
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_TRUE(Near(h.Download<float>(dx, x.size()), want, 1e-5f, 1e-5f));
-    }
-  }
-}
-
-TEST(KernelsEmuOps, RopeMatchesCpuBothLayouts) {
-  std::mt19937 rng(5);
-  for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {
-    for (int hd : {32, 64, 128}) {
-      SCOPED_TRACE(
-          absl::StrCat(layout == RopeLayout::kRotateHalf ? "half" : "interleaved", " hd ", hd));
-      const int tokens = 5, heads = 4, kv_heads = 2;
-      ModelConfig mc;
-      mc.head_dim = hd;
-      mc.rope_theta = 10000.0;
-      std::vector<float> inv_freq(hd / 2);
-      RopeInvFreq(mc, inv_freq.data());
-      // Long positions too: the angle's range reduction must keep them accurate.
-      const std::vector<int32_t> pos = {0, 1, 17, 4095, 131071};
-      std::vector<float> q = RandomFloats(rng, tokens * heads * hd, -2, 2);
-      std::vector<float> k = RandomFloats(rng, tokens * kv_heads * hd, -2, 2);
-      std::vector<float> wq = q, wk = k;
-      cpu::Rope(
-          wq.data(), wk.data(), pos.data(), tokens, heads, kv_heads, hd, inv_freq.data(),
-          layout == RopeLayout::kRotateHalf ? RopeStyle::kRotateHalf : RopeStyle::kInterleaved);
-      RopeConfig cfg;
-      cfg.num_heads = heads;
-      cfg.num_kv_heads = kv_heads;
-      cfg.head_dim = hd;
-      cfg.layout = layout;
-      absl::StatusOr<std::string> ptx = GenerateRope(cfg);
-      ASSERT_TRUE(ptx.ok()) << ptx.status();
-      EmuHarness h;
-      const uint64_t dq = h.Upload(q), dk = h.Upload(k), dp = h.Upload(pos);
-      const uint64_t df = h.Upload(inv_freq);
-      const absl::Status st = h.Run(*ptx, kRopeEntry, RopeLaunch(cfg, tokens),
-                                    {Ptr(dq), Ptr(dk), Ptr(dp), Ptr(df), U32(tokens)});
-      ASSERT_TRUE(st.ok()) << st;
-      EXPECT_TRUE(Near(h.Download<float>(dq, q.size()), wq, 2e-5f, 1e-5f));
-      EXPECT_TRUE(Near(h.Download<float>(dk, k.size()), wk, 2e-5f, 1e-5f));
     }
   }
 }

@@ -24,7 +24,6 @@
 #include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 #include "kernels/flash_attention.h"
-#include "kernels/kv_scatter.h"
 #include "tests/kernels/emu_harness.h"
 
 namespace ptxserve::kernels::testing {
@@ -38,60 +37,6 @@ std::vector<uint8_t> Convert(ElemType t, const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * ElemSize(t));
   ConvertFromFloat(ToDType(t), v.data(), v.size(), out.data());
   return out;
-}
-
-// ---------------------------------------------------------------- kv_scatter
-
-struct ScatterCase {
-  int kv_heads, head_dim, block_size;
-  ElemType dtype;
-};
-
-TEST(KernelsEmu, KvScatterMatchesCpu) {
-  const ScatterCase cases[] = {{2, 64, 16, ElemType::kF32},  {3, 128, 16, ElemType::kF16},
-                               {2, 96, 24, ElemType::kBF16}, {1, 256, 32, ElemType::kF16},
-                               {8, 128, 16, ElemType::kF32}, {2, 32, 16, ElemType::kBF16}};
-  std::mt19937 rng(1);
-  for (const ScatterCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "kvh " << c.kv_heads << " hd " << c.head_dim << " bs "
-                                      << c.block_size << " " << ElemTypeName(c.dtype));
-    const int tokens = 17;
-    const int num_blocks = 5;
-    const int64_t row = int64_t{c.kv_heads} * c.head_dim;
-    const int64_t pool_elems = int64_t{num_blocks} * c.block_size * row;
-    std::vector<int64_t> all_slots(num_blocks * c.block_size);
-    std::iota(all_slots.begin(), all_slots.end(), 0);
-    std::shuffle(all_slots.begin(), all_slots.end(), rng);
-    std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + tokens);
-    slots[5] = -1;  // padding token: skipped
-    const std::vector<float> k = RandomFloats(rng, tokens * row, -4, 4);
-    const std::vector<float> v = RandomFloats(rng, tokens * row, -4, 4);
-    const std::vector<uint8_t> pool0 = Convert(c.dtype, RandomFloats(rng, pool_elems));
-
-    // Reference: the CPU scatter over the non-padding tokens.
-    std::vector<uint8_t> want_k = pool0, want_v = pool0;
-    for (int t = 0; t < tokens; ++t) {
-      if (slots[t] < 0) continue;
-      cpu::KvScatter(k.data() + t * row, v.data() + t * row, &slots[t], 1, c.kv_heads, c.head_dim,
-                     c.block_size, ToDType(c.dtype), want_k.data(), want_v.data());
-    }
-
-    KvScatterConfig cfg;
-    cfg.num_kv_heads = c.kv_heads;
-    cfg.head_dim = c.head_dim;
-    cfg.block_size = c.block_size;
-    cfg.kv_dtype = c.dtype;
-    absl::StatusOr<std::string> ptx = GenerateKvScatter(cfg);
-    ASSERT_TRUE(ptx.ok()) << ptx.status();
-    EmuHarness h;
-    const uint64_t dk = h.Upload(k), dv = h.Upload(v), ds = h.Upload(slots);
-    const uint64_t kp = h.Upload(pool0), vp = h.Upload(pool0);
-    const absl::Status st = h.Run(*ptx, kKvScatterEntry, KvScatterLaunch(cfg, tokens),
-                                  {Ptr(dk), Ptr(dv), Ptr(ds), Ptr(kp), Ptr(vp), U32(tokens)});
-    ASSERT_TRUE(st.ok()) << st;
-    EXPECT_TRUE(h.Download<uint8_t>(kp, pool0.size()) == want_k);
-    EXPECT_TRUE(h.Download<uint8_t>(vp, pool0.size()) == want_v);
-  }
 }
 
 // ---------------------------------------------------------------- attention

@@ -1,5 +1,5 @@
 // Every generated kernel of the config matrix assembles with NVIDIA's ptxas for
-// sm_80 and sm_90, and the attention kernels at head_dim 128 do not spill.
+// sm_80 and sm_90, and the attention, quantized GEMV and fused decode kernels do not spill.
 // Without ptxas the suite skips (with the reason), unless CI=true: then it fails.
 #include <cstdio>
 
@@ -7,7 +7,9 @@
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_quant.h"
+#include "kernels/rope_kv.h"
 #include "tests/kernels/kernel_matrix.h"
 #include "tests/kernels/ptxas_util.h"
 
@@ -161,6 +163,47 @@ TEST_F(PtxasTest, EmbeddingBlocksDoNotSpill) {
     const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
     ASSERT_TRUE(r.ok) << r.log;
     ASSERT_EQ(r.entries.size(), modules.size());
+    for (const PtxasEntryInfo& e : r.entries) {
+      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
+                  e.spill_stores, e.spill_loads);
+      EXPECT_EQ(e.spill_stores, 0) << e.label;
+      EXPECT_EQ(e.spill_loads, 0) << e.label;
+      EXPECT_GT(e.registers, 0) << e.label;
+    }
+  }
+}
+
+// The fused kernels of a decode layer: the GEMV with its input's RMSNorm (up to 8 rows of
+// sums and of squares in registers) at Llama-3.2-1B's qkv and gate/up shapes, and rope_kv.
+TEST_F(PtxasTest, FusedDecodeKernelsDoNotSpill) {
+  for (int sm : {80, 90}) {
+    std::vector<PtxModule> modules;
+    for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
+      for (int n : {3072, 16384}) {
+        for (int m_tile : {1, 8}) {
+          GemmConfig g;
+          g.n = n;
+          g.k = 2048;
+          g.weight_dtype = t;
+          g.norm = true;
+          g.m_tile = m_tile;
+          g.target = ptx::Target{sm, 78};
+          absl::StatusOr<std::string> ptx = GenerateGemm(g);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          modules.push_back({g.Key(), *ptx});
+        }
+      }
+    }
+    for (int hd : {64, 128}) {
+      RopeKvConfig r;
+      r.head_dim = hd;
+      r.target = ptx::Target{sm, 78};
+      absl::StatusOr<std::string> ptx = GenerateRopeKv(r);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      modules.push_back({r.Key(), *ptx});
+    }
+    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
+    ASSERT_TRUE(r.ok) << r.log;
     for (const PtxasEntryInfo& e : r.entries) {
       std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
                   e.spill_stores, e.spill_loads);
