@@ -94,10 +94,12 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
   KernelSet& k = kernels_;
   if (k.fused_gate_up && projections.size() == 2 &&
       projections.begin()->weight.role == Weight::kGate) {
-    // Its output rows are [gate | up], what the fused silu_mul reads.
+    // Its output rows are [gate | up], what the fused silu_mul reads; or, where the form
+    // applies SwiGLU in its epilogue, already silu(gate) * up (SiluMul then has nothing to do).
     const int layer = projections.begin()->weight.layer;
-    return Gemm(k.gate_up, in, weights_.layers[layer].w_gate_up.ptr(), 0, Buffer(Act::kGate),
-                false);
+    const bool swiglu = k.gate_up.Swiglu(GemmForm(Rows(in)));
+    return Gemm(k.gate_up, in, weights_.layers[layer].w_gate_up.ptr(), 0,
+                Buffer(swiglu ? Act::kMlp : Act::kGate), false);
   }
   for (const Projection& p : projections) {
     const int layer = p.weight.layer;
@@ -220,6 +222,9 @@ absl::Status DeviceForwardOps::Attention(int layer) {
 }
 
 absl::Status DeviceForwardOps::SiluMul() {
+  if (kernels_.fused_gate_up && kernels_.gate_up.Swiglu(GemmForm(step_.tokens))) {
+    return absl::OkStatus();  // the gate/up GEMM wrote kMlp (Linear)
+  }
   const uint32_t n = static_cast<uint32_t>(step_.tokens * config_.intermediate_size);
   return LaunchSlot(cache_, kernels_.silu, kernels::SiluMulLaunch(kernels_.silu_cfg, n),
                     kernels::SiluMulArgs{.gate = Buffer(Act::kGate),

@@ -33,13 +33,15 @@ class DeviceForwardOps final : public ForwardOps {
   absl::Status Embed() override;
   absl::Status RmsNorm(Act in, WeightRef weight, Act out) override;
   // q, k and v as three GEMMs; gate and up as one over the stacked matrix where the kernel
-  // set fuses them (KernelSet::fused_gate_up). The residual adds are the GEMMs' fused
+  // set fuses them (KernelSet::fused_gate_up), whose tensor-core forms write kMlp =
+  // silu(gate) * up directly (GemmConfig::swiglu). The residual adds are the GEMMs' fused
   // epilogue (GemmConfig::accumulate).
   absl::Status Linear(Act in, std::initializer_list<Projection> projections) override;
   absl::Status RopeAndWriteKv(int layer) override;
   // Flash attention for a ragged step when the kernel set has it; else decode or ragged
   // attention by the step's plan, split and merged when it says so.
   absl::Status Attention(int layer) override;
+  // Nothing when the step's gate/up GEMM applied SwiGLU itself; else the silu_mul kernel.
   absl::Status SiluMul() override;
   absl::Status GatherRows() override;
 

@@ -18,7 +18,8 @@
 // ONE async copy; then the kernels of the forward pass (embedding, per layer rmsnorm, q/k/v
 // GEMMs, rope, kv_scatter, decode attention (+ merge when split) or, for prefill and mixed
 // steps, flash attention (f16/bf16 caches; else ragged decode attention), o GEMM with the
-// residual fused, rmsnorm, fused gate/up GEMM, silu_mul, down GEMM with the residual fused;
+// residual fused, rmsnorm, fused gate/up GEMM (SwiGLU in its epilogue on tensor cores, else a
+// silu_mul launch), down GEMM with the residual fused;
 // then a row gather, final rmsnorm and the LM head); then ONE device->host copy and the
 // step's only synchronisation. Step copies back the logits rows (R x vocab x 4 bytes);
 // StepSampled samples on the device and copies back only the ids (4 x R bytes), or, when a
