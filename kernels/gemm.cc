@@ -89,16 +89,22 @@ GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count) {
   if (base.weight_dtype == ElemType::kF32 || base.k % 8 != 0) return base;
   base.tensor_cores = true;
   auto ctas = [&](const GemmMmaTile& t) { return CeilDiv(base.n, t.bn) * CeilDiv(m, t.bm); };
-  // Large tiles while the grid still gives every SM a few CTAs: 128x256 over eight warps from
-  // 3.5 per SM, 128x128 or 64x128 (64x64 warp parts, three stages) from 1.9.
+  // Large tiles while the grid still gives every SM a few CTAs and the batch fills their
+  // rows: 128x256 over eight warps from 3.5 per SM, 128x128 or 64x128 (64x64 warp parts,
+  // three stages), then 64x64, from 1.9.
   constexpr GemmMmaTile kEightWarpTile{128, 256, 2, 4, 1, 3}, kHalfLargeTile{64, 128, 2, 2, 1, 3};
   constexpr GemmMmaTile kRowTile{16, 64, 1, 4, 1}, kWideRowTile{32, 64, 2, 2, 1};
-  if (2 * ctas(kEightWarpTile) >= 7 * sms) {
+  auto fits = [&](const GemmMmaTile& t, int ctas_per_sm_x10) {
+    return m >= t.bm && 10 * ctas(t) >= ctas_per_sm_x10 * sms;
+  };
+  if (fits(kEightWarpTile, 35)) {
     base.SetMmaTile(kEightWarpTile);
-  } else if (10 * ctas(kMmaLargeTile) >= 19 * sms) {
+  } else if (fits(kMmaLargeTile, 19)) {
     base.SetMmaTile(kMmaLargeTile);
-  } else if (10 * ctas(kHalfLargeTile) >= 19 * sms) {
+  } else if (fits(kHalfLargeTile, 19)) {
     base.SetMmaTile(kHalfLargeTile);
+  } else if (fits(kMmaWideTile, 19)) {
+    base.SetMmaTile(kMmaWideTile);
   } else if (ctas(kMmaNarrowTile) <= 8 * sms) {
     base.SetMmaTile(kMmaNarrowTile);
   } else if (ctas(kRowTile) <= 8 * sms) {

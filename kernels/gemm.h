@@ -115,8 +115,10 @@ int GemmMmaSharedBytes(const GemmConfig& cfg);
 //  - while GEMV 8-row tiles give at most 16 CTAs per SM: GEMV with m_tile 8, its row tiles
 //    re-reading the weights (from L2 when they fit);
 //  - tensor cores when the weights allow (f16/bf16, k % 8 == 0): the largest of 128x256
-//    (eight warps) from 3.5 CTAs per SM, 128x128 and 64x128 from 1.9 (64x64 warp parts:
-//    the fewest shared-memory wavefronts and instructions per mma, what bounds many rows);
+//    (eight warps) from 3.5 CTAs per SM, 128x128, 64x128 and 64x64 from 1.9, each when the
+//    batch has at least its rows (the larger the
+//    warp part, the fewer shared-memory wavefronts and instructions per mma, what bounds
+//    many rows);
 //    else 16x16 tiles with k over the warps while they give at most 8 CTAs per SM, else
 //    16x64, else 32x64 (for few rows the chain of k steps, not the tile's arithmetic, is
 //    what costs);

@@ -144,6 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
         MmaCase{130, 100, 200, ElemType::kF16, false, false, kMmaLargeTile, true},
         MmaCase{70, 37, 136, ElemType::kBF16, false, false, kMmaLargeTile, true},
         MmaCase{9, 20, 264, ElemType::kBF16, false, false, kMmaNarrowTile, true},
+        MmaCase{70, 45, 88, ElemType::kF16, false, false, kMmaWideTile, true},
         MmaCase{17, 44, 72, ElemType::kF16, false, false, GemmMmaTile{16, 64, 1, 4, 1}, true},
         MmaCase{40, 60, 96, ElemType::kBF16, false, false, GemmMmaTile{32, 64, 2, 2, 1, 3}, true},
         MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true}),

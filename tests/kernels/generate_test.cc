@@ -258,8 +258,8 @@ TEST(GenerateTest, GemmFormChoice) {
   EXPECT_EQ(narrow.MmaTile().bm, 16);
   EXPECT_EQ(narrow.MmaTile().wk, 4);                         // 256 x 2 CTAs
   EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);      // 16x16 tiles: 1792 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 400, kSms).tile_m, 32);      // 16x64 tiles: 1600 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 500, kSms).tile_m, 64);      // 64x128: 256 CTAs, 1.9 per SM
+  EXPECT_EQ(GemmConfigFor(base, 400, kSms).tile_m, 64);      // 64x64: 448 CTAs, 3.4 per SM
+  EXPECT_EQ(GemmConfigFor(base, 500, kSms).tile_n, 128);     // 64x128: 256 CTAs, 1.9 per SM
   const GemmConfig large = GemmConfigFor(base, 1000, kSms);  // 128x128: 256 CTAs
   EXPECT_EQ(large.MmaTile().bm, 128);
   EXPECT_EQ(large.MmaTile().stages, 3);
