@@ -271,6 +271,12 @@ Reg UAdd(KernelBuilder& kb, const Operand& a, const Operand& b) {
 Reg UMul(KernelBuilder& kb, const Operand& a, const Operand& b) {
   return kb.Emit(Op::kMulLo, Type::kU32, {a, b});
 }
+Reg SiluTimes(KernelBuilder& kb, Reg g, Reg u) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const Reg ex = kb.Emit(Op::kEx2, Type::kF32, {FMul(kb, g, Operand::F32(-kLog2e))});
+  const Reg s = kb.Emit(Op::kDiv, Type::kF32, {g, FAdd(kb, ex, Operand::F32(1.0f))});
+  return FMul(kb, s, u);
+}
 
 }  // namespace gen
 }  // namespace ptxserve::kernels

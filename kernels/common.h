@@ -116,6 +116,10 @@ Reg FMax(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
 Reg FSub(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
 Reg UAdd(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
 Reg UMul(KernelBuilder& kb, const ptx::Operand& a, const ptx::Operand& b);
+// silu(g) * u = g / (1 + 2^(-g log2 e)) * u in f32: SwiGLU, one expression for every kernel
+// that applies it (silu_mul, the gate/up GEMM's epilogue). A huge -g gives g / inf = 0, not
+// NaN.
+Reg SiluTimes(KernelBuilder& kb, Reg g, Reg u);
 
 }  // namespace gen
 }  // namespace ptxserve::kernels

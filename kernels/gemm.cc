@@ -27,12 +27,19 @@ void GemmConfig::SetMmaTile(const GemmMmaTile& t) {
   warps_m = t.wm;
   warps_n = t.wn;
   warps_k = t.wk;
+  stages = t.stages;
 }
 
 absl::Status GemmConfig::CheckAcrossFields() const {
   if (norm && tiled) {
     return absl::InvalidArgumentError(
         absl::StrCat("gemm config ", Key(), ": the fused RMSNorm is a GEMV form (not tiled)"));
+  }
+  if (swiglu && (!tensor_cores || has_bias || accumulate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm config ", Key(),
+                     ": swiglu is an epilogue of the tensor-core form, without bias or "
+                     "accumulate"));
   }
   if (!tensor_cores) return absl::OkStatus();
   if (!tiled || weight_dtype == ElemType::kF32 || k % 8 != 0) {
@@ -41,16 +48,31 @@ absl::Status GemmConfig::CheckAcrossFields() const {
                      ": the tensor-core form is tiled and takes f16 or bf16 weights and k a "
                      "multiple of 8"));
   }
-  const bool whole_blocks = warps_m * warps_n * warps_k == 4 && tile_m % (16 * warps_m) == 0 &&
-                            tile_n % (16 * warps_n) == 0;
-  if (whole_blocks) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor-core tile ", tile_m, "x", tile_n, " as ", warps_m, "x", warps_n, "x",
-                   warps_k, " warps: want four warps with tiles of whole 16x16 blocks"));
+  const int warps = warps_m * warps_n * warps_k;
+  const bool whole_blocks = (warps == 4 || warps == 8) && tile_m % (16 * warps_m) == 0 &&
+                            tile_n % (16 * warps_n) == 0 &&
+                            tile_m * 8 * warps_k % (32 * warps) == 0;
+  if (!whole_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor-core tile ", tile_m, "x", tile_n, " as ", warps_m, "x", warps_n, "x", warps_k,
+        " warps: want four or eight warps with tiles of whole 16x16 blocks and a whole number "
+        "of activation float4 per thread"));
+  }
+  // The opt-in dynamic shared memory per block: 163 KiB on sm_80, 227 KiB on sm_90, 99 KiB
+  // on sm_86/sm_89 (CUDA C++ Programming Guide, compute capabilities table).
+  const int limit_kib = target.sm == 80 ? 163 : target.sm >= 90 ? 227 : 99;
+  if (GemmMmaSharedBytes(*this) > limit_kib * 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-core tile ", tile_m, "x", tile_n, " in ", stages, " stages needs ",
+                     GemmMmaSharedBytes(*this), " bytes of shared memory, more than sm_", target.sm,
+                     "'s ", limit_kib, " KiB"));
+  }
+  return absl::OkStatus();
 }
 
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
-  const int tile_cols = cfg.tensor_cores ? cfg.tile_n : 64;
+  // With swiglu a tile's bn weight rows are bn / 2 gate and bn / 2 up rows.
+  const int tile_cols = cfg.tensor_cores ? cfg.tile_n / (cfg.swiglu ? 2 : 1) : 64;
   const int tile_rows = cfg.tensor_cores ? cfg.tile_m : 64;
   const int cols = cfg.tiled ? tile_cols : cfg.warps;   // output columns per CTA
   const int rows = cfg.tiled ? tile_rows : cfg.m_tile;  // rows per CTA
@@ -58,6 +80,7 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cols)),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)), 1};
   d.block = {static_cast<uint32_t>(cfg.Threads()), 1, 1};
+  if (cfg.tensor_cores) d.shared_bytes = static_cast<uint32_t>(GemmMmaSharedBytes(cfg));
   return d;
 }
 
@@ -71,8 +94,23 @@ GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count) {
   if (base.weight_dtype == ElemType::kF32 || base.k % 8 != 0) return base;
   base.tensor_cores = true;
   auto ctas = [&](const GemmMmaTile& t) { return CeilDiv(base.n, t.bn) * CeilDiv(m, t.bm); };
+  // Large tiles while the grid still gives every SM a few CTAs and the batch fills their
+  // rows: 128x256 over eight warps from 3.5 per SM, 128x128 or 64x128 (64x64 warp parts,
+  // three stages), then 64x64, from 1.9.
+  constexpr GemmMmaTile kEightWarpTile{128, 256, 2, 4, 1, 3}, kHalfLargeTile{64, 128, 2, 2, 1, 3};
   constexpr GemmMmaTile kRowTile{16, 64, 1, 4, 1}, kWideRowTile{32, 64, 2, 2, 1};
-  if (ctas(kMmaNarrowTile) <= 8 * sms) {
+  auto fits = [&](const GemmMmaTile& t, int ctas_per_sm_x10) {
+    return m >= t.bm && 10 * ctas(t) >= ctas_per_sm_x10 * sms;
+  };
+  if (fits(kEightWarpTile, 35)) {
+    base.SetMmaTile(kEightWarpTile);
+  } else if (fits(kMmaLargeTile, 19)) {
+    base.SetMmaTile(kMmaLargeTile);
+  } else if (fits(kHalfLargeTile, 19)) {
+    base.SetMmaTile(kHalfLargeTile);
+  } else if (fits(kMmaWideTile, 19)) {
+    base.SetMmaTile(kMmaWideTile);
+  } else if (ctas(kMmaNarrowTile) <= 8 * sms) {
     base.SetMmaTile(kMmaNarrowTile);
   } else if (ctas(kRowTile) <= 8 * sms) {
     base.SetMmaTile(kRowTile);

@@ -24,17 +24,21 @@ namespace ptxserve::kernels {
 
 inline constexpr char kGemmEntry[] = "gemm";
 
-// The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs; its four warps laid out
-// wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with wk > 1, a 32-wide k slice
-// of every step (k steps of 32 wk).
+// The tensor-core form's CTA tile (gemm_mma.cc): bm x bn outputs (bn weight rows); its four
+// or eight warps laid out wm x wn x wk, each owning a (bm / wm) x (bn / wn) part and, with
+// wk > 1, a 32-wide k slice of every step (k steps of 32 wk); the weights' tiles in `stages`
+// shared-memory stages (stages - 1 steps in flight by cp.async).
 struct GemmMmaTile {
   int bm = 64, bn = 64;
   int wm = 2, wn = 2, wk = 1;
+  int stages = 2;
 };
-// Wide: 64x64 tiles for many rows. Narrow: 16x16 tiles with k split over the warps, so a
-// few rows still spread over many CTAs (N / 16).
+// Wide: 64x64 tiles. Narrow: 16x16 tiles with k split over the warps, so a few rows still
+// spread over many CTAs (N / 16). Large: 128x128 tiles of four 64x64 warp tiles, each
+// ldmatrix feeding four or eight mma, three stages (prefill).
 inline constexpr GemmMmaTile kMmaWideTile{64, 64, 2, 2, 1};
 inline constexpr GemmMmaTile kMmaNarrowTile{16, 16, 1, 1, 4};
+inline constexpr GemmMmaTile kMmaLargeTile{128, 128, 2, 2, 1, 3};
 
 struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int n = 4096;  // output features
@@ -50,13 +54,20 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   // The tiled form on tensor cores (gemm_mma.cc: f16/bf16 weights, k a multiple of 8), its
   // CTA tile in the fields after it (GemmMmaTile's); without it, f32 FMA in 64x64 tiles.
   bool tensor_cores = false;
-  int tile_m = 64, tile_n = 64, warps_m = 2, warps_n = 2, warps_k = 1;
+  int tile_m = 64, tile_n = 64, warps_m = 2, warps_n = 2, warps_k = 1, stages = 2;
+  // The gate/up projection with SwiGLU in the tensor-core form's epilogue: w is [2][n][k]
+  // (gate rows, then up rows) and y[m][j] = silu(x gate_j) * (x up_j), n columns.
+  bool swiglu = false;
   ptx::Target target;
-  int Threads() const { return tiled ? (tensor_cores ? 128 : 256) : warps * 32; }  // per CTA
-  GemmMmaTile MmaTile() const { return {tile_m, tile_n, warps_m, warps_n, warps_k}; }
+  int Threads() const {  // per CTA
+    if (!tiled) return warps * 32;
+    return tensor_cores ? 32 * warps_m * warps_n * warps_k : 256;
+  }
+  GemmMmaTile MmaTile() const { return {tile_m, tile_n, warps_m, warps_n, warps_k, stages}; }
   void SetMmaTile(const GemmMmaTile& t);
-  // norm: not tiled. tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, and four warps of
-  // whole 16x16 blocks.
+  // norm: not tiled. tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, four or eight warps
+  // of whole 16x16 blocks, activation tiles a whole number of float4 per thread, the shared
+  // memory within an h100's opt-in limit; swiglu: tensor cores, no bias, no accumulate.
   absl::Status CheckAcrossFields() const;
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
@@ -70,7 +81,9 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
       Field("tile_n", &C::tile_n).KeyWhen("bn", &C::tensor_cores).Range(16, 256, 16),
       Field("warps_m", &C::warps_m).KeyWhen("wm", &C::tensor_cores).Range(1, 4),
       Field("warps_n", &C::warps_n).KeyWhen("wn", &C::tensor_cores).Range(1, 4),
-      Field("warps_k", &C::warps_k).KeyWhen("wk", &C::tensor_cores).Range(1, 4));
+      Field("warps_k", &C::warps_k).KeyWhen("wk", &C::tensor_cores).Range(1, 4),
+      Field("stages", &C::stages).KeyWhen("st", &C::tensor_cores).Range(2, 4),
+      Field("swiglu", &C::swiglu).Key("swiglu"));
 };
 
 struct GemmArgs {
@@ -113,18 +126,27 @@ struct NormGemmArgs {
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);
 // GEMV: grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
 // Tiled: grid (ceil(N / 64), ceil(M / 64)), 256 threads; tensor cores: grid
-// (ceil(N / tile_n), ceil(M / tile_m)), 128 threads.
+// (ceil(N / tile_n), ceil(M / tile_m)) (tile_n / 2 output columns a CTA with swiglu),
+// Threads() threads and GemmMmaSharedBytes(cfg) of dynamic shared memory.
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
+// The tensor-core form's dynamic shared memory per CTA: two stages of the activation tile
+// (or the warps' partial sums when k is split over them) and `stages` of the weights'.
+int GemmMmaSharedBytes(const GemmConfig& cfg);
 // The form for batches of up to `m` rows on a device of `sm_count` SMs: `base` with its
 // form fields set. Rules fitted to the cost model's estimates (gemm_mma_test prints them at
-// the Llama-3.2-1B shapes on h100 and holds each pick to within 1.35x of the cheapest form
-// there); every form in these shapes is latency-bound, so the rules count CTAs per SM:
+// the Llama-3.2-1B shapes on h100, 16 to 2048 rows, and holds each pick to within 1.35x of
+// the cheapest form there); the rules count CTAs per SM:
 //  - up to 8 rows: GEMV with m_tile = m, which streams the weights once;
 //  - while GEMV 8-row tiles give at most 16 CTAs per SM: GEMV with m_tile 8, its row tiles
 //    re-reading the weights (from L2 when they fit);
-//  - tensor cores when the weights allow (f16/bf16, k % 8 == 0): 16x16 tiles with k over the
-//    warps while they give at most 8 CTAs per SM, else 16x64, else 32x64 (the chain of k
-//    steps, not the tile's arithmetic, is what costs in these shapes);
+//  - tensor cores when the weights allow (f16/bf16, k % 8 == 0): the largest of 128x256
+//    (eight warps) from 3.5 CTAs per SM, 128x128, 64x128 and 64x64 from 1.9, each when the
+//    batch has at least its rows (the larger the
+//    warp part, the fewer shared-memory wavefronts and instructions per mma, what bounds
+//    many rows);
+//    else 16x16 tiles with k over the warps while they give at most 8 CTAs per SM, else
+//    16x64, else 32x64 (for few rows the chain of k steps, not the tile's arithmetic, is
+//    what costs);
 //  - else the f32 FMA tiled form.
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count);
 namespace gen {

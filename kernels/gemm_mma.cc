@@ -1,18 +1,31 @@
 // Tensor-core form of the gemm kernel for f16 and bf16 weights (gen::GemmMma). A CTA of
-// four warps computes a bm x bn output tile with mma.sync m16n8k16 and f32 accumulators;
-// the warps are laid out wm x wn x wk (GemmConfig's tile fields): each owns a (bm / wm) x (bn / wn)
-// part, and with wk > 1 a k slice of every step, the slices' sums added through shared
-// memory at the end in warp order (so the result does not depend on timing).
+// four or eight warps computes a bm x bn output tile with mma.sync m16n8k16 and f32
+// accumulators; the warps are laid out wm x wn x wk (GemmConfig's tile fields): each owns a
+// (bm / wm) x (bn / wn) part and, with wk > 1, a k slice of every step, the slices' sums
+// added through shared memory at the end in warp order (so the result does not depend on
+// timing). A 64x64 warp part reads its fragments with 8 ldmatrix.x4 per k16 for 32 mma: the
+// larger the part, the fewer shared-memory wavefronts per mma (what bounds these tiles).
 //
-// K goes in steps of 32 wk through two stages of shared memory: the weights by cp.async
-// (16-byte chunks, zero-filled past N and K), the f32 activations through registers,
-// rounded to the weights' type on the way in (the one rounding this form adds;
-// gemm_mma_test derives its tolerance from it). While one step is multiplied, the next
-// one's weights are in flight into the other stage and its activations into registers.
-// Both tiles are read with ldmatrix from rows of (32 wk + 8) halves: 80 or 272 bytes, so
-// the eight 16-byte rows of each 8x8 matrix fall in distinct bank groups (no conflicts).
-// Rows, columns and k past the matrix are zeros, so every warp reaches every barrier and
-// every mma.
+// K goes in steps of 32 wk. The weights come by cp.async (16-byte chunks, zero-filled past N
+// and K) into `stages` shared stages, stages - 1 steps ahead of the one multiplied; the f32
+// activations come through registers one step ahead, rounded to the weights' type on their
+// way into one of two shared stages (the one rounding this form adds; gemm_mma_test derives
+// its tolerance from it). Both tiles are read with ldmatrix from rows of (32 wk + 8) halves:
+// 80, 144 or 272 bytes, so the eight 16-byte rows of each 8x8 matrix fall in distinct bank
+// groups; with one k slice a warp stores rows r, r + 4, r + 2, r + 6 of the activation tile
+// (20-word rows: 0, 16, 8 and 24 words apart mod 32), so its stores take the ideal two
+// wavefronts. No bank conflicts either way. Rows, columns and k past the matrix are zeros,
+// so every warp reaches every barrier and every mma. The tile lives in dynamic shared
+// memory (GemmMmaSharedBytes; above 48 KiB the launch raises the function's limit).
+//
+// SwiGLU (cfg.swiglu): weight rows [2][n][k]. A CTA's bn tile rows are bn / 2 output columns'
+// gate and up rows in blocks of 8 (gate j..j+7, then up j..j+7), so every lane's n8 tiles
+// 2p and 2p + 1 hold gate and up of the same columns, and the epilogue writes
+// silu(gate) * up itself: no gate/up activations in memory, no silu_mul launch.
+#include <algorithm>
+#include <functional>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/gemm.h"
 #include "kernels/generator.h"
@@ -20,82 +33,150 @@
 namespace ptxserve::kernels {
 namespace {
 
-constexpr int kThreads = 128;
-
 // The tile's derived sizes, in elements unless named bytes.
 struct Shape {
   explicit Shape(const GemmMmaTile& t)
       : tile(t),
+        threads(32 * t.wm * t.wn * t.wk),
         bk(32 * t.wk),
         row_bytes((bk + 8) * 2),
         warp_rows(t.bm / t.wm),
         warp_cols(t.bn / t.wn),
         a_stage_bytes(t.bm * row_bytes),
-        b_stage_bytes(t.bn * row_bytes) {}
+        b_stage_bytes(t.bn * row_bytes),
+        // With wk > 1 the activation stages hold the warps' partial sums at the end.
+        a_bytes(std::max(2 * a_stage_bytes, t.wk > 1 ? t.wk * t.bm * t.bn * 4 : 0)),
+        b_bytes(t.stages * b_stage_bytes) {}
   GemmMmaTile tile;
+  int threads;
   int bk;         // k per step
   int row_bytes;  // a shared tile row
   int warp_rows, warp_cols;
   int a_stage_bytes, b_stage_bytes;
+  int a_bytes, b_bytes;  // the regions: activations (two stages), then weights
 };
 
 }  // namespace
+
+int GemmMmaSharedBytes(const GemmConfig& cfg) {
+  const Shape sh(cfg.MmaTile());
+  return sh.a_bytes + sh.b_bytes;
+}
 
 namespace gen {
 
 std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const GemmMmaTile tile = cfg.MmaTile();
   const Shape sh(tile);
+  const int threads = sh.threads;
   const Type half = cfg.weight_dtype == ElemType::kF16 ? Type::kF16 : Type::kBF16;
   const Type half2 = cfg.weight_dtype == ElemType::kF16 ? Type::kF16x2 : Type::kBF16x2;
   const auto [x, w, bias, y, m_rows] = gen::DeclareGemmParams(kb, cfg);
-  // Two stages of each tile: [stage][m][k] and [stage][n][k] halves. With wk > 1 the
-  // activation tiles hold the warps' partial sums at the end ([wk][bm][bn] f32).
-  const int a_bytes =
-      std::max(2 * sh.a_stage_bytes, tile.wk > 1 ? tile.wk * tile.bm * tile.bn * 4 : 0);
-  const Reg a_tile = kb.AddressOf(kb.Shared("a", a_bytes));
-  const Reg b_tile = kb.AddressOf(kb.Shared("b", 2 * sh.b_stage_bytes));
+  // [2][bm][row] halves of activations, then [stages][bn][row] halves of weights.
+  const Reg a_tile = kb.AddressOf(kb.DynamicShared(16));
+  const Reg b_tile = gen::UAdd(kb, a_tile, sh.a_bytes);
 
   const Reg tid = kb.Special(SReg::kTidX);
   const Reg lane = kb.Special(SReg::kLaneId);
   const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
-  const Reg n0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidX), tile.bn});
+  // Output columns of this CTA from n0; with swiglu its tile_n weight rows are tile_n / 2
+  // gate and tile_n / 2 up rows.
+  const int out_cols = cfg.swiglu ? tile.bn / 2 : tile.bn;
+  const Reg n0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidX), out_cols});
   const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), tile.bm});
 
-  // Loader roles. Activations: float4 f = tid + 128 i of the bm x bk tile, row f / (bk / 4),
-  // k 4 (f % (bk / 4)). Weights: 16-byte chunk c = tid + 128 i, row c / (bk / 8),
-  // k 8 (c % (bk / 8)); with fewer chunks than threads, the first threads only.
-  struct Load {
-    Reg src_row;  // global address of the row (row 0 when out of range)
-    Reg row_ok;   // the row is in the matrix
-    Reg loader;   // this thread has a chunk in this round (predicate)
-    Reg k;        // k offset in the tile
-    Reg dst;      // shared address in stage 0
-  };
-  auto loads = [&](int count, int per_row, int elem_k, Reg first_row, const Operand& rows,
-                   Reg matrix, int64_t row_stride_bytes, Reg tile_base) {
-    std::vector<Load> out;
-    for (int i = 0; i * kThreads < count; ++i) {
-      const Reg f = gen::UAdd(kb, tid, kThreads * i);
-      const Reg row = kb.Emit(Op::kDiv, Type::kU32, {f, per_row});
-      const Reg k =
-          kb.Emit(Op::kMulLo, Type::kU32, {kb.Emit(Op::kRem, Type::kU32, {f, per_row}), elem_k});
-      const Reg grow = gen::UAdd(kb, first_row, row);
-      const Reg ok = kb.Setp(Cmp::kLt, Type::kU32, grow, rows);
-      out.push_back(
-          {gen::AddrAdd(kb, matrix, kb.Selp(Type::kU32, grow, 0, ok), row_stride_bytes), ok,
-           kb.Setp(Cmp::kLt, Type::kU32, f, count), k,
-           kb.Emit(Op::kMadLo, Type::kU32,
-                   {row, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {k, 2, tile_base})})});
-    }
-    return out;
-  };
+  // Loader roles. Round i of a thread's chunks is chunk f = tid + threads i of a tile of
+  // `per_row` chunks a row: every round has the same k, (f % per_row) elements of a chunk,
+  // and rows a constant apart (threads is a multiple of per_row), so one global pointer a
+  // matrix, advanced a step at a time, and constant offsets address them all. Rows past the
+  // matrix are never loaded (activations: their registers stay zero) or zero-filled
+  // (weights); they only reach outputs that are never stored.
   const int es = ElemSize(cfg.weight_dtype);
-  // Every thread has a float4 in each activation round (CheckTile).
-  const std::vector<Load> a_loads =
-      loads(tile.bm * sh.bk / 4, sh.bk / 4, 4, m0, m_rows, x, int64_t{cfg.k} * 4, a_tile);
-  const std::vector<Load> b_loads =
-      loads(tile.bn * sh.bk / 8, sh.bk / 8, 8, n0, cfg.n, w, int64_t{cfg.k} * es, b_tile);
+  struct Round {
+    Reg ptr;                   // global pointer (advanced by a step's k bytes after each use)
+    int64_t off;               // bytes from ptr
+    std::optional<Reg> guard;  // activations: the row is in the matrix; weights: the thread
+                               // has a chunk this round (unset: always)
+    Reg size;                  // weights: 16, or 0 to zero-fill a row past the matrix
+  };
+  // Activations, a float4 a chunk (every thread has one each round: CheckAcrossFields). With
+  // 8 chunks a row a warp covers 4 rows: rows 8 (f / 64) + (f / 32) % 2 + {0, 4, 2, 6}, whose
+  // 20-word rows start 16 words apart mod 32 pairwise (no bank conflicts in the stores);
+  // round i's row is round 0's + i threads / 8 either way.
+  const int a_per_row = sh.bk / 4, a_rounds = tile.bm * a_per_row / threads;
+  const int a_row_step = threads / a_per_row;
+  Reg a_r0;
+  if (a_per_row == 8) {
+    const Reg lr = kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {tid, 3}), 3});
+    const Reg perm =
+        kb.Emit(Op::kMadLo, Type::kU32,
+                {kb.Emit(Op::kAnd, Type::kB32, {lr, 1}), 4,
+                 kb.Emit(Op::kShl, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {lr, 1}), 1})});
+    a_r0 = gen::UAdd(
+        kb,
+        kb.Emit(Op::kMadLo, Type::kU32,
+                {kb.Emit(Op::kShr, Type::kU32, {tid, 6}), 8,
+                 kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {tid, 5}), 1})}),
+        perm);
+  } else {
+    a_r0 = gen::DivConst(kb, tid, a_per_row);
+  }
+  const Reg a_k = kb.Emit(Op::kShl, Type::kB32, {gen::RemConst(kb, tid, a_per_row), 2});
+  const Reg a_dst =
+      kb.Emit(Op::kMadLo, Type::kU32,
+              {a_r0, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {a_k, 2, a_tile})});
+  const Reg a_g0 = gen::UAdd(kb, m0, a_r0);
+  const Reg a_ptr = gen::AddrAdd(kb, gen::AddrAdd(kb, x, a_g0, int64_t{cfg.k} * 4), a_k, 4);
+  std::vector<Round> a_round;
+  for (int i = 0; i < a_rounds; ++i) {
+    a_round.push_back({a_ptr, int64_t{i} * a_row_step * cfg.k * 4,
+                       kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, a_g0, i * a_row_step), m_rows),
+                       Reg()});
+  }
+  // Weights, 16-byte chunks (with fewer chunks than threads, the first threads only). With
+  // swiglu tile row r is output column j = n0 + 8 (r / 16) + r % 8's gate (r % 16 < 8) or
+  // up row; rounds 16 or more rows apart keep that a constant apart too, else each round
+  // has a pointer of its own.
+  const int b_per_row = sh.bk / 8, b_chunks = tile.bn * b_per_row;
+  const int b_rounds = static_cast<int>(CeilDiv(b_chunks, threads));
+  const int b_row_step = threads / b_per_row;
+  const Reg b_r0 = gen::DivConst(kb, tid, b_per_row);
+  const Reg b_k = kb.Emit(Op::kShl, Type::kB32, {gen::RemConst(kb, tid, b_per_row), 3});
+  const Reg b_dst =
+      kb.Emit(Op::kMadLo, Type::kU32,
+              {b_r0, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {b_k, 2, b_tile})});
+  // Row r's global row and whether it is in the matrix.
+  auto b_global_row = [&](Reg r) {
+    if (!cfg.swiglu) {
+      const Reg grow = gen::UAdd(kb, n0, r);
+      return std::pair{grow, kb.Setp(Cmp::kLt, Type::kU32, grow, cfg.n)};
+    }
+    const Reg j = gen::UAdd(
+        kb, n0,
+        kb.Emit(Op::kMadLo, Type::kU32,
+                {kb.Emit(Op::kShr, Type::kU32, {r, 4}), 8, kb.Emit(Op::kAnd, Type::kB32, {r, 7})}));
+    const Reg up = kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {r, 3}), 1});
+    return std::pair{kb.Emit(Op::kMadLo, Type::kU32, {up, cfg.n, j}),
+                     kb.Setp(Cmp::kLt, Type::kU32, j, cfg.n)};
+  };
+  auto b_pointer = [&](Reg grow) {
+    return gen::AddrAdd(kb, gen::AddrAdd(kb, w, grow, int64_t{cfg.k} * es), b_k, es);
+  };
+  const bool b_shared_ptr = !cfg.swiglu || b_row_step % 16 == 0;
+  const int b_ptr_rows = cfg.swiglu ? b_row_step / 2 : b_row_step;  // global rows a round
+  std::vector<Round> b_round;
+  std::vector<Reg> b_ptrs;
+  for (int i = 0; i < b_rounds; ++i) {
+    const Reg r = gen::UAdd(kb, b_r0, i * b_row_step);
+    auto [grow, ok] = b_global_row(r);
+    if (i == 0 || !b_shared_ptr) b_ptrs.push_back(b_pointer(grow));
+    std::optional<Reg> has_chunk;
+    if ((i + 1) * threads > b_chunks) {
+      has_chunk = kb.Setp(Cmp::kLt, Type::kU32, tid, b_chunks - i * threads);
+    }
+    b_round.push_back({b_ptrs.back(), b_shared_ptr ? int64_t{i} * b_ptr_rows * cfg.k * es : 0,
+                       has_chunk, kb.Selp(Type::kU32, 16, 0, ok)});
+  }
 
   // Warp (wk, wm, wn) = (warp / (wm wn), its remainder / wn, remainder % wn). ldmatrix row
   // addresses: A (x4): lane l gives row l % 16 of an m16 tile at k 8 (l / 16), so the four
@@ -108,22 +189,22 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const Reg warp_k = kb.Emit(Op::kShl, Type::kB32, {wk, 5});  // 32 k of each step
   const Reg a_row = kb.Emit(Op::kMadLo, Type::kU32,
                             {wm, sh.warp_rows, kb.Emit(Op::kAnd, Type::kB32, {lane, 15})});
-  const Reg a_k =
+  const Reg a_rd_k =
       kb.Emit(Op::kMadLo, Type::kU32, {kb.Emit(Op::kShr, Type::kU32, {lane, 4}), 8, warp_k});
   const Reg a_rd =
       kb.Emit(Op::kMadLo, Type::kU32,
-              {a_row, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {a_k, 2, a_tile})});
+              {a_row, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {a_rd_k, 2, a_tile})});
   const Reg b_col = kb.Emit(Op::kMadLo, Type::kU32,
                             {wn, sh.warp_cols,
                              kb.Emit(Op::kMadLo, Type::kU32,
                                      {kb.Emit(Op::kShr, Type::kU32, {lane, 4}), 8,
                                       kb.Emit(Op::kAnd, Type::kB32, {lane, 7})})});
-  const Reg b_k = kb.Emit(
+  const Reg b_rd_k = kb.Emit(
       Op::kMadLo, Type::kU32,
       {kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {lane, 3}), 1}), 8, warp_k});
   const Reg b_rd =
       kb.Emit(Op::kMadLo, Type::kU32,
-              {b_col, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {b_k, 2, b_tile})});
+              {b_col, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {b_rd_k, 2, b_tile})});
 
   // acc[i][j]: the warp's m16 tile i and n8 tile j.
   const int mi = sh.warp_rows / 16, nj = sh.warp_cols / 8;
@@ -134,67 +215,112 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     }
   }
 
-  // One barrier a step: after it, the step's tiles are complete and every warp is done
-  // with the previous step's, which the next step's copies then overwrite.
-  auto copy_weights = [&](Reg k0, Reg stage, Reg active) {
-    for (const Load& l : b_loads) {
-      const Reg k = gen::UAdd(kb, k0, l.k);
-      const Reg ok =
-          kb.Emit(Op::kAnd, Type::kPred, {l.row_ok, kb.Setp(Cmp::kLt, Type::kU32, k, cfg.k)});
-      auto g = kb.If(kb.Emit(Op::kAnd, Type::kPred, {active, l.loader}));
-      kb.CpAsync(ptx::CpAsyncCache::kCg,
-                 Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {stage, sh.b_stage_bytes, l.dst})),
-                 Operand::Addr(gen::AddrAdd(kb, l.src_row, kb.Selp(Type::kU32, k, 0, ok), es)), 16,
-                 kb.Selp(Type::kU32, 16, 0, ok));
+  // Step t's k runs past K only in the last step, when K is not a multiple of the step
+  // (`tail`); such a step's copies zero-fill and its activation loads are masked by k. Steps
+  // past the last load nothing. Which of the three a step is depends on t alone: the prologue
+  // picks at generation time, the loop by uniform branches on its step counter.
+  const int64_t steps = CeilDiv(cfg.k, sh.bk);
+  const int64_t full_steps = cfg.k / sh.bk;
+  const bool has_tail = full_steps < steps;
+  // The weights of step t (at k0, a register, only read by a tail) into the stage at `dst`.
+  auto copy_weights = [&](Reg dst, bool tail, const std::function<Reg()>& k0) {
+    Reg k_ok;
+    if (tail) k_ok = kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, k0(), b_k), cfg.k);
+    for (int i = 0; i < b_rounds; ++i) {
+      const Round& r = b_round[i];
+      const Reg size = tail ? kb.Selp(Type::kU32, r.size, 0, k_ok) : r.size;
+      std::optional<KernelBuilder::ScopedGuard> g;
+      if (r.guard) g.emplace(&kb, *r.guard, false);
+      kb.CpAsync(ptx::CpAsyncCache::kCg, Operand::Addr(dst, int64_t{i} * b_row_step * sh.row_bytes),
+                 Operand::Addr(r.ptr, r.off), 16, size);
+    }
+  };
+  std::vector<std::vector<Reg>> a_regs(a_rounds, std::vector<Reg>(4));
+  for (auto& v : a_regs) {
+    for (Reg& r : v) r = kb.Mov(Type::kF32, Operand::F32(0.0f));  // rows never loaded stay 0
+  }
+  auto load_activations = [&](bool tail, const std::function<Reg()>& k0) {
+    Reg k_ok;
+    if (tail) {
+      k_ok = kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, k0(), a_k), cfg.k);
+      auto g = kb.If(k_ok, /*negate=*/true);
+      for (const auto& v : a_regs) {
+        for (Reg r : v) kb.MovTo(r, Operand::F32(0.0f));
+      }
+    }
+    for (int i = 0; i < a_rounds; ++i) {
+      const Round& r = a_round[i];
+      auto g = kb.If(tail ? kb.Emit(Op::kAnd, Type::kPred, {*r.guard, k_ok}) : *r.guard);
+      kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(r.ptr, r.off), a_regs[i]);
+    }
+  };
+  auto advance = [&](const std::vector<Reg>& ptrs, int64_t bytes) {
+    for (Reg p : ptrs) kb.EmitTo(p, Op::kAdd, Type::kU64, {p, bytes});
+  };
+  const int64_t a_step_bytes = int64_t{sh.bk} * 4, b_step_bytes = int64_t{sh.bk} * es;
+  // Statically known step t: its copies or loads, or nothing past the last step.
+  for (int t = 0; t + 1 < tile.stages; ++t) {
+    if (t < steps) {
+      copy_weights(gen::UAdd(kb, b_dst, t * sh.b_stage_bytes), t >= full_steps,
+                   [&] { return kb.Mov(Type::kU32, t * sh.bk); });
+      advance(b_ptrs, b_step_bytes);
     }
     kb.CpAsyncCommit();
-  };
-  std::vector<std::vector<Reg>> a_regs(a_loads.size(), std::vector<Reg>(4));
-  for (auto& v : a_regs) {
-    for (Reg& r : v) r = kb.NewReg(Type::kF32);
   }
-  auto load_activations = [&](Reg k0, Reg active) {
-    for (size_t i = 0; i < a_loads.size(); ++i) {
-      const Load& l = a_loads[i];
-      const Reg k = gen::UAdd(kb, k0, l.k);
-      const Reg ok = kb.Emit(
-          Op::kAnd, Type::kPred,
-          {active,
-           kb.Emit(Op::kAnd, Type::kPred, {l.row_ok, kb.Setp(Cmp::kLt, Type::kU32, k, cfg.k)})});
-      for (Reg r : a_regs[i]) kb.MovTo(r, Operand::F32(0.0f));
-      auto g = kb.If(ok);
-      kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, l.src_row, k, 4)),
-              a_regs[i]);
-    }
-  };
+  load_activations(full_steps == 0, [&] { return kb.Mov(Type::kU32, 0); });
+  advance({a_ptr}, a_step_bytes);
 
-  const int64_t steps = CeilDiv(cfg.k, sh.bk);
+  // Loop-carried stage offsets: activations 0 or one stage; the weights' stage multiplied
+  // and the one the step's copies refill (the previous step's).
+  const Reg a_off = kb.Mov(Type::kU32, 0);
+  const Reg b_off = kb.Mov(Type::kU32, 0);
+  const Reg b_refill = kb.Mov(Type::kU32, (tile.stages - 1) * sh.b_stage_bytes);
   const Reg step = kb.Mov(Type::kU32, 0);
-  const Reg k0 = kb.Mov(Type::kU32, 0);
-  const Reg stage = kb.Mov(Type::kU32, 0);  // this step's stage, 0 or 1
-  // The first step always loads (k < K for any K > 0): a predicate that is true.
-  const Reg first = kb.Setp(Cmp::kEq, Type::kU32, step, 0);
-  copy_weights(k0, stage, first);
-  load_activations(k0, first);
+  // At step s, step t = s + ahead is fast while s < full_steps - ahead, the tail at
+  // s == steps - 1 - ahead (when there is one), and nothing after.
+  auto by_step = [&](int ahead, const std::function<void(bool tail)>& load) {
+    const ptx::Label done = kb.NewLabel("loaded");
+    const ptx::Label not_fast = kb.NewLabel("not_full");
+    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, step, std::max<int64_t>(full_steps - ahead, 0)),
+             not_fast);
+    load(false);
+    kb.Bra(done);
+    kb.Bind(not_fast);
+    if (has_tail && steps - 1 - ahead >= 0) {
+      kb.BraIf(kb.Setp(Cmp::kNe, Type::kU32, step, steps - 1 - ahead), done);
+      load(true);
+    }
+    kb.Bind(done);
+  };
   const ptx::Label loop = kb.NewLabel("k_loop");
   kb.Bind(loop);
   {
-    for (size_t i = 0; i < a_loads.size(); ++i) {
+    // One barrier a step: after it, the step's tiles are complete and every warp is done
+    // with the previous step's, whose weight stage the copies issued after it refill. Every
+    // thread commits a group each step, empty or not, so that "all but the newest
+    // stages - 2 groups" is always the step about to be multiplied.
+    const Reg a_st = gen::UAdd(kb, a_dst, a_off);
+    for (int i = 0; i < a_rounds; ++i) {
       const std::vector<Reg>& v = a_regs[i];
-      kb.St(
-          Space::kShared, Type::kB32,
-          Operand::Addr(kb.Emit(Op::kMadLo, Type::kU32, {stage, sh.a_stage_bytes, a_loads[i].dst})),
-          {kb.CvtPack(half2, v[1], v[0]), kb.CvtPack(half2, v[3], v[2])});
+      kb.St(Space::kShared, Type::kB32, Operand::Addr(a_st, int64_t{i} * a_row_step * sh.row_bytes),
+            {kb.CvtPack(half2, v[1], v[0]), kb.CvtPack(half2, v[3], v[2])});
     }
-    kb.CpAsyncWait(0);
+    kb.CpAsyncWait(tile.stages - 2);
     kb.BarSync();
-    const Reg next_stage = kb.Emit(Op::kXor, Type::kB32, {stage, 1});
-    const Reg next_k0 = gen::UAdd(kb, k0, sh.bk);
-    const Reg has_next = kb.Setp(Cmp::kLt, Type::kU32, next_k0, cfg.k);
-    copy_weights(next_k0, next_stage, has_next);
-    load_activations(next_k0, has_next);
-    const Reg a_at = kb.Emit(Op::kMadLo, Type::kU32, {stage, sh.a_stage_bytes, a_rd});
-    const Reg b_at = kb.Emit(Op::kMadLo, Type::kU32, {stage, sh.b_stage_bytes, b_rd});
+    const Reg refill_dst = gen::UAdd(kb, b_dst, b_refill);
+    by_step(tile.stages - 1, [&](bool tail) {
+      copy_weights(refill_dst, tail, [&] {
+        return kb.Emit(Op::kMadLo, Type::kU32, {step, sh.bk, (tile.stages - 1) * sh.bk});
+      });
+    });
+    kb.CpAsyncCommit();
+    advance(b_ptrs, b_step_bytes);
+    by_step(1, [&](bool tail) {
+      load_activations(tail, [&] { return kb.Emit(Op::kMadLo, Type::kU32, {step, sh.bk, sh.bk}); });
+    });
+    advance({a_ptr}, a_step_bytes);
+    const Reg a_at = gen::UAdd(kb, a_rd, a_off);
+    const Reg b_at = gen::UAdd(kb, b_rd, b_off);
     for (int kk = 0; kk < 2; ++kk) {
       std::vector<std::vector<Reg>> af(mi), bf(nj);
       for (int i = 0; i < mi; ++i) {
@@ -213,8 +339,11 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
         }
       }
     }
-    kb.MovTo(stage, next_stage);
-    kb.MovTo(k0, next_k0);
+    kb.EmitTo(a_off, Op::kSub, Type::kU32, {sh.a_stage_bytes, a_off});
+    kb.MovTo(b_refill, b_off);
+    const Reg b_next = gen::UAdd(kb, b_off, sh.b_stage_bytes);
+    kb.MovTo(b_off, kb.Selp(Type::kU32, 0, b_next,
+                            kb.Setp(Cmp::kEq, Type::kU32, b_next, tile.stages * sh.b_stage_bytes)));
   }
   kb.EmitTo(step, Op::kAdd, Type::kU32, {step, 1});
   kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, step, steps), loop);
@@ -224,8 +353,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const Reg g = kb.Emit(Op::kShr, Type::kU32, {lane, 2});
   const Reg t2 = kb.Emit(Op::kShl, Type::kB32, {kb.Emit(Op::kAnd, Type::kB32, {lane, 3}), 1});
   const Reg warp_row = kb.Emit(Op::kMadLo, Type::kU32, {wm, sh.warp_rows, g});
-  const Reg warp_col = kb.Emit(Op::kMadLo, Type::kU32, {wn, sh.warp_cols, t2});
-  // Writes `v` (+ bias) (+ y) to y[row][col] of the tile, when in the matrix.
+  // Writes `v` (+ bias) (+ y) to y[row][col] of the CTA's output tile, when in the matrix.
   auto store = [&](Reg row, Reg col, Reg v) {
     const Reg grow = gen::UAdd(kb, m0, row), gcol = gen::UAdd(kb, n0, col);
     const Reg ok = kb.Emit(
@@ -242,11 +370,77 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
   };
   if (tile.wk == 1) {
+    // The lane's outputs lie a constant apart from its first (rows 16 i + 8 h, columns
+    // 8 j + c): one pointer each into y and the bias, predicates per row and per column
+    // pair, 8-byte accesses of column pairs when n is even (else one column at a time). The
+    // residual's loads of a row are issued together, before their adds.
+    const int out_tiles = cfg.swiglu ? nj / 2 : nj;  // the warp's n8 output tiles
+    const Reg warp_col =
+        kb.Emit(Op::kMadLo, Type::kU32, {wn, sh.warp_cols / (cfg.swiglu ? 2 : 1), t2});
+    const Reg row0 = gen::UAdd(kb, m0, warp_row), col0 = gen::UAdd(kb, n0, warp_col);
+    const Reg y0 = gen::AddrAdd(kb, gen::AddrAdd(kb, y, row0, int64_t{cfg.n} * 4), col0, 4);
+    const int width = cfg.n % 2 == 0 ? 2 : 1;  // columns an access
+    // col_ok[j][c]: the lane's column c of output tile j is in the matrix (with pairs, one
+    // predicate for both: n and the column are even).
+    std::vector<std::vector<Reg>> col_ok(out_tiles);
+    for (int j = 0; j < out_tiles; ++j) {
+      for (int c = 0; c < 3 - width; ++c) {
+        col_ok[j].push_back(kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, col0, 8 * j + c), cfg.n));
+      }
+    }
+    // Output tile j's accesses: columns c .. c + width - 1 of its lane's pair.
+    auto for_access = [&](const std::function<void(int j, int c)>& fn) {
+      for (int j = 0; j < out_tiles; ++j) {
+        for (int c = 0; c < 2; c += width) fn(j, c);
+      }
+    };
+    auto col_pred = [&](int j, int c) { return col_ok[j][width == 1 ? c : 0]; };
+    std::vector<std::vector<Reg>> bias_v(out_tiles);
+    if (cfg.has_bias) {
+      const Reg b0 = gen::AddrAdd(kb, bias, col0, 4);
+      for_access([&](int j, int c) {
+        std::vector<Reg> r;
+        for (int e = 0; e < width; ++e) r.push_back(kb.Mov(Type::kF32, Operand::F32(0.0f)));
+        auto guard = kb.If(col_pred(j, c));
+        kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(b0, (8 * j + c) * 4), r);
+        bias_v[j].insert(bias_v[j].end(), r.begin(), r.end());
+      });
+    }
     for (int i = 0; i < mi; ++i) {
-      for (int j = 0; j < nj; ++j) {
-        for (int e = 0; e < 4; ++e) {
-          store(gen::UAdd(kb, warp_row, 16 * i + 8 * (e / 2)),
-                gen::UAdd(kb, warp_col, 8 * j + e % 2), acc[i][j][e]);
+      for (int h = 0; h < 2; ++h) {
+        const Reg row_ok =
+            kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, row0, 16 * i + 8 * h), m_rows);
+        struct Out {
+          int64_t off;
+          Reg ok;
+          std::vector<Reg> v;
+        };
+        std::vector<Out> outs;
+        for_access([&](int j, int c) {
+          std::vector<Reg> v;
+          for (int e = 2 * h + c; e < 2 * h + c + width; ++e) {
+            v.push_back(cfg.swiglu ? gen::SiluTimes(kb, acc[i][2 * j][e], acc[i][2 * j + 1][e])
+                                   : acc[i][j][e]);
+            if (cfg.has_bias) v.back() = gen::FAdd(kb, v.back(), bias_v[j][e - 2 * h]);
+          }
+          outs.push_back({(int64_t{16 * i + 8 * h} * cfg.n + 8 * j + c) * 4,
+                          kb.Emit(Op::kAnd, Type::kPred, {row_ok, col_pred(j, c)}), v});
+        });
+        std::vector<std::vector<Reg>> old(outs.size());
+        if (cfg.accumulate) {
+          for (size_t o = 0; o < outs.size(); ++o) {
+            for (size_t e = 0; e < outs[o].v.size(); ++e) old[o].push_back(kb.NewReg(Type::kF32));
+            auto guard = kb.If(outs[o].ok);
+            kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(y0, outs[o].off), old[o]);
+          }
+        }
+        for (size_t o = 0; o < outs.size(); ++o) {
+          auto guard = kb.If(outs[o].ok);
+          std::vector<Reg> v = outs[o].v;
+          if (cfg.accumulate) {
+            for (size_t e = 0; e < v.size(); ++e) v[e] = gen::FAdd(kb, old[o][e], v[e]);
+          }
+          kb.St(Space::kGlobal, Type::kF32, Operand::Addr(y0, outs[o].off), v);
         }
       }
     }
@@ -254,6 +448,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     // Every warp's partial tile to shared memory, then each thread sums its outputs over
     // the k slices in warp order.
     kb.BarSync();  // the last step's tiles are read
+    const Reg warp_col = kb.Emit(Op::kMadLo, Type::kU32, {wn, sh.warp_cols, t2});
     const int64_t slice_bytes = int64_t{tile.bm} * tile.bn * 4;
     const Reg part = kb.Emit(Op::kMadLo, Type::kU32, {wk, static_cast<int>(slice_bytes), a_tile});
     for (int i = 0; i < mi; ++i) {
@@ -268,21 +463,36 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
       }
     }
     kb.BarSync();
-    for (int i = 0; i * kThreads < tile.bm * tile.bn; ++i) {
-      const Reg o = gen::UAdd(kb, tid, kThreads * i);
-      const Reg at = kb.Emit(Op::kMadLo, Type::kU32, {o, 4, a_tile});
+    // The sum of tile column c over the k slices.
+    auto summed = [&](Reg row, Reg c) {
+      const Reg at = kb.Emit(Op::kMadLo, Type::kU32,
+                             {kb.Emit(Op::kMadLo, Type::kU32, {row, tile.bn, c}), 4, a_tile});
       Reg sum = kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(at));
       for (int s = 1; s < tile.wk; ++s) {
         sum = gen::FAdd(kb, sum,
                         kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(at, s * slice_bytes)));
       }
-      store(kb.Emit(Op::kDiv, Type::kU32, {o, tile.bn}),
-            kb.Emit(Op::kRem, Type::kU32, {o, tile.bn}), sum);
+      return sum;
+    };
+    for (int i = 0; i * threads < tile.bm * out_cols; ++i) {
+      const Reg o = gen::UAdd(kb, tid, threads * i);
+      const Reg row = gen::DivConst(kb, o, out_cols), col = gen::RemConst(kb, o, out_cols);
+      if (cfg.swiglu) {
+        // Output column j's gate is tile column 16 (j / 8) + j % 8, its up 8 further.
+        const Reg gate_col = kb.Emit(
+            Op::kMadLo, Type::kU32,
+            {kb.Emit(Op::kShr, Type::kU32, {col, 3}), 16, kb.Emit(Op::kAnd, Type::kB32, {col, 7})});
+        store(row, col,
+              gen::SiluTimes(kb, summed(row, gate_col), summed(row, gen::UAdd(kb, gate_col, 8))));
+      } else {
+        store(row, col, summed(row, col));
+      }
     }
   }
   kb.Ret();
   return absl::StrCat("tensor cores: ", tile.bm, "x", tile.bn, " CTA tile, warps ", tile.wm, "x",
-                      tile.wn, "x", tile.wk, " of mma.m16n8k16, k step ", sh.bk);
+                      tile.wn, "x", tile.wk, " of mma.m16n8k16, k step ", sh.bk, ", ", tile.stages,
+                      " weight stages", cfg.swiglu ? ", SwiGLU epilogue" : "");
 }
 
 }  // namespace gen

@@ -6,10 +6,6 @@
 
 namespace ptxserve::kernels {
 
-namespace {
-constexpr float kLog2e = 1.4426950408889634f;
-}  // namespace
-
 LaunchDims SiluMulLaunch(const SiluMulConfig&, int64_t n) { return gen::ElementwiseLaunch(n); }
 
 absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {
@@ -37,13 +33,7 @@ absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {
       const std::vector<Reg> g = gen::LoadAsF32(kb, ElemType::kF32, ga, 0, count, count * 4);
       const std::vector<Reg> u = gen::LoadAsF32(kb, ElemType::kF32, ua, 0, count, count * 4);
       std::vector<Reg> o;
-      for (int e = 0; e < count; ++e) {
-        // silu(g) = g / (1 + 2^(-g log2 e)); a huge -g gives 1/inf = 0, not NaN.
-        const Reg ex = kb.Emit(Op::kEx2, Type::kF32, {gen::FMul(kb, g[e], Operand::F32(-kLog2e))});
-        const Reg den = gen::FAdd(kb, ex, Operand::F32(1.0f));
-        const Reg s = kb.Emit(Op::kDiv, Type::kF32, {g[e], den});
-        o.push_back(gen::FMul(kb, s, u[e]));
-      }
+      for (int e = 0; e < count; ++e) o.push_back(gen::SiluTimes(kb, g[e], u[e]));
       gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, out, first, 4), 0, o, count * 4);
     });
     kb.Ret();

@@ -127,10 +127,13 @@ absl::Status DeviceForwardOps::Linear(Act in, std::initializer_list<Projection> 
   }
   if (k.fused_gate_up && projections.size() == 2 &&
       projections.begin()->weight.role == Weight::kGate) {
-    // Its output rows are [gate | up], what the fused silu_mul reads.
+    // Its output rows are [gate | up], what the fused silu_mul reads; or, where the form
+    // applies SwiGLU in its epilogue, already silu(gate) * up (SiluMul then has nothing to do).
     const int layer = projections.begin()->weight.layer;
+    // The fused RMSNorm (GEMV forms) and SwiGLU (tensor-core forms) never meet in one form.
+    const bool swiglu = k.gate_up.Swiglu(GemmForm(Rows(in)));
     return NormedGemm(k.gate_up, k.gate_up_norm, in, weights_.layers[layer].w_gate_up.ptr(), 0,
-                      Buffer(Act::kGate));
+                      Buffer(swiglu ? Act::kMlp : Act::kGate));
   }
   if (projections.size() == 1 && projections.begin()->weight.role == Weight::kLmHead) {
     return NormedGemm(k.lm_head, k.lm_head_norm, in, weights_.lm_head_ptr(), 0,
@@ -239,6 +242,9 @@ absl::Status DeviceForwardOps::Attention(int layer) {
 }
 
 absl::Status DeviceForwardOps::SiluMul() {
+  if (kernels_.fused_gate_up && kernels_.gate_up.Swiglu(GemmForm(step_.tokens))) {
+    return absl::OkStatus();  // the gate/up GEMM wrote kMlp (Linear)
+  }
   const uint32_t n = static_cast<uint32_t>(step_.tokens * config_.intermediate_size);
   return LaunchSlot(cache_, kernels_.silu, kernels::SiluMulLaunch(kernels_.silu_cfg, n),
                     kernels::SiluMulArgs{.gate = Buffer(Act::kGate),

@@ -36,14 +36,16 @@ class DeviceForwardOps final : public ForwardOps {
   // Linear over `out`, normalises `in`'s rows itself. Else one rmsnorm launch.
   absl::Status RmsNorm(Act in, WeightRef weight, Act out) override;
   // q, k and v as one GEMM over the stacked matrix (their rows land in StepBuffers::qkv);
-  // gate and up as one where the kernel set fuses them (KernelSet::fused_gate_up). The
-  // residual adds are the GEMMs' fused epilogue (GemmConfig::accumulate).
+  // gate and up as one where the kernel set fuses them (KernelSet::fused_gate_up), whose
+  // tensor-core forms write kMlp = silu(gate) * up directly (GemmConfig::swiglu). The residual
+  // adds are the GEMMs' fused epilogue (GemmConfig::accumulate).
   absl::Status Linear(Act in, std::initializer_list<Projection> projections) override;
   // One rope_kv launch: q rotated from the qkv rows into kQ, k rotated and v into the pools.
   absl::Status RopeAndWriteKv(int layer) override;
   // Flash attention for a ragged step when the kernel set has it; else decode or ragged
   // attention by the step's plan, split and merged when it says so.
   absl::Status Attention(int layer) override;
+  // Nothing when the step's gate/up GEMM applied SwiGLU itself; else the silu_mul kernel.
   absl::Status SiluMul() override;
   absl::Status GatherRows() override;
 

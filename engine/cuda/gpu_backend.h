@@ -19,11 +19,12 @@
 // into the GEMV after it at up to 4 rows), one stacked q/k/v GEMM, rope_kv (RoPE and the K/V cache
 // write), decode attention (+ merge when split) or, for prefill and mixed steps, flash attention
 // (f16/bf16 caches; else ragged decode attention), o GEMM with the residual fused, rmsnorm, fused
-// gate/up GEMM, silu_mul, down GEMM with the residual fused; then a row gather, final rmsnorm and
-// the LM head); then ONE device->host copy and the step's only synchronisation. Step copies back
-// the logits rows (R x vocab x 4 bytes); StepSampled samples on the device and copies back only the
-// ids (4 x R bytes), or, when a row wants log-probs, the logprobs kernel's records instead (R x 168
-// bytes: each carries the row's id, its log-prob and up to 20 top entries; kernels/logprobs.h).
+// gate/up GEMM (SwiGLU in its epilogue on tensor cores, else a silu_mul launch), down GEMM with
+// the residual fused; then a row gather, final rmsnorm and the LM head); then ONE device->host
+// copy and the step's only synchronisation. Step copies back the logits rows (R x vocab x 4
+// bytes); StepSampled samples on the device and copies back only the ids (4 x R bytes), or, when
+// a row wants log-probs, the logprobs kernel's records instead (R x 168 bytes: each carries the
+// row's id, its log-prob and up to 20 top entries; kernels/logprobs.h).
 //
 // CUDA graphs (GpuBackendOptions::cuda_graphs, decode_graphs.h). A decode-only step (every
 // sequence exactly one token, one logits row each, in order) runs as a padded batch of

@@ -15,9 +15,11 @@ KernelSlot MakeSlot(const Config& cfg) {
   return s;
 }
 
+// `swiglu`: n = 2 I stacked gate/up rows; the tensor-core forms then apply SwiGLU in their
+// epilogue and write I columns (GemmConfig::swiglu), the others write the 2 I products.
 GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k,
                    kernels::ElemType wt, std::optional<kernels::BlockFormat> blocks, bool bias,
-                   bool accumulate) {
+                   bool accumulate, bool swiglu = false) {
   kernels::GemmConfig base;
   base.n = static_cast<int>(n);
   base.k = static_cast<int>(k);
@@ -28,6 +30,10 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
   GemmSlots g;
   for (int f = 0; f < kGemmForms; ++f) {
     g.cfg[f] = kernels::GemmConfigFor(base, kGemmFormRows[f], sm_count);
+    if (swiglu && g.cfg[f].tensor_cores) {
+      g.cfg[f].swiglu = true;
+      g.cfg[f].n = base.n / 2;
+    }
     g.slot[f] = MakeSlot(g.cfg[f]);
   }
   if (!blocks) return g;
@@ -154,7 +160,8 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   k.o = MakeGemm(target, sm_count, H, qd, w.o, w.o_blocks, false, /*accumulate=*/true);
   k.fused_gate_up = I % 4 == 0;  // silu_mul's fused form reads 4-element chunks of a row
   if (k.fused_gate_up) {
-    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, w.gate_up_blocks, false, false);
+    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, w.gate_up_blocks, false, false,
+                         /*swiglu=*/true);
     k.gate_up_norm = WithNorm(k.gate_up);
   } else {
     k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, w.gate_up_blocks, false, false);

@@ -97,6 +97,8 @@ struct GemmSlots {
   std::array<KernelSlot, kGemmForms> slot;
 
   bool Accumulates(int form) const;
+  // Form `form` writes silu(gate) * up itself (the stacked gate/up GEMM's tensor-core forms).
+  bool Swiglu(int form) const { return !quant && cfg[form].swiglu; }
   const std::string& Key(int form) const { return slot[form].spec.key; }
   kernels::LaunchDims Launch(int form, int64_t m) const;
   // Bytes of one weight row (k elements or their blocks).

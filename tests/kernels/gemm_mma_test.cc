@@ -4,7 +4,9 @@
 // Tolerance: the kernel rounds each activation to the weights' type (unit roundoff u =
 // 2^-11 for f16, 2^-8 for bf16), then multiplies exactly and accumulates in f32 like the
 // reference. So |got - want| <= u * sum_k |x_k w_k| + the two f32 accumulations' error,
-// bounded by 2 * K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K, twice).
+// bounded by 2 * K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K, twice). With the SwiGLU
+// epilogue, errors e_g and e_u in gate and up give at most |silu'(g)| |u| e_g + |silu(g)| e_u
+// (|silu'| < 1.1 everywhere), plus a few f32 roundings of the epilogue (1e-5 relative).
 #include <cmath>
 #include <random>
 #include <string>
@@ -27,12 +29,14 @@ struct MmaCase {
   ElemType dtype;
   bool bias, accumulate;
   GemmMmaTile tile = kMmaWideTile;
+  bool swiglu = false;  // n output columns from 2n weight rows
 };
 
 std::string CaseName(const MmaCase& c) {
   return absl::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype),
                       c.bias ? "_bias" : "", c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x",
-                      c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk);
+                      c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk, "_s", c.tile.stages,
+                      c.swiglu ? "_swiglu" : "");
 }
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
@@ -46,9 +50,12 @@ GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
   cfg.tiled = true;
   cfg.tensor_cores = true;
   cfg.SetMmaTile(c.tile);
+  cfg.swiglu = c.swiglu;
   cfg.target = target;
   return cfg;
 }
+
+double Silu(double g) { return g / (1 + std::exp(-g)); }
 
 class GemmMma : public ::testing::TestWithParam<MmaCase> {};
 
@@ -59,8 +66,9 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   ASSERT_TRUE(ptx.ok()) << ptx.status();
 
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k);
+  const int w_rows = c.swiglu ? 2 * c.n : c.n;
   const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(c.m) * c.k, -2, 2);
-  std::vector<float> w = RandomFloats(rng, static_cast<size_t>(c.n) * c.k, -1, 1);
+  std::vector<float> w = RandomFloats(rng, static_cast<size_t>(w_rows) * c.k, -1, 1);
   const std::vector<float> bias = RandomFloats(rng, c.n);
   const std::vector<float> y0 = RandomFloats(rng, static_cast<size_t>(c.m) * c.n);
   const DType dt = c.dtype == ElemType::kF16 ? DType::kF16 : DType::kBF16;
@@ -78,18 +86,28 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
 
   const double u = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
   const double gamma = 2.0 * c.k * std::ldexp(1.0, -24);
+  // Row i of x times weight row r: the exact product and its error bound.
+  auto dot = [&](int i, int r) {
+    double sum = 0, magnitude = 0;
+    for (int k = 0; k < c.k; ++k) {
+      const double p = double{x[i * c.k + k]} * w[static_cast<size_t>(r) * c.k + k];
+      sum += p;
+      magnitude += std::fabs(p);
+    }
+    return std::pair{sum, (u + gamma) * magnitude};
+  };
   int misses = 0;
   for (int i = 0; i < c.m; ++i) {
     for (int j = 0; j < c.n; ++j) {
-      double want = 0, magnitude = 0;
-      for (int k = 0; k < c.k; ++k) {
-        const double p = double{x[i * c.k + k]} * w[j * c.k + k];
-        want += p;
-        magnitude += std::fabs(p);
+      auto [want, tol] = dot(i, j);
+      if (c.swiglu) {
+        const auto [up, up_tol] = dot(i, c.n + j);
+        tol = 1.1 * std::fabs(up) * tol + std::fabs(Silu(want)) * up_tol;
+        want = Silu(want) * up;
       }
       if (c.bias) want += bias[j];
       if (c.accumulate) want += y0[i * c.n + j];
-      const double tol = (u + gamma) * magnitude + 1e-6 * std::fabs(want);
+      tol += 1e-5 * std::fabs(want) + 1e-30;
       const double err = std::fabs(got[i * c.n + j] - want);
       if (!(err <= tol) && ++misses <= 5) {
         ADD_FAILURE() << "y[" << i << "][" << j << "] = " << got[i * c.n + j] << ", want " << want
@@ -112,7 +130,24 @@ INSTANTIATE_TEST_SUITE_P(
         MmaCase{17, 48, 512, ElemType::kBF16, false, true, kMmaNarrowTile},  // two row tiles
         MmaCase{16, 16, 8, ElemType::kF16, false, false, kMmaNarrowTile},    // one k chunk
         MmaCase{33, 64, 96, ElemType::kF16, true, false, GemmMmaTile{64, 32, 4, 1, 1}},
-        MmaCase{5, 64, 264, ElemType::kBF16, false, true, GemmMmaTile{16, 32, 1, 2, 2}}),
+        MmaCase{5, 64, 264, ElemType::kBF16, false, true, GemmMmaTile{16, 32, 1, 2, 2}},
+        // Large warp tiles, 3 and 4 weight stages, 8 warps; partial tiles, k tails, K
+        // shorter than the stages in flight.
+        MmaCase{130, 200, 200, ElemType::kF16, true, true, kMmaLargeTile},
+        MmaCase{100, 136, 72, ElemType::kBF16, false, false, kMmaLargeTile},
+        MmaCase{33, 100, 40, ElemType::kF16, false, true, GemmMmaTile{64, 128, 2, 2, 1, 4}},
+        MmaCase{140, 260, 104, ElemType::kBF16, true, false, GemmMmaTile{128, 256, 2, 4, 1, 3}},
+        MmaCase{17, 72, 168, ElemType::kF16, false, false, GemmMmaTile{32, 64, 2, 2, 1, 3}},
+        MmaCase{20, 75, 72, ElemType::kF16, true, true, kMmaLargeTile},  // odd n: no pairs
+        // SwiGLU epilogue: n output columns from gate and up rows, f16 and bf16, the
+        // tensor-core tiles the backend picks (k split over warps too).
+        MmaCase{130, 100, 200, ElemType::kF16, false, false, kMmaLargeTile, true},
+        MmaCase{70, 37, 136, ElemType::kBF16, false, false, kMmaLargeTile, true},
+        MmaCase{9, 20, 264, ElemType::kBF16, false, false, kMmaNarrowTile, true},
+        MmaCase{70, 45, 88, ElemType::kF16, false, false, kMmaWideTile, true},
+        MmaCase{17, 44, 72, ElemType::kF16, false, false, GemmMmaTile{16, 64, 1, 4, 1}, true},
+        MmaCase{40, 60, 96, ElemType::kBF16, false, false, GemmMmaTile{32, 64, 2, 2, 1, 3}, true},
+        MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true}),
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
 TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
@@ -122,12 +157,26 @@ TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
   EXPECT_TRUE(generates(64, ElemType::kF16, kMmaWideTile));
   EXPECT_FALSE(generates(64, ElemType::kF32, kMmaWideTile));
   EXPECT_FALSE(generates(60, ElemType::kF16, kMmaWideTile));
-  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 64, 2, 2, 2}));  // eight warps
+  EXPECT_TRUE(generates(64, ElemType::kF16, GemmMmaTile{64, 64, 2, 2, 2}));   // eight warps
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 64, 4, 4, 1}));  // sixteen warps
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 64, 1, 2, 1}));  // two warps
+  // 256 KiB of partial sums.
+  EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{128, 128, 1, 2, 4}));
   EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{32, 64, 4, 1, 1}));  // 8-row warp tiles
   EXPECT_FALSE(generates(64, ElemType::kF16, GemmMmaTile{64, 48, 2, 2, 1}));  // 24-column tiles
   GemmConfig untiled = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
   untiled.tiled = false;
   EXPECT_FALSE(GenerateGemm(untiled).ok());
+  // SwiGLU is a tensor-core epilogue that replaces the bias and residual epilogues.
+  for (const auto& [bias, acc] : {std::pair{true, false}, std::pair{false, true}}) {
+    const absl::StatusOr<std::string> ptx =
+        GenerateGemm(ConfigOf({16, 64, 64, ElemType::kF16, bias, acc, kMmaWideTile, true}));
+    ASSERT_FALSE(ptx.ok());
+    EXPECT_NE(ptx.status().message().find("swiglu"), std::string::npos) << ptx.status();
+  }
+  GemmConfig fma_swiglu = ConfigOf({16, 64, 64, ElemType::kF16, false, false, kMmaWideTile, true});
+  fma_swiglu.tensor_cores = false;
+  EXPECT_FALSE(GenerateGemm(fma_swiglu).ok());
 }
 
 TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
@@ -139,9 +188,13 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
   }
   for (const auto& [sm, arch] : {std::pair{80, "sm_80"}, std::pair{90, "sm_90"}}) {
     for (ElemType dt : {ElemType::kF16, ElemType::kBF16}) {
-      for (const GemmMmaTile& tile : {kMmaWideTile, kMmaNarrowTile}) {
+      for (const auto& [tile, swiglu] :
+           {std::pair{kMmaWideTile, false}, std::pair{kMmaNarrowTile, false},
+            std::pair{kMmaLargeTile, false}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, false},
+            std::pair{kMmaLargeTile, true}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, true},
+            std::pair{kMmaNarrowTile, true}}) {
         const GemmConfig cfg =
-            ConfigOf({64, 2048, 2048, dt, true, true, tile}, ptx::Target{sm, 78});
+            ConfigOf({64, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu}, ptx::Target{sm, 78});
         absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
         ASSERT_TRUE(ptx.ok()) << ptx.status();
         const std::string what =
@@ -205,6 +258,52 @@ std::string Describe(const cost::Estimate& e) {
       e.shared_s * 1e6, e.latency_s * 1e6, e.occupancy.ctas_per_sm, e.occupancy.limit);
 }
 
+// The counters of the prefill tiles over a whole grid (no sampling) at a shape with partial
+// tiles: ldmatrix reads and the activation stores without bank conflicts, each CTA reading
+// its weight rows and activation rows once (sectors requested = CTAs along the other axis x
+// the matrix, the ideal of 16-byte chunks), and the tensor FLOPs of the padded tiles.
+TEST(GemmMma, PrefillTilesReadEachTileOnceWithoutBankConflicts) {
+  constexpr int kM = 200, kK = 272;  // rows of whole sectors, a k tail
+  for (const bool swiglu : {false, true}) {
+    for (const GemmMmaTile& t : {kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+      const int n = swiglu ? 96 : 192;  // output columns; 192 weight rows either way
+      const GemmConfig cfg = ConfigOf({kM, n, kK, ElemType::kBF16, false, false, t, swiglu});
+      SCOPED_TRACE(cfg.Key());
+      absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+      ASSERT_TRUE(ptx.ok()) << ptx.status();
+      emu::EmulatorOptions options;
+      options.collect_counters = true;
+      EmuHarness h(options);
+      const uint64_t dx = h.Upload(std::vector<float>(size_t{kM} * kK, 0.5f));
+      const uint64_t dw = h.Upload(std::vector<uint16_t>(size_t{192} * kK, 0x3f80));  // 1.0
+      const uint64_t dy = h.Alloc(size_t{kM} * n * 4);
+      ASSERT_TRUE(
+          h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, kM), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(kM)})
+              .ok());
+      const std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+      ASSERT_EQ(counters.size(), 1u);
+      const emu::KernelCounters& c = counters[0];
+      EXPECT_EQ(c.shared_load.BankConflicts(), 0u);
+      EXPECT_EQ(c.shared_store.BankConflicts(), 0u);
+      const int64_t row_tiles = CeilDiv(kM, t.bm), col_tiles = CeilDiv(192, t.bn);
+      EXPECT_EQ(c.tensor_flops, 2ull * row_tiles * t.bm * col_tiles * t.bn * CeilDiv(kK, 32) * 32);
+      for (const emu::BufferTraffic& b : c.buffers) {
+        if (b.base == dw) {  // every weight row of a column tile once per row tile
+          EXPECT_EQ(b.access.sectors, static_cast<uint64_t>(row_tiles * 192 * kK * 2 / 32));
+          EXPECT_EQ(b.access.sectors, b.access.ideal_sectors);
+        } else if (b.base == dx) {  // every activation row once per column tile
+          EXPECT_EQ(b.access.sectors, static_cast<uint64_t>(col_tiles * kM * kK * 4 / 32));
+        }
+      }
+      const std::vector<float> y = h.Download<float>(dy, size_t{kM} * n);
+      const double dot = 0.5 * kK;
+      const double want = swiglu ? dot / (1 + std::exp(-dot)) * dot : dot;
+      EXPECT_NEAR(y[0], want, 1e-3 * want);
+      EXPECT_NEAR(y.back(), want, 1e-3 * want);
+    }
+  }
+}
+
 // The tensor-core form against the FMA-tiled form at the Llama-3.2-1B attention
 // projection (2048 x 2048, f16 weights) for batches of 16, 64 and 256 rows: their sampled
 // counters, the cost model's h100 estimates (printed, labelled as estimates), and the
@@ -245,7 +344,7 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
 }
 
 // GemmConfigFor's pick against the other forms, by the cost model's h100 estimates, at the
-// Llama-3.2-1B projections (q/o, k/v, fused gate/up, down) and batches of 16 to 1024 rows:
+// Llama-3.2-1B projections (q/o, k/v, fused gate/up, down) and batches of 16 to 2048 rows:
 // the pick must be within 1.35x of the cheapest form. The table is printed (estimates, not
 // measurements).
 TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
@@ -253,36 +352,44 @@ TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
   struct Shape {
     int m, n, k;
   };
-  const Shape shapes[] = {{16, 2048, 2048},   {64, 2048, 2048},  {256, 2048, 2048},
-                          {1024, 2048, 2048}, {16, 512, 2048},   {256, 512, 2048},
-                          {16, 16384, 2048},  {64, 16384, 2048}, {256, 16384, 2048},
-                          {16, 2048, 8192},   {64, 2048, 8192},  {256, 2048, 8192}};
+  const Shape shapes[] = {{16, 2048, 2048},    {64, 2048, 2048},    {256, 2048, 2048},
+                          {1024, 2048, 2048},  {16, 512, 2048},     {256, 512, 2048},
+                          {16, 16384, 2048},   {64, 16384, 2048},   {256, 16384, 2048},
+                          {16, 2048, 8192},    {64, 2048, 8192},    {256, 2048, 8192},
+                          {1024, 16384, 2048}, {2048, 16384, 2048}, {1024, 2048, 8192},
+                          {2048, 2048, 8192},  {2048, 2048, 2048},  {2048, 512, 2048}};
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(absl::StrCat(sh.m, "x", sh.n, "x", sh.k));
     GemmConfig base = ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true});
     base.tiled = base.tensor_cores = false;
     std::vector<std::pair<std::string, GemmConfig>> forms;
-    GemmConfig gemv = base;
-    gemv.m_tile = 8;
-    forms.emplace_back("GEMV, 8-row tiles", gemv);
-    GemmConfig fma = base;
-    fma.tiled = true;
-    forms.emplace_back("FMA tiled", fma);
+    // The CUDA-core forms up to 256 rows: at 1024 they were estimated 8-17x the tensor-core
+    // forms, and take the emulator minutes.
+    if (sh.m <= 256) {
+      GemmConfig gemv = base;
+      gemv.m_tile = 8;
+      forms.emplace_back("GEMV, 8-row tiles", gemv);
+      GemmConfig fma = base;
+      fma.tiled = true;
+      forms.emplace_back("FMA tiled", fma);
+    }
     for (const GemmMmaTile& t :
          {kMmaNarrowTile, GemmMmaTile{16, 32, 1, 2, 2}, GemmMmaTile{16, 64, 1, 4, 1},
-          GemmMmaTile{32, 64, 2, 2, 1}, kMmaWideTile}) {
-      forms.emplace_back(
-          absl::StrCat("tensor cores ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn, "x", t.wk),
-          ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
+          GemmMmaTile{32, 64, 2, 2, 1}, kMmaWideTile, GemmMmaTile{64, 128, 2, 2, 1, 3},
+          GemmMmaTile{128, 64, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+      forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn,
+                                      "x", t.wk, ", ", t.stages, " stages"),
+                         ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
     }
     const std::string chosen_key = GemmConfigFor(base, sh.m, kSms).Key();
     double best = 0, chosen = 0;
     std::string best_name;
     for (const auto& [name, cfg] : forms) {
-      const double us = EstimateGemm(cfg, sh.m).estimate.seconds * 1e6;
+      const cost::Estimate e = EstimateGemm(cfg, sh.m).estimate;
+      const double us = e.seconds * 1e6;
       const bool is_chosen = cfg.Key() == chosen_key;
-      absl::PrintF("estimate (not measured): gemm %dx%dx%d f16 on h100, %s: %.1f us%s\n", sh.m,
-                   sh.n, sh.k, name, us, is_chosen ? "  <- chosen" : "");
+      absl::PrintF("estimate (not measured): gemm %dx%dx%d f16 on h100, %s: %s%s\n", sh.m, sh.n,
+                   sh.k, name, Describe(e), is_chosen ? "  <- chosen" : "");
       if (best == 0 || us < best) {
         best = us;
         best_name = name;

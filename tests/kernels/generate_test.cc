@@ -91,6 +91,18 @@ const std::vector<Golden>& Goldens() {
         {"warps_n", "1"},
         {"warps_k", "4"},
         {"accumulate", "true"}}},
+      {"gemm_f16_n8192_k2048_tensor_cores_128x256_swiglu",
+       "gemm",
+       {{"n", "8192"},
+        {"k", "2048"},
+        {"tiled", "true"},
+        {"tensor_cores", "true"},
+        {"tile_m", "128"},
+        {"tile_n", "256"},
+        {"warps_m", "2"},
+        {"warps_n", "4"},
+        {"stages", "3"},
+        {"swiglu", "true"}}},
       {"qgemm_q8_0_n2048_k8192_mt8_acc",
        "qgemm",
        {{"n", "2048"}, {"k", "8192"}, {"m_tile", "8"}, {"accumulate", "true"}}},
@@ -254,13 +266,23 @@ TEST(GenerateTest, GemmFormChoice) {
   const GemmConfig narrow = GemmConfigFor(base, 24, kSms);
   ASSERT_TRUE(narrow.tensor_cores);
   EXPECT_EQ(narrow.MmaTile().bm, 16);
-  EXPECT_EQ(narrow.MmaTile().wk, 4);                      // 256 x 2 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);   // 16x16 tiles: 1792 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 1000, kSms).tile_m, 32);  // 16x64 tiles: 4032 CTAs
-  const LaunchDims d = GemmLaunch(GemmConfigFor(base, 1000, kSms), 1000);
-  EXPECT_EQ(d.grid[0], 64u);  // 4096 / 64
-  EXPECT_EQ(d.grid[1], 32u);  // ceil(1000 / 32)
+  EXPECT_EQ(narrow.MmaTile().wk, 4);                         // 256 x 2 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);      // 16x16 tiles: 1792 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 400, kSms).tile_m, 64);      // 64x64: 448 CTAs, 3.4 per SM
+  EXPECT_EQ(GemmConfigFor(base, 500, kSms).tile_n, 128);     // 64x128: 256 CTAs, 1.9 per SM
+  const GemmConfig large = GemmConfigFor(base, 1000, kSms);  // 128x128: 256 CTAs
+  EXPECT_EQ(large.MmaTile().bm, 128);
+  EXPECT_EQ(large.MmaTile().stages, 3);
+  const LaunchDims d = GemmLaunch(large, 1000);
+  EXPECT_EQ(d.grid[0], 32u);  // 4096 / 128
+  EXPECT_EQ(d.grid[1], 8u);   // ceil(1000 / 128)
   EXPECT_EQ(d.block[0], 128u);
+  EXPECT_EQ(d.shared_bytes, 51200u);  // 2 x 128 + 3 x 128 rows of 80 bytes
+  GemmConfig gate_up = base;
+  gate_up.n = 16384;
+  const GemmConfig eight_warps = GemmConfigFor(gate_up, 1024, kSms);  // 128x256: 512 CTAs
+  EXPECT_EQ(eight_warps.tile_n, 256);
+  EXPECT_EQ(GemmLaunch(eight_warps, 1024).block[0], 256u);
   base.weight_dtype = ElemType::kF32;  // no tensor cores: the FMA tiled form
   const GemmConfig fma = GemmConfigFor(base, 1000, kSms);
   EXPECT_TRUE(fma.tiled);

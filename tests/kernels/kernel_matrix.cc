@@ -180,6 +180,24 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   tensor_core_gemm.SetMmaTile({32, 64, 2, 2, 1});
   tensor_core_gemm.target = target;
   Add(&out, tensor_core_gemm);
+  // The prefill tiles at Llama-3.2-1B's down projection (residual fused) and its gate/up
+  // projection with SwiGLU: 64x64 warp parts, 128 accumulators a thread.
+  for (ElemType dt : {ElemType::kF16, ElemType::kBF16}) {
+    GemmConfig down = tensor_core_gemm;
+    down.n = 2048;
+    down.k = 8192;
+    down.weight_dtype = dt;
+    down.accumulate = true;
+    down.SetMmaTile(kMmaLargeTile);
+    Add(&out, down);
+    GemmConfig gate_up = down;
+    gate_up.n = 8192;
+    gate_up.k = 2048;
+    gate_up.accumulate = false;
+    gate_up.swiglu = true;
+    gate_up.SetMmaTile({128, 256, 2, 4, 1, 3});
+    Add(&out, gate_up);
+  }
   QuantGemmConfig odd_qgemm;  // one block per row (2-byte aligned rows), 3 columns a CTA
   odd_qgemm.n = 33;
   odd_qgemm.k = 32;
