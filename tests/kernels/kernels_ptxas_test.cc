@@ -42,6 +42,21 @@ void ExpectAssembles(const std::string& ptxas, const ptx::Target& target, bool f
   EXPECT_GE(good.size(), full ? 50u : 5u);
 }
 
+// Every module assembles for sm_`sm`, each entry with registers and without spills (the
+// register counts are printed: the figures the README quotes).
+void ExpectNoSpills(const std::string& ptxas, const std::vector<PtxModule>& modules, int sm) {
+  const PtxasResult r = AssembleAll(ptxas, modules, "sm_" + std::to_string(sm));
+  ASSERT_TRUE(r.ok) << r.log;
+  ASSERT_EQ(r.entries.size(), modules.size());
+  for (const PtxasEntryInfo& e : r.entries) {
+    std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
+                e.spill_stores, e.spill_loads);
+    EXPECT_EQ(e.spill_stores, 0) << e.label;
+    EXPECT_EQ(e.spill_loads, 0) << e.label;
+    EXPECT_GT(e.registers, 0) << e.label;
+  }
+}
+
 TEST_F(PtxasTest, MatrixAssemblesForSm80) { ExpectAssembles(ptxas_, ptx::Target{80, 78}, true); }
 TEST_F(PtxasTest, MatrixAssemblesForSm90) { ExpectAssembles(ptxas_, ptx::Target{90, 78}, true); }
 // The oldest ISA sm_80 has: nothing newer may slip into the sm_80 kernels.
@@ -66,15 +81,7 @@ TEST_F(PtxasTest, AttentionHeadDim128DoesNotSpill) {
         }
       }
     }
-    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
-    ASSERT_TRUE(r.ok) << r.log;
-    for (const PtxasEntryInfo& e : r.entries) {
-      std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
-                  e.spill_stores, e.spill_loads);
-      EXPECT_EQ(e.spill_stores, 0) << e.label;
-      EXPECT_EQ(e.spill_loads, 0) << e.label;
-      EXPECT_GT(e.registers, 0) << e.label;
-    }
+    ExpectNoSpills(ptxas_, modules, sm);
   }
 }
 
@@ -98,16 +105,7 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
         }
       }
     }
-    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
-    ASSERT_TRUE(r.ok) << r.log;
-    ASSERT_EQ(r.entries.size(), modules.size());
-    for (const PtxasEntryInfo& e : r.entries) {
-      std::printf("%-70s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
-                  e.spill_stores, e.spill_loads);
-      EXPECT_EQ(e.spill_stores, 0) << e.label;
-      EXPECT_EQ(e.spill_loads, 0) << e.label;
-      EXPECT_GT(e.registers, 0) << e.label;
-    }
+    ExpectNoSpills(ptxas_, modules, sm);
   }
 }
 
@@ -134,15 +132,7 @@ TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
         modules.push_back({c.Key(), *ptx});
       }
     }
-    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
-    ASSERT_TRUE(r.ok) << r.log;
-    for (const PtxasEntryInfo& e : r.entries) {
-      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
-                  e.spill_stores, e.spill_loads);
-      EXPECT_EQ(e.spill_stores, 0) << e.label;
-      EXPECT_EQ(e.spill_loads, 0) << e.label;
-      EXPECT_GT(e.registers, 0) << e.label;
-    }
+    ExpectNoSpills(ptxas_, modules, sm);
   }
 }
 
@@ -160,16 +150,7 @@ TEST_F(PtxasTest, EmbeddingBlocksDoNotSpill) {
       ASSERT_TRUE(ptx.ok()) << ptx.status();
       modules.push_back({c.Key(), *ptx});
     }
-    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
-    ASSERT_TRUE(r.ok) << r.log;
-    ASSERT_EQ(r.entries.size(), modules.size());
-    for (const PtxasEntryInfo& e : r.entries) {
-      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
-                  e.spill_stores, e.spill_loads);
-      EXPECT_EQ(e.spill_stores, 0) << e.label;
-      EXPECT_EQ(e.spill_loads, 0) << e.label;
-      EXPECT_GT(e.registers, 0) << e.label;
-    }
+    ExpectNoSpills(ptxas_, modules, sm);
   }
 }
 
@@ -202,15 +183,7 @@ TEST_F(PtxasTest, FusedDecodeKernelsDoNotSpill) {
       ASSERT_TRUE(ptx.ok()) << ptx.status();
       modules.push_back({r.Key(), *ptx});
     }
-    const PtxasResult r = AssembleAll(ptxas_, modules, "sm_" + std::to_string(sm));
-    ASSERT_TRUE(r.ok) << r.log;
-    for (const PtxasEntryInfo& e : r.entries) {
-      std::printf("%-50s registers %3d spill stores %d loads %d\n", e.label.c_str(), e.registers,
-                  e.spill_stores, e.spill_loads);
-      EXPECT_EQ(e.spill_stores, 0) << e.label;
-      EXPECT_EQ(e.spill_loads, 0) << e.label;
-      EXPECT_GT(e.registers, 0) << e.label;
-    }
+    ExpectNoSpills(ptxas_, modules, sm);
   }
 }
 
