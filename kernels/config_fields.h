@@ -137,7 +137,7 @@ struct KernelConfig {
     return s;
   }
 
-  // The kernel-cache key: every keyed field, e.g. "kv_scatter:kvh8:d128:bs16:f16:sm80_ptx78".
+  // The kernel-cache key: every keyed field, e.g. "rope_kv:h32:kvh8:d128:half:bs16:f16:sm80_ptx78".
   std::string Key() const {
     const Config& c = static_cast<const Config&>(*this);
     std::string key = kName;
