@@ -35,7 +35,7 @@ ABSL_FLAG(std::string, out, "",
 
 ABSL_FLAG(int32_t, kv_blocks, 0,
           "KV cache blocks; 0 = sized by the backend (GPU: a fraction of free memory; "
-          "CPU: one full context for generate, see --kv_memory for serve)");
+          "generate: room for the prompt and --max_tokens; see --kv_memory for serve)");
 ABSL_FLAG(int32_t, block_size, 16, "tokens per KV cache block");
 ABSL_FLAG(std::string, backend, "auto",
           "the backend running the model: cpu, cuda (libcuda.so.1, device 0), emulated (the "

@@ -1,4 +1,5 @@
 // `ptxserve generate`: load a model, stream one completion to stdout, report speed.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -54,13 +55,23 @@ int RunGenerate(int argc, char** argv) {
   auto tokenizer = Tokenizer::FromModelPath(*dir);
   if (!tokenizer.ok()) return fail(tokenizer.status());
   const double load_seconds = seconds_since(t_load);
+  auto ids = (*tokenizer)->Encode(prompt);
+  if (!ids.ok()) return fail(ids.status());
 
   KvCacheConfig kv;
   kv.block_size = absl::GetFlag(FLAGS_block_size);
-  kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks);  // <= 0: the backend's default
+  kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks);
   if (kv.block_size <= 0) return fail(absl::InvalidArgumentError("--block_size must be > 0"));
-  // One sequence: buffers and host KV pools for one full context (a GPU still sizes its
-  // pools from free memory).
+  if (kv.num_blocks <= 0) {
+    // One sequence needs room for its prompt and the tokens it may generate, no more: a
+    // whole context of a 128K-position model is gigabytes of host KV to zero before the
+    // first token (the engine still stops the sequence at max_position_embeddings).
+    const int64_t wanted =
+        static_cast<int64_t>(ids->size()) + std::max<int64_t>(absl::GetFlag(FLAGS_max_tokens), 1);
+    const int64_t positions = std::min<int64_t>(wanted, model->config.max_position_embeddings);
+    kv.num_blocks = static_cast<int32_t>((positions + kv.block_size - 1) / kv.block_size);
+  }
+  // One sequence: buffers for one prefill chunk.
   BackendOptions backend_options;
   backend_options.max_seqs = 1;
   backend_options.max_tokens = EngineConfig{}.prefill_chunk;
@@ -77,8 +88,6 @@ int RunGenerate(int argc, char** argv) {
 
   EngineRequest req;
   req.request_id = "generate";
-  auto ids = (*tokenizer)->Encode(prompt);
-  if (!ids.ok()) return fail(ids.status());
   req.prompt = *std::move(ids);
   req.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
   req.sampling.top_k = absl::GetFlag(FLAGS_top_k);
