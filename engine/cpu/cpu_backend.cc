@@ -69,7 +69,7 @@ size_t CpuBackend::Matrix::RowBytes(int64_t width) const {
 // The parts, checked, stacked in their common format: their bytes one after another when
 // they share a dtype and block format (rows of blocks stack like rows of elements), else
 // f32 (exact).
-absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
+absl::Status CpuBackend::Stack(const Model& model, const std::vector<Part>& parts, Matrix* out) {
   const Tensor& first = parts.front().tensor;
   out->dtype = first.dtype;
   out->quant = first.quant;
@@ -84,16 +84,29 @@ absl::Status CpuBackend::Stack(const std::vector<Part>& parts, Matrix* out) {
       out->quant = QuantType::kNone;
     }
   }
-  for (const Part& p : parts) {
-    const size_t bytes = p.tensor.shape.front() * out->RowBytes(p.tensor.shape.back());
-    const size_t old = out->bytes.size();
-    out->bytes.resize(old + bytes);
-    if (stored_as_out(p.tensor)) {
-      std::memcpy(out->bytes.data() + old, p.tensor.data, bytes);
-    } else {
-      ToFloat(p.tensor, reinterpret_cast<float*>(out->bytes.data() + old));
-    }
+  auto part_bytes = [out](const Part& p) {
+    return p.tensor.shape.front() * out->RowBytes(p.tensor.shape.back());
+  };
+  if (parts.size() == 1 && model.storage_holds_tensors && stored_as_out(first)) {
+    out->data = static_cast<const uint8_t*>(first.data);
+    out->size = part_bytes(parts.front());
+    return absl::OkStatus();
   }
+  size_t total = 0;
+  for (const Part& p : parts) total += part_bytes(p);
+  out->owned.resize(total);
+  size_t at = 0;
+  for (const Part& p : parts) {
+    if (stored_as_out(p.tensor)) {
+      std::memcpy(out->owned.data() + at, p.tensor.data, part_bytes(p));
+    } else {
+      ToFloat(p.tensor, reinterpret_cast<float*>(out->owned.data() + at));
+    }
+    at += part_bytes(p);
+    model.ReleasePages(p.tensor);
+  }
+  out->data = out->owned.data();
+  out->size = total;
   return absl::OkStatus();
 }
 
@@ -113,16 +126,17 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
         kv.num_blocks, kv.block_size, kv_bytes / double(1 << 30), *avail / double(1 << 30)));
   }
   std::unique_ptr<CpuBackend> b(new CpuBackend(c, kv));
+  if (model.storage_holds_tensors) b->model_storage_ = model.storage;
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.q_dim(), KD = c.kv_dim();
 
   auto load = [](const Tensor& t, std::vector<int64_t> shape, const std::string& what,
                  std::vector<float>* out) { return AppendTensor(t, shape, what, out); };
-  if (auto s = Stack({{mt.embed, {V, H}, "embed"}}, &b->embed_); !s.ok()) return s;
+  if (auto s = Stack(model, {{mt.embed, {V, H}, "embed"}}, &b->embed_); !s.ok()) return s;
   if (auto s = load(mt.final_norm, {H}, "final_norm", &b->final_norm_); !s.ok()) return s;
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
   if (!tied) {
-    if (auto s = Stack({{mt.lm_head, {V, H}, "lm_head"}}, &b->lm_head_); !s.ok()) return s;
+    if (auto s = Stack(model, {{mt.lm_head, {V, H}, "lm_head"}}, &b->lm_head_); !s.ok()) return s;
   }
   const size_t pool_bytes = static_cast<size_t>(kv.num_blocks) * c.num_kv_heads * kv.block_size *
                             c.head_dim * DTypeSize(kv.dtype);
@@ -134,6 +148,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
     absl::Status s = load(lt.attn_norm, {H}, p + "attn_norm", &l.attn_norm);
     if (s.ok()) {
       s = Stack(
+          model,
           {{lt.wq, {QD, H}, p + "wq"}, {lt.wk, {KD, H}, p + "wk"}, {lt.wv, {KD, H}, p + "wv"}},
           &l.wqkv);
     }
@@ -142,12 +157,13 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
       if (s.ok()) s = load(lt.bk, {KD}, p + "bk", &l.bqkv);
       if (s.ok()) s = load(lt.bv, {KD}, p + "bv", &l.bqkv);
     }
-    if (s.ok()) s = Stack({{lt.wo, {H, QD}, p + "wo"}}, &l.wo);
+    if (s.ok()) s = Stack(model, {{lt.wo, {H, QD}, p + "wo"}}, &l.wo);
     if (s.ok()) s = load(lt.mlp_norm, {H}, p + "mlp_norm", &l.mlp_norm);
     if (s.ok()) {
-      s = Stack({{lt.w_gate, {I, H}, p + "w_gate"}, {lt.w_up, {I, H}, p + "w_up"}}, &l.w_gate_up);
+      s = Stack(model, {{lt.w_gate, {I, H}, p + "w_gate"}, {lt.w_up, {I, H}, p + "w_up"}},
+                &l.w_gate_up);
     }
-    if (s.ok()) s = Stack({{lt.w_down, {H, I}, p + "w_down"}}, &l.w_down);
+    if (s.ok()) s = Stack(model, {{lt.w_down, {H, I}, p + "w_down"}}, &l.w_down);
     if (!s.ok()) return s;
     l.k_pool.assign(pool_bytes, 0);
     l.v_pool.assign(pool_bytes, 0);
@@ -158,18 +174,26 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
 }
 
 size_t CpuBackend::weight_bytes() const {
-  size_t n = embed_.bytes.size() + lm_head_.bytes.size() + final_norm_.size() * sizeof(float);
+  size_t n = embed_.size + lm_head_.size + final_norm_.size() * sizeof(float);
   for (const Layer& l : layers_) {
-    n += (l.attn_norm.size() + l.bqkv.size() + l.mlp_norm.size()) * sizeof(float) +
-         l.wqkv.bytes.size() + l.wo.bytes.size() + l.w_gate_up.bytes.size() + l.w_down.bytes.size();
+    n += (l.attn_norm.size() + l.bqkv.size() + l.mlp_norm.size()) * sizeof(float) + l.wqkv.size +
+         l.wo.size + l.w_gate_up.size + l.w_down.size;
+  }
+  return n;
+}
+
+size_t CpuBackend::copied_weight_bytes() const {
+  size_t n = embed_.owned.size() + lm_head_.owned.size();
+  for (const Layer& l : layers_) {
+    n += l.wqkv.owned.size() + l.wo.owned.size() + l.w_gate_up.owned.size() + l.w_down.owned.size();
   }
   return n;
 }
 
 size_t CpuBackend::step_weight_bytes() const {
-  size_t n = (lm_head_.bytes.empty() ? embed_ : lm_head_).bytes.size();
+  size_t n = (lm_head_.size == 0 ? embed_ : lm_head_).size;
   for (const Layer& l : layers_) {
-    n += l.wqkv.bytes.size() + l.wo.bytes.size() + l.w_gate_up.bytes.size() + l.w_down.bytes.size();
+    n += l.wqkv.size + l.wo.size + l.w_gate_up.size + l.w_down.size;
   }
   return n;
 }
@@ -196,8 +220,8 @@ class CpuBackend::StepOps final : public ForwardOps {
       : b_(b), c_(b.config_), batch_(batch), logits_(logits) {}
 
   absl::Status Embed() override {
-    cpu::Embed(WeightsOf(b_.embed_.bytes.data(), b_.embed_), batch_.token_ids.data(),
-               batch_.num_tokens(), c_.hidden_size, b_.x_.data());
+    cpu::Embed(WeightsOf(b_.embed_.data, b_.embed_), batch_.token_ids.data(), batch_.num_tokens(),
+               c_.hidden_size, b_.x_.data());
     return absl::OkStatus();
   }
 
@@ -337,11 +361,10 @@ class CpuBackend::StepOps final : public ForwardOps {
     const int64_t H = c_.hidden_size, I = c_.intermediate_size, QD = c_.q_dim(), KD = c_.kv_dim();
     // Rows `first` .. of `m`, whose rows are `width` wide.
     auto rows = [](const Matrix& m, int64_t first, int64_t width, const float* bias, int64_t n) {
-      return WeightRows{&m, m.bytes.data() + first * m.RowBytes(width), bias, n};
+      return WeightRows{&m, m.data + first * m.RowBytes(width), bias, n};
     };
     if (w.role == Weight::kLmHead) {
-      return rows(b_.lm_head_.bytes.empty() ? b_.embed_ : b_.lm_head_, 0, H, nullptr,
-                  c_.vocab_size);
+      return rows(b_.lm_head_.size == 0 ? b_.embed_ : b_.lm_head_, 0, H, nullptr, c_.vocab_size);
     }
     const Layer& l = b_.layers_[w.layer];
     const float* bias = l.bqkv.empty() ? nullptr : l.bqkv.data();

@@ -37,12 +37,19 @@ class CpuBackend final : public Backend {
   // Bytes the GEMMs read per step whatever the batch: every layer's linear weights
   // plus the LM head. Divided by memory bandwidth it is the decode roofline time.
   size_t step_weight_bytes() const;
+  // Bytes of weight matrices copied out of the model: of a file-mapped model only the
+  // stacked q/k/v and gate/up (and any part converted to f32); the rest are views.
+  size_t copied_weight_bytes() const;
 
  private:
   // A weight matrix, or several stacked, as stored: one dtype or block format, the
-  // checkpoint's when its parts share one, else f32.
+  // checkpoint's when its parts share one, else f32. A lone tensor of a file-mapped model
+  // is a view into the mapping (model_storage_ keeps it alive); stacked or converted
+  // parts are copied into `owned`.
   struct Matrix {
-    std::vector<uint8_t> bytes;
+    const uint8_t* data = nullptr;
+    size_t size = 0;  // bytes
+    std::vector<uint8_t> owned;
     DType dtype = DType::kF32;
     QuantType quant = QuantType::kNone;
 
@@ -69,7 +76,10 @@ class CpuBackend final : public Backend {
 
   CpuBackend(const ModelConfig& config, const KvCacheConfig& kv) : config_(config), kv_(kv) {}
   // The parts (tensor, expected shape, name), checked and stacked into `out`.
-  static absl::Status Stack(const std::vector<Part>& parts, Matrix* out);
+  // Copies are made only where the parts must be joined or converted, and the copied
+  // tensors' file pages are released (Model::ReleasePages), so a model loads in about its
+  // file size.
+  static absl::Status Stack(const Model& model, const std::vector<Part>& parts, Matrix* out);
   // Grows the activation buffers to hold `tokens` rows (never shrinks).
   void Reserve(int64_t tokens);
 
@@ -77,7 +87,8 @@ class CpuBackend final : public Backend {
   KvCacheConfig kv_;
   Matrix embed_;
   std::vector<float> final_norm_;
-  Matrix lm_head_;  // empty when tied: embed_ is used
+  Matrix lm_head_;                             // empty when tied: embed_ is used
+  std::shared_ptr<const void> model_storage_;  // the mapping Matrix views point into
   std::vector<float> inv_freq_;
   std::vector<Layer> layers_;
 

@@ -100,6 +100,8 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
+  // The read-only file mapping (Open), or nullptr for bytes given to FromBytes.
+  const uint8_t* mapping() const { return mapped_ ? base_ : nullptr; }
   size_t data_offset() const { return data_offset_; }
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   // Tensors in file order.

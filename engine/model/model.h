@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,18 @@ struct Model {
   ModelConfig config;
   ModelTensors tensors;
   std::shared_ptr<const void> storage;  // keeps the mapped files alive
+  // Every tensor's bytes are held by `storage` (LoadModel: file mappings, and the
+  // loader's own copies of repacked tensors): a backend that holds `storage` may keep
+  // views into them.
+  bool storage_holds_tensors = false;
+  // The read-only file mappings among them, as (first byte, size).
+  std::vector<std::pair<const uint8_t*, size_t>> file_mappings;
+
+  // Drops `t`'s resident pages from this process when `t` lies in a file mapping (the
+  // kernel reads them back from the file if they are touched again), so a backend that
+  // keeps its own copy of a tensor does not hold its bytes twice. No-op otherwise: other
+  // memory would lose its contents.
+  void ReleasePages(const Tensor& t) const;
 
   // Total bytes of all distinct weight tensors as stored in the files.
   size_t WeightBytes() const;

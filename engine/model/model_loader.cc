@@ -1,3 +1,8 @@
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -171,6 +176,24 @@ std::string Model::WeightFormat() const {
   return std::string(wq.quant != QuantType::kNone ? QuantName(wq.quant) : DTypeName(wq.dtype));
 }
 
+void Model::ReleasePages(const Tensor& t) const {
+  const auto* data = static_cast<const uint8_t*>(t.data);
+  const bool in_a_file =
+      std::any_of(file_mappings.begin(), file_mappings.end(), [&](const auto& m) {
+        return data >= m.first && t.nbytes <= m.second &&
+               data - m.first <= static_cast<ptrdiff_t>(m.second - t.nbytes);
+      });
+  if (data == nullptr || t.nbytes == 0 || !in_a_file) return;
+  // Only the pages wholly inside the tensor: its neighbours' pages stay resident.
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + t.nbytes) / page * page;
+  // MADV_DONTNEED on a private, never-written file mapping only unmaps the pages; their
+  // contents stay the file's. A failure leaves them resident, which is harmless.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 size_t Model::WeightBytes() const {
   std::set<const void*> seen;
   size_t total = 0;
@@ -241,7 +264,13 @@ absl::StatusOr<Model> LoadModel(const std::string& dir) {
   auto storage = std::make_shared<ModelStorage>();
   PTX_RETURN_IF_ERROR(IsGgufPath(dir) ? LoadGgufModel(dir, &model, storage.get())
                                       : LoadHfModel(dir, &model, storage.get()));
+  for (const auto& f : storage->files)
+    model.file_mappings.emplace_back(f->mapping(), f->file_size());
+  if (storage->gguf != nullptr && storage->gguf->mapping() != nullptr) {
+    model.file_mappings.emplace_back(storage->gguf->mapping(), storage->gguf->file_size());
+  }
   model.storage = std::move(storage);
+  model.storage_holds_tensors = true;
   const ModelConfig& c = model.config;
   PTX_LOG(INFO) << "loaded " << c.architecture << " from " << dir << ": " << c.num_layers
                 << " layers, hidden " << c.hidden_size << ", " << c.num_heads << " heads / "

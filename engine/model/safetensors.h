@@ -45,6 +45,8 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   size_t file_size() const { return size_; }
+  // The read-only mapping of the whole file, file_size() bytes.
+  const uint8_t* mapping() const { return base_; }
   // Byte offset of the data section within the file (8 + header length).
   size_t data_offset() const { return data_offset_; }
   // All tensors, sorted by data offset.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
@@ -70,6 +72,59 @@ TEST(CpuModelTest, TinyStoriesGreedyMatchesReference) {
     tokens.push_back(generated.back());
   }
   EXPECT_EQ(generated, ref->GreedyGenerate(prompt, kSteps));
+}
+
+// A file-mapped model loads in about its file size: the backend copies only the
+// matrices it stacks (q/k/v and gate/up) and points into the mapping for the rest, which it
+// keeps alive after the Model is gone.
+TEST(CpuModelTest, UnstackedWeightsAreViewsOfTheMappedFile) {
+  const std::string dir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    GTEST_SKIP() << "shared model absent: " << dir;
+  }
+  auto model = LoadModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(model->storage_holds_tensors);
+  ASSERT_EQ(model->file_mappings.size(), 1u);
+  const ModelConfig& c = model->config;
+  auto kept = CpuBackend::Create(*model, {64, 16, DType::kF32});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const int64_t stacked =
+      c.hidden_size * (c.q_dim() + 2 * c.kv_dim()) + 2 * c.intermediate_size * c.hidden_size;
+  EXPECT_EQ((*kept)->copied_weight_bytes(), sizeof(float) * c.num_layers * stacked);
+  EXPECT_LT((*kept)->copied_weight_bytes(), (*kept)->weight_bytes() * 3 / 4);
+
+  // A second backend outlives its model: its views stay valid and its logits equal the
+  // first's.
+  std::unique_ptr<CpuBackend> orphan;
+  {
+    auto again = LoadModel(dir);
+    ASSERT_TRUE(again.ok()) << again.status();
+    auto b = CpuBackend::Create(*again, {64, 16, DType::kF32});
+    ASSERT_TRUE(b.ok()) << b.status();
+    orphan = *std::move(b);
+  }
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 282, 57};
+  std::vector<float> a, b;
+  for (auto [backend, out] : {std::pair{kept->get(), &a}, std::pair{orphan.get(), &b}}) {
+    KvBlockManager blocks(64, 16);
+    std::vector<int32_t> table;
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    ASSERT_TRUE(blocks.EnsureCapacity(&table, n).ok());
+    StepBatch batch;
+    for (int64_t p = 0; p < n; ++p) {
+      batch.token_ids.push_back(prompt[p]);
+      batch.positions.push_back(static_cast<int32_t>(p));
+      batch.slot_mapping.push_back(int64_t{table[p / 16]} * 16 + p % 16);
+    }
+    batch.query_start = {0, batch.num_tokens()};
+    batch.seq_lens = {static_cast<int32_t>(n)};
+    batch.block_tables = table;
+    batch.max_blocks_per_seq = static_cast<int32_t>(table.size());
+    batch.logits_rows = {batch.num_tokens() - 1};
+    ASSERT_TRUE(backend->Step(batch, out).ok());
+  }
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace
