@@ -31,9 +31,11 @@ struct FloatLayer {
 absl::StatusOr<std::vector<FloatLayer>> FloatLayers(const Model& model);
 
 // What the part of a layer that starts at a Linear computes from the Linear's input, with
-// its projections' weights replaced: for q/k/v the attention output (RoPE, causal
-// attention; o_proj's input), for gate/up silu(gate) * up (down_proj's input), for o and
-// down x W^T. Rows as the input's.
+// its projections' weights replaced: for q/k/v the attention block's output (RoPE, causal
+// attention, then o_proj with its current weights), for gate/up the MLP's (silu(gate) * up,
+// then down_proj), for o and down x W^T. The blocks end where AutoAWQ's module2inspect
+// does (self_attn, mlp), so an error is weighed by what the following projection makes of
+// it. Rows as the input's.
 class BlockProbe {
  public:
   virtual ~BlockProbe() = default;

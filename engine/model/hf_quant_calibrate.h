@@ -2,10 +2,11 @@
 // the model runs on calibration tokens (calibration_forward.h) and each layer's seven
 // projections are quantized with what their inputs show:
 //   awq:  AWQ's scale search per input (hf_quant_awq.h): q/k/v and gate/up scaled against
-//         their RMSNorm's weight (judged by the attention's and the MLP's output), o_proj
-//         against v_proj's rows (o_proj's heads sharing a kv head share its scales) and
-//         down_proj against up_proj's rows, on the unquantized model's activations, as
-//         AutoAWQ does; then its clipping search for all but q/k, and round-to-nearest.
+//         their RMSNorm's weight (judged by the attention block's and the MLP's output,
+//         through o_proj and down_proj), o_proj against v_proj's rows (o_proj's heads
+//         sharing a kv head share its scales) and down_proj against up_proj's rows, on the
+//         unquantized model's activations, as AutoAWQ does; then its clipping search for
+//         all but q/k, and round-to-nearest.
 //   gptq: GPTQ (hf_quant_gptq.h) layer after layer in the forward's order, each Linear's
 //         inputs computed through the projections already quantized, as AutoGPTQ's
 //         sequential mode does.

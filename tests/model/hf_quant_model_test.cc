@@ -133,6 +133,54 @@ TEST_F(HfQuantModelTest, CalibrationForwardGivesTheCpuBackendsLogits) {
             "calibration token 1 is id 5000, outside the vocabulary of 2048");
 }
 
+// The block a q/k/v or gate/up probe runs ends where AutoAWQ's module2inspect does: after
+// o_proj and down_proj, so with the layer's own weights it gives o_proj's and down_proj's
+// output as the forward computes it next.
+class ProbeRecorder final : public LinearObserver {
+ public:
+  absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
+                            std::vector<FloatLayer>& layers, const BlockProbe& probe) override {
+    FloatLayer& l = layers[layer];
+    if (roles[0] == Weight::kQ || roles[0] == Weight::kGate) {
+      std::vector<const float*> own;
+      for (Weight r : roles) own.push_back(l.matrix(r).data());
+      probed_ = probe.Output(own);
+      return absl::OkStatus();
+    }
+    // o_proj or down_proj: x W^T directly, against what the probe gave.
+    const std::vector<float>& w = l.matrix(roles[0]);
+    const int64_t k = static_cast<int64_t>(w.size()) / hidden_;
+    EXPECT_EQ(probed_.size(), static_cast<size_t>(rows * hidden_));
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t n = 0; n < hidden_; ++n) {
+        double y = 0;
+        for (int64_t i = 0; i < k; ++i) y += double{x[t * k + i]} * w[n * k + i];
+        max_diff_ = std::max(max_diff_, std::abs(y - probed_[t * hidden_ + n]));
+        max_ = std::max(max_, std::abs(y));
+      }
+    }
+    ++compared_;
+    return absl::OkStatus();
+  }
+  explicit ProbeRecorder(int64_t hidden) : hidden_(hidden) {}
+  int64_t hidden_;
+  std::vector<float> probed_;
+  double max_diff_ = 0, max_ = 0;
+  int compared_ = 0;
+};
+
+TEST_F(HfQuantModelTest, AttentionAndMlpProbesEndAfterOProjAndDownProj) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto layers = FloatLayers(*model);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ProbeRecorder recorder(model->config.hidden_size);
+  ASSERT_TRUE(RunCalibrationForward(*model, kWindows, *layers, recorder).ok());
+  EXPECT_EQ(recorder.compared_, 2 * static_cast<int>(model->tensors.layers.size()));
+  EXPECT_GT(recorder.max_, 0);
+  EXPECT_LE(recorder.max_diff_, 1e-5 * recorder.max_);
+}
+
 // AWQ's scales are an equivalence before rounding: folded into the RMSNorm weights and the
 // rows of v_proj (shared by o_proj's heads of one kv head) and up_proj, the unclipped,
 // unrounded model gives the logits it gave before.
