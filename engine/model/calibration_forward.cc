@@ -131,6 +131,14 @@ class CalibrationOps final : public ForwardOps {
   }
 
   absl::Status GatherRows() override {
+    // kNormed is free after the last layer: every token's final-normed state, for the head.
+    if (absl::Status s = RmsNorm(Act::kResidual, {Weight::kFinalNorm}, Act::kNormed); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = observer_.BeforeLmHead(Buffer(Act::kNormed).data(), Rows(Act::kNormed));
+        !s.ok()) {
+      return s;
+    }
     const int64_t H = c_.hidden_size;
     for (size_t w = 0; w + 1 < starts_.size(); ++w) {
       const float* last = Buffer(Act::kResidual).data() + (starts_[w + 1] - 1) * H;

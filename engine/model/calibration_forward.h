@@ -55,6 +55,12 @@ class LinearObserver {
   virtual absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x,
                                     int64_t rows, std::vector<FloatLayer>& layers,
                                     const BlockProbe& probe) = 0;
+  // The LM head's input, every token's final-normed hidden state (`rows` rows of
+  // hidden_size), shown once after the last layer: the forward itself runs the head on
+  // each window's last token only. Nothing by default.
+  virtual absl::Status BeforeLmHead(const float* /*x*/, int64_t /*rows*/) {
+    return absl::OkStatus();
+  }
 };
 
 // Runs `model` with `layers` over each window (a sequence from position 0), all windows in
