@@ -131,6 +131,14 @@ class CalibrationOps final : public ForwardOps {
   }
 
   absl::Status GatherRows() override {
+    // kNormed is free after the last layer: every token's final-normed state, for the head.
+    if (absl::Status s = RmsNorm(Act::kResidual, {Weight::kFinalNorm}, Act::kNormed); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = observer_.BeforeLmHead(Buffer(Act::kNormed).data(), Rows(Act::kNormed));
+        !s.ok()) {
+      return s;
+    }
     const int64_t H = c_.hidden_size;
     for (size_t w = 0; w + 1 < starts_.size(); ++w) {
       const float* last = Buffer(Act::kResidual).data() + (starts_[w + 1] - 1) * H;
@@ -163,17 +171,26 @@ class CalibrationOps final : public ForwardOps {
         std::vector<float> out(static_cast<size_t>(T * c.q_dim()));
         ops_.Rope(q.data(), kk.data());
         ops_.Attend(q.data(), kk.data(), v.data(), out.data());
-        return out;
+        return Following(out, c.q_dim(), ops_.layers_[layer_].wo);
       }
       if (roles_[0] == Weight::kGate) {
         std::vector<float> g = product(0, c.intermediate_size), u = product(1, c.intermediate_size);
         SiluMulInto(g.data(), u.data(), g.size(), g.data());
-        return g;
+        return Following(g, c.intermediate_size, ops_.layers_[layer_].w_down);
       }
       return product(0, c.hidden_size);
     }
 
    private:
+    // x [tokens, k] times the following projection w [hidden, k] (o_proj, down_proj).
+    std::vector<float> Following(const std::vector<float>& x, int64_t k,
+                                 const std::vector<float>& w) const {
+      const int64_t T = static_cast<int64_t>(ops_.tokens_.size()), n = ops_.c_.hidden_size;
+      std::vector<float> y(static_cast<size_t>(T * n));
+      ops_.MatMul(x.data(), T, k, w.data(), ops_.no_bias_, n, y.data(), false);
+      return y;
+    }
+
     const CalibrationOps& ops_;
     int layer_;
     std::span<const Weight> roles_;

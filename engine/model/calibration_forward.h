@@ -31,9 +31,11 @@ struct FloatLayer {
 absl::StatusOr<std::vector<FloatLayer>> FloatLayers(const Model& model);
 
 // What the part of a layer that starts at a Linear computes from the Linear's input, with
-// its projections' weights replaced: for q/k/v the attention output (RoPE, causal
-// attention; o_proj's input), for gate/up silu(gate) * up (down_proj's input), for o and
-// down x W^T. Rows as the input's.
+// its projections' weights replaced: for q/k/v the attention block's output (RoPE, causal
+// attention, then o_proj with its current weights), for gate/up the MLP's (silu(gate) * up,
+// then down_proj), for o and down x W^T. The blocks end where AutoAWQ's module2inspect
+// does (self_attn, mlp), so an error is weighed by what the following projection makes of
+// it. Rows as the input's.
 class BlockProbe {
  public:
   virtual ~BlockProbe() = default;
@@ -53,6 +55,12 @@ class LinearObserver {
   virtual absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x,
                                     int64_t rows, std::vector<FloatLayer>& layers,
                                     const BlockProbe& probe) = 0;
+  // The LM head's input, every token's final-normed hidden state (`rows` rows of
+  // hidden_size), shown once after the last layer: the forward itself runs the head on
+  // each window's last token only. Nothing by default.
+  virtual absl::Status BeforeLmHead(const float* /*x*/, int64_t /*rows*/) {
+    return absl::OkStatus();
+  }
 };
 
 // Runs `model` with `layers` over each window (a sequence from position 0), all windows in

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/rope.h"
-#include "engine/model/weighted_quant.h"
 #include "engine/util/status_macros.h"
 
 namespace ptxserve {
@@ -17,6 +16,24 @@ constexpr std::array<std::string_view, 6> kWeightTypeNames = {"f32",  "f16",  "b
 uint32_t GgmlTypeOf(GgufWeightType t) {
   if (t.quant != QuantType::kNone) return LayoutOf(t.quant).ggml_type;
   return t.dtype == DType::kF32 ? kGgmlF32 : t.dtype == DType::kF16 ? kGgmlF16 : kGgmlBF16;
+}
+
+// PermuteRopeRows on rows of any element (floats, or the bytes of block rows).
+template <typename T>
+std::vector<T> PermuteRows(const std::vector<T>& rows, int64_t heads, int64_t head_dim,
+                           int64_t row_elems) {
+  std::vector<T> out(rows.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j : {int64_t{0}, int64_t{1}}) {
+        const T* src = rows.data() + (h * head_dim + i + j * half) * row_elems;
+        T* dst = out.data() + (h * head_dim + 2 * i + j) * row_elems;
+        std::memcpy(dst, src, static_cast<size_t>(row_elems) * sizeof(T));
+      }
+    }
+  }
+  return out;
 }
 
 // A tensor's values; quantized rows are dequantized (re-encoding a quantized GGUF).
@@ -34,11 +51,9 @@ std::vector<float> ToFloat(const Tensor& t) {
   return v;
 }
 
-// Adds `values` (HF shape `shape`, row-major) as tensor `name` of type `type`, q4_0 rows
-// weighted by `importance` (one per column) when not null.
+// Adds `values` (HF shape `shape`, row-major) as tensor `name` of type `type`.
 absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shape,
-                       const std::vector<float>& values, GgufWeightType type, GgufWriter* w,
-                       const std::vector<float>* importance = nullptr) {
+                       const std::vector<float>& values, GgufWeightType type, GgufWriter* w) {
   const int64_t row = shape.back();
   const int64_t rows = static_cast<int64_t>(values.size()) / row;
   std::vector<uint64_t> ne(shape.rbegin(), shape.rend());
@@ -57,10 +72,7 @@ absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shap
     bytes.resize(static_cast<size_t>(rows * row_bytes));
     for (int64_t r = 0; r < rows; ++r) {
       absl::Status s =
-          importance != nullptr && type.quant == QuantType::kQ4_0
-              ? QuantizeRowQ4_0Weighted(values.data() + r * row, row, importance->data(),
-                                        bytes.data() + r * row_bytes)
-              : QuantizeRow(type.quant, values.data() + r * row, row, bytes.data() + r * row_bytes);
+          QuantizeRow(type.quant, values.data() + r * row, row, bytes.data() + r * row_bytes);
       if (!s.ok())
         return absl::Status(s.code(), absl::StrCat("tensor '", name, "': ", s.message()));
     }
@@ -69,32 +81,34 @@ absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& shap
   return absl::OkStatus();
 }
 
-// A model tensor under its GGUF name; `rope_heads` > 0 reorders its rows for RoPE.
+// A model tensor under its GGUF name; `rope_heads` > 0 reorders its rows for RoPE. A
+// matrix whose name `calibrated` holds is stored as those rows of `type`'s blocks instead.
 absl::Status AddModelTensor(const Tensor& t, GgufWeightType type, int64_t rope_heads,
                             int64_t head_dim, GgufWriter* w,
-                            const std::map<std::string, std::vector<float>>* importance = nullptr) {
+                            const std::map<std::string, std::vector<uint8_t>>* calibrated) {
   if (!t.present()) return absl::OkStatus();
+  if (calibrated != nullptr && t.shape.size() == 2 && calibrated->contains(t.name)) {
+    std::vector<uint8_t> bytes = calibrated->at(t.name);
+    const int64_t row_bytes = QuantRowBytes(type.quant, t.shape[1]);
+    if (static_cast<int64_t>(bytes.size()) != t.shape[0] * row_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", bytes.size(),
+                                                     " calibrated bytes for ", t.shape[0],
+                                                     " rows of ", row_bytes));
+    }
+    if (rope_heads > 0) bytes = PermuteRows(bytes, rope_heads, head_dim, row_bytes);
+    w->AddTensor(GgufTensorName(t.name), GgmlTypeOf(type),
+                 {static_cast<uint64_t>(t.shape[1]), static_cast<uint64_t>(t.shape[0])},
+                 std::move(bytes));
+    return absl::OkStatus();
+  }
   std::vector<float> v = ToFloat(t);
   if (rope_heads > 0) {
     const int64_t row_elems = t.shape.size() == 2 ? t.shape[1] : 1;
-    v = PermuteRopeRows(v, rope_heads, head_dim, row_elems);
+    v = PermuteRows(v, rope_heads, head_dim, row_elems);
   }
   // Vectors (norms, biases) stay f32: they are small and read element by element.
   const GgufWeightType vector_type{QuantType::kNone, DType::kF32};
-  const std::vector<float>* weights = nullptr;
-  if (importance != nullptr) {
-    const auto it = importance->find(t.name);
-    if (it != importance->end()) {
-      if (static_cast<int64_t>(it->second.size()) != t.shape.back()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", it->second.size(),
-                                                       " importances for rows of ",
-                                                       t.shape.back()));
-      }
-      weights = &it->second;
-    }
-  }
-  return AddTensor(GgufTensorName(t.name), t.shape, v, t.shape.size() == 1 ? vector_type : type, w,
-                   weights);
+  return AddTensor(GgufTensorName(t.name), t.shape, v, t.shape.size() == 1 ? vector_type : type, w);
 }
 
 void AddMetadata(const ModelConfig& c, GgufWeightType type, const std::string& name,
@@ -185,23 +199,12 @@ void CopyTokenizerMetadata(const GgufFile& from, GgufWriter* w) {
 
 std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads, int64_t head_dim,
                                    int64_t row_elems) {
-  std::vector<float> out(rows.size());
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t j : {int64_t{0}, int64_t{1}}) {
-        const float* src = rows.data() + (h * head_dim + i + j * half) * row_elems;
-        float* dst = out.data() + (h * head_dim + 2 * i + j) * row_elems;
-        std::memcpy(dst, src, static_cast<size_t>(row_elems) * sizeof(float));
-      }
-    }
-  }
-  return out;
+  return PermuteRows(rows, heads, head_dim, row_elems);
 }
 
 absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::string& name,
                             GgufWriter* w,
-                            const std::map<std::string, std::vector<float>>* importance) {
+                            const std::map<std::string, std::vector<uint8_t>>* calibrated) {
   const ModelConfig& c = model.config;
   PTX_RETURN_IF_ERROR(CheckExportable(c));
   AddMetadata(c, type, name, w);
@@ -211,9 +214,11 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
   const int64_t q_heads = permute ? c.num_heads : 0;
   const int64_t kv_heads = permute ? c.num_kv_heads : 0;
   PTX_RETURN_IF_ERROR(AddRopeFactors(c, w));
-  PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w));
-  PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w));
-  if (!c.tie_word_embeddings) PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w));
+  PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w, calibrated));
+  PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w, nullptr));
+  if (!c.tie_word_embeddings) {
+    PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w, calibrated));
+  }
   for (const LayerTensors& l : t.layers) {
     // Each tensor with the number of RoPE heads its rows hold (0: not rotated).
     for (auto [x, rope_heads] : {std::pair{&l.attn_norm, int64_t{0}},
@@ -228,7 +233,7 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
                                  {&l.w_gate, 0},
                                  {&l.w_up, 0},
                                  {&l.w_down, 0}}) {
-      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w, importance));
+      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w, calibrated));
     }
   }
   return absl::OkStatus();

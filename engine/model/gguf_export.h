@@ -40,11 +40,11 @@ std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads
 // permuted for a rotate-half model (from a Hugging Face directory), copied for an
 // interleaved one (from a GGUF). `name` becomes general.name. Errors
 // name the tensor (e.g. a row that is not whole blocks of the requested type).
-// `importance` (q4_0 only; may be null): per-input importances by Hugging Face weight name
-// (hf_quant_calibrate.h's InputImportance); those matrices' rows are encoded by
-// QuantizeRowQ4_0Weighted (weighted_quant.h).
-absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::string& name,
-                            GgufWriter* w,
-                            const std::map<std::string, std::vector<float>>* importance = nullptr);
+// `calibrated` (may be null): block rows of `type` by Hugging Face weight name, in HF row
+// order (hf_quant_calibrate.h's CalibrateQ4_0), stored for those matrices instead of the
+// reference encoder's (q/k rows reordered as the values would be).
+absl::Status AddModelToGguf(
+    const Model& model, GgufWeightType type, const std::string& name, GgufWriter* w,
+    const std::map<std::string, std::vector<uint8_t>>* calibrated = nullptr);
 
 }  // namespace ptxserve

@@ -2,10 +2,11 @@
 // the model runs on calibration tokens (calibration_forward.h) and each layer's seven
 // projections are quantized with what their inputs show:
 //   awq:  AWQ's scale search per input (hf_quant_awq.h): q/k/v and gate/up scaled against
-//         their RMSNorm's weight (judged by the attention's and the MLP's output), o_proj
-//         against v_proj's rows (o_proj's heads sharing a kv head share its scales) and
-//         down_proj against up_proj's rows, on the unquantized model's activations, as
-//         AutoAWQ does; then its clipping search for all but q/k, and round-to-nearest.
+//         their RMSNorm's weight (judged by the attention block's and the MLP's output,
+//         through o_proj and down_proj), o_proj against v_proj's rows (o_proj's heads
+//         sharing a kv head share its scales) and down_proj against up_proj's rows, on the
+//         unquantized model's activations, as AutoAWQ does; then its clipping search for
+//         all but q/k, and round-to-nearest.
 //   gptq: GPTQ (hf_quant_gptq.h) layer after layer in the forward's order, each Linear's
 //         inputs computed through the projections already quantized, as AutoGPTQ's
 //         sequential mode does.
@@ -26,7 +27,8 @@
 namespace ptxserve {
 
 struct CalibratedInt4 {
-  // Weight tensor name ("model.layers.0.self_attn.q_proj.weight") -> its int4_g128 rows.
+  // Weight tensor name ("model.layers.0.self_attn.q_proj.weight") -> its int4_g128 rows
+  // (q4_0 rows from CalibrateQ4_0).
   std::map<std::string, std::vector<uint8_t>> blocks;
   // Other tensors whose values changed (AWQ's folded RMSNorm weights, v_proj's bias) ->
   // their new values, to be stored in the tensor's own dtype.
@@ -55,11 +57,13 @@ absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization:
 absl::Status ApplyAwq(const Model& model, const std::vector<std::vector<int32_t>>& windows,
                       bool clip, std::vector<FloatLayer>* layers, CalibratedInt4* errors);
 
-// llama.cpp's importance matrix for the GGUF encoders (weighted_quant.h): for each of the
-// seven projections of every layer (by weight tensor name), the mean over the calibration
-// tokens of each input's square, from the unquantized model. InvalidArgument as
-// CalibrateInt4 for a block-quantized model or an empty window list.
-absl::StatusOr<std::map<std::string, std::vector<float>>> InputImportance(
-    const Model& model, const std::vector<std::vector<int32_t>>& windows);
+// `ptxserve quantize --type q4_0 --calibration`: GPTQ into q4_0 blocks (q4_0_gptq.h) for
+// the seven projections, layer after layer as CalibrateInt4's gptq, and the LM head (the
+// embedding when tied) with importance-weighted scales (weighted_quant.h) from its inputs.
+// `blocks` holds their q4_0 rows (in Hugging Face's row order), `error` and `rtn_error`
+// the summed output errors against the reference encoder's. Rows must be whole blocks of
+// 32. InvalidArgument as CalibrateInt4.
+absl::StatusOr<CalibratedInt4> CalibrateQ4_0(const Model& model,
+                                             const std::vector<std::vector<int32_t>>& windows);
 
 }  // namespace ptxserve

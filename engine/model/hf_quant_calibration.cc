@@ -35,6 +35,10 @@ double LayerInputs::MeanAbs(int64_t i) const {
   return rows_ > 0 ? abs_sum_[i] / static_cast<double>(rows_) : 0;
 }
 
+double LayerInputs::MeanSquare(int64_t i) const {
+  return rows_ > 0 ? gram_[i * width_ + i] / static_cast<double>(rows_) : 0;
+}
+
 double OutputError(const LayerInputs& inputs, const float* w, const float* v, int64_t out) {
   const int64_t k = inputs.width();
   const std::vector<double>& g = inputs.gram();

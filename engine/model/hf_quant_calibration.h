@@ -26,6 +26,9 @@ class LayerInputs {
   const std::vector<double>& gram() const { return gram_; }
   // mean over the rows of |x[i]| (0 before any row).
   double MeanAbs(int64_t i) const;
+  // mean over the rows of x[i]^2, X^T X's diagonal over the rows (0 before any row): the
+  // importance llama.cpp's imatrix gives input i.
+  double MeanSquare(int64_t i) const;
 
  private:
   int64_t width_;

@@ -69,16 +69,8 @@ bool InverseUpperFactor(const std::vector<double>& h, int64_t n, std::vector<dou
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint8_t>> QuantizeInt4Gptq(const float* w, int64_t out, int64_t in,
-                                                      const LayerInputs& inputs, double damp) {
-  if (inputs.width() != in || in % kGroup != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GPTQ of a matrix with ", in,
-                                                   " inputs: calibration rows are ", inputs.width(),
-                                                   " wide, groups 128"));
-  }
-  std::vector<uint8_t> blocks;
-  if (absl::Status s = QuantizeInt4Rows(w, out, in, &blocks, nullptr); !s.ok()) return s;
-
+absl::StatusOr<GptqFeedback> GptqFeedback::For(const LayerInputs& inputs, double damp) {
+  const int64_t in = inputs.width();
   std::vector<double> h = inputs.gram();
   double mean_diag = 0;
   for (int64_t i = 0; i < in; ++i) {
@@ -93,26 +85,50 @@ absl::StatusOr<std::vector<uint8_t>> QuantizeInt4Gptq(const float* w, int64_t ou
         absl::StrCat("GPTQ: the calibration inputs' Hessian, dampened by ", damp,
                      " of its mean diagonal, is not positive definite"));
   }
+  return GptqFeedback(in, std::move(u));
+}
+
+void GptqFeedback::QuantizeRow(
+    std::vector<double>& row,
+    absl::FunctionRef<double(int64_t i, const std::vector<double>& row)> quantize) const {
+  const int64_t in = width_;
+  for (int64_t i = 0; i < in; ++i) {
+    const double q = quantize(i, row);
+    const double err = (row[i] - q) / u_[i * in + i];
+    row[i] = q;
+    const double* ui = u_.data() + i * in;
+    for (int64_t j = i + 1; j < in; ++j) row[j] -= err * ui[j];
+  }
+}
+
+absl::StatusOr<std::vector<uint8_t>> QuantizeInt4Gptq(const float* w, int64_t out, int64_t in,
+                                                      const LayerInputs& inputs, double damp) {
+  if (inputs.width() != in || in % kGroup != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPTQ of a matrix with ", in,
+                                                   " inputs: calibration rows are ", inputs.width(),
+                                                   " wide, groups 128"));
+  }
+  std::vector<uint8_t> blocks;
+  if (absl::Status s = QuantizeInt4Rows(w, out, in, &blocks, nullptr); !s.ok()) return s;
+  auto feedback = GptqFeedback::For(inputs, damp);
+  if (!feedback.ok()) return feedback.status();
 
   constexpr int kBlockBytes = LayoutOf(QuantType::kInt4G128).block_bytes;
   std::vector<double> row(in);
   for (int64_t n = 0; n < out; ++n) {
     for (int64_t i = 0; i < in; ++i) row[i] = w[n * in + i];
     uint8_t* row_blocks = blocks.data() + n * (in / kGroup) * kBlockBytes;
-    for (int64_t i = 0; i < in; ++i) {
+    feedback->QuantizeRow(row, [&](int64_t i, const std::vector<double>& fed) {
       uint8_t* b = row_blocks + (i / kGroup) * kBlockBytes;
       const int64_t k = i % kGroup;
       const float s = HalfToFloat(static_cast<uint16_t>(b[0] | (b[1] << 8)));
       const int z = b[2];
-      const float x = static_cast<float>(row[i]);
+      const float x = static_cast<float>(fed[i]);
       const int q = s > 0 ? std::clamp(static_cast<int>(roundf(x / s)) + z, 0, 15) : z;
       uint8_t& byte = b[4 + k / 2];
       byte = static_cast<uint8_t>(k % 2 == 0 ? (byte & 0xF0) | q : (byte & 0x0F) | (q << 4));
-      const double err =
-          (row[i] - static_cast<double>(s * static_cast<float>(q - z))) / u[i * in + i];
-      const double* ui = u.data() + i * in;
-      for (int64_t j = i + 1; j < in; ++j) row[j] -= err * ui[j];
-    }
+      return static_cast<double>(s * static_cast<float>(q - z));
+    });
   }
   return blocks;
 }

@@ -1,7 +1,7 @@
 // `ptxserve quantize`: write a llama.cpp-compatible GGUF from a model ptxserve loads (a
 // Hugging Face directory, or a GGUF of f32/f16/bf16 tensors to re-encode), or, for
 // --type fp8|awq|gptq, a Hugging Face quantized checkpoint directory from a model directory,
-// awq and gptq calibrated on a text with --calibration.
+// awq, gptq and q4_0 calibrated on a text with --calibration.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -34,8 +34,9 @@ ABSL_FLAG(std::string, type, "f16",
           "quantization_config, model.safetensors and the tokenizer files)");
 ABSL_FLAG(std::string, calibration, "",
           "quantize: a text file for awq, gptq and q4_0 to calibrate on: AWQ's activation-aware "
-          "scale search, GPTQ's error feedback, or q4_0 scales weighted by each input's mean "
-          "square (llama.cpp's imatrix), over the model's activations on its first "
+          "scale search, GPTQ's error feedback, or for q4_0 GPTQ's error feedback against "
+          "block scales weighted by each input's mean square (llama.cpp's imatrix; the LM "
+          "head gets the weighted scales alone), over the model's activations on its first "
           "--calibration-tokens tokens; without it they round to nearest (use a text other "
           "than the one you evaluate on)");
 ABSL_FLAG(int32_t, calibration_tokens, 1024,
@@ -114,6 +115,15 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> CalibrationWindows(const Model
   return windows;
 }
 
+// The matrices' summed output error on the calibration inputs, against plain rounding.
+void PrintCalibration(const CalibratedInt4& c, const std::string& calibration) {
+  std::fprintf(stderr,
+               "quantize: calibrated on %lld tokens of %s: output error %.4g, %.1f%% of "
+               "round-to-nearest's %.4g\n",
+               static_cast<long long>(c.tokens), calibration.c_str(), c.error,
+               c.rtn_error > 0 ? 100 * c.error / c.rtn_error : 100.0, c.rtn_error);
+}
+
 // Writes the Hugging Face checkpoint of `method` into the directory `out`, calibrated on
 // the text `calibration` when not empty.
 int QuantizeToHf(const std::string& model_path, HfQuantization::Method method,
@@ -127,13 +137,7 @@ int QuantizeToHf(const std::string& model_path, HfQuantization::Method method,
     auto c = CalibrateInt4(*model, method, *windows);
     if (!c.ok()) return Fail(c.status());
     calibrated = std::move(*c);
-    // The layers' summed output error on the calibration inputs, against plain rounding.
-    std::fprintf(stderr,
-                 "quantize: calibrated on %lld tokens of %s: output error %.4g, %.1f%% of "
-                 "round-to-nearest's %.4g\n",
-                 static_cast<long long>(calibrated.tokens), calibration.c_str(), calibrated.error,
-                 calibrated.rtn_error > 0 ? 100 * calibrated.error / calibrated.rtn_error : 100.0,
-                 calibrated.rtn_error);
+    PrintCalibration(calibrated, calibration);
   }
   if (absl::Status s = WriteHfQuantized(*model, method, calibrated, out); !s.ok()) return Fail(s);
   std::error_code ec;
@@ -155,8 +159,8 @@ int RunQuantize(int argc, char** argv) {
       " [--calibration TEXT [--calibration-tokens N]]"
       "\n  GGUF types write --out PATH.gguf; fp8, awq and gptq write a Hugging Face checkpoint "
       "directory --out DIR (from a model directory); awq, gptq and q4_0 calibrate on TEXT when "
-      "--calibration names it (AWQ scales, GPTQ error feedback, q4_0 importance-weighted "
-      "scales), else round to nearest";
+      "--calibration names it (AWQ scales, GPTQ error feedback; q4_0: GPTQ's error feedback "
+      "against importance-weighted scales), else round to nearest";
   SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string model_path = absl::GetFlag(FLAGS_model);
@@ -187,18 +191,18 @@ int RunQuantize(int argc, char** argv) {
   if (hf.has_value()) return QuantizeToHf(model_path, *hf, calibration, out);
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
-  std::map<std::string, std::vector<float>> importance;
+  CalibratedInt4 calibrated;
   if (!calibration.empty()) {
     auto windows = CalibrationWindows(*model, calibration, absl::GetFlag(FLAGS_calibration_tokens));
     if (!windows.ok()) return Fail(windows.status());
-    auto i = InputImportance(*model, *windows);
-    if (!i.ok()) return Fail(i.status());
-    importance = std::move(*i);
-    std::fprintf(stderr, "quantize: input importances from %s\n", calibration.c_str());
+    auto c = CalibrateQ4_0(*model, *windows);
+    if (!c.ok()) return Fail(c.status());
+    calibrated = std::move(*c);
+    PrintCalibration(calibrated, calibration);
   }
   GgufWriter w;
   if (absl::Status s = AddModelToGguf(*model, *type, ModelName(model_path), &w,
-                                      calibration.empty() ? nullptr : &importance);
+                                      calibration.empty() ? nullptr : &calibrated.blocks);
       !s.ok()) {
     return Fail(s);
   }

@@ -5,6 +5,7 @@
 // 0 is plain rounding; salient channels make it pick alpha > 0 and beat rounding).
 #include "engine/model/hf_quant_calibration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -223,6 +224,44 @@ TEST(AwqTest, ClippingNeverLosesToRoundingAndWinsOnOutliers) {
     clamped += clipped[i] != l.w[i];
   }
   EXPECT_GT(clamped, 0u);
+}
+
+TEST(AwqTest, ClippingPicksTheRatioWithTheSmallestGroupOutputError) {
+  // One row, one group, scaled inputs (s != 1): each ratio r = 1, 0.95, ..., 0.55 clamps the
+  // scaled row to r max|w|, rounds it, and is judged here by the direct output error of the
+  // unscaled weights, sum_t (x_t . (w - q / s))^2; the search must keep the best clamp.
+  Layer l = SyntheticLayer(64, 128, 1, 0, 1, 14);
+  l.w[5] = 0.5f;  // an outlier worth clipping
+  l.w[77] = -0.3f;
+  std::vector<float> scale(128);
+  for (int64_t i = 0; i < 128; ++i) scale[i] = 0.5f + static_cast<float>(i % 5) / 4;
+  std::vector<float> scaled(128);
+  for (int64_t i = 0; i < 128; ++i) scaled[i] = l.w[i] * scale[i];
+  float amax = 0;
+  for (float v : scaled) amax = std::max(amax, std::fabs(v));
+  double best_error = INFINITY;
+  std::vector<float> best;
+  for (int step = 0; step < 10; ++step) {
+    const float limit = amax * (1.0f - static_cast<float>(step) / 20);
+    std::vector<float> clamped(128);
+    for (int64_t i = 0; i < 128; ++i) clamped[i] = std::clamp(scaled[i], -limit, limit);
+    std::vector<uint8_t> blocks;
+    std::vector<float> q;
+    ASSERT_TRUE(QuantizeInt4Rows(clamped.data(), 1, 128, &blocks, &q).ok());
+    for (int64_t i = 0; i < 128; ++i) q[i] /= scale[i];
+    const double error = DirectOutputError(l, q);
+    std::printf("[ awq clip ] ratio %.2f: output error %.4g\n", limit / amax, error);
+    if (error < best_error) {
+      best_error = error;
+      best = clamped;
+    }
+  }
+  std::vector<float> clipped = scaled;
+  auto clip = ClipAwqGroups(clipped.data(), 1, 128, InputsOf(l), scale);
+  ASSERT_TRUE(clip.ok()) << clip.status();
+  EXPECT_EQ(clipped, best);
+  EXPECT_NEAR(clip->error, best_error, 1e-6 * best_error);
+  EXPECT_NE(clipped, scaled);  // the outlier made a ratio below 1 pay
 }
 
 }  // namespace

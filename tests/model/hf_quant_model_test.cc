@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/model/calibration_forward.h"
+#include "engine/model/gguf_export.h"
+#include "engine/model/gguf_writer.h"
 #include "engine/model/hf_quant_calibrate.h"
 #include "engine/model/hf_quant_export.h"
 #include "engine/model/model.h"
@@ -133,6 +135,54 @@ TEST_F(HfQuantModelTest, CalibrationForwardGivesTheCpuBackendsLogits) {
             "calibration token 1 is id 5000, outside the vocabulary of 2048");
 }
 
+// The block a q/k/v or gate/up probe runs ends where AutoAWQ's module2inspect does: after
+// o_proj and down_proj, so with the layer's own weights it gives o_proj's and down_proj's
+// output as the forward computes it next.
+class ProbeRecorder final : public LinearObserver {
+ public:
+  absl::Status BeforeLinear(int layer, std::span<const Weight> roles, float* x, int64_t rows,
+                            std::vector<FloatLayer>& layers, const BlockProbe& probe) override {
+    FloatLayer& l = layers[layer];
+    if (roles[0] == Weight::kQ || roles[0] == Weight::kGate) {
+      std::vector<const float*> own;
+      for (Weight r : roles) own.push_back(l.matrix(r).data());
+      probed_ = probe.Output(own);
+      return absl::OkStatus();
+    }
+    // o_proj or down_proj: x W^T directly, against what the probe gave.
+    const std::vector<float>& w = l.matrix(roles[0]);
+    const int64_t k = static_cast<int64_t>(w.size()) / hidden_;
+    EXPECT_EQ(probed_.size(), static_cast<size_t>(rows * hidden_));
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t n = 0; n < hidden_; ++n) {
+        double y = 0;
+        for (int64_t i = 0; i < k; ++i) y += double{x[t * k + i]} * w[n * k + i];
+        max_diff_ = std::max(max_diff_, std::abs(y - probed_[t * hidden_ + n]));
+        max_ = std::max(max_, std::abs(y));
+      }
+    }
+    ++compared_;
+    return absl::OkStatus();
+  }
+  explicit ProbeRecorder(int64_t hidden) : hidden_(hidden) {}
+  int64_t hidden_;
+  std::vector<float> probed_;
+  double max_diff_ = 0, max_ = 0;
+  int compared_ = 0;
+};
+
+TEST_F(HfQuantModelTest, AttentionAndMlpProbesEndAfterOProjAndDownProj) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto layers = FloatLayers(*model);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ProbeRecorder recorder(model->config.hidden_size);
+  ASSERT_TRUE(RunCalibrationForward(*model, kWindows, *layers, recorder).ok());
+  EXPECT_EQ(recorder.compared_, 2 * static_cast<int>(model->tensors.layers.size()));
+  EXPECT_GT(recorder.max_, 0);
+  EXPECT_LE(recorder.max_diff_, 1e-5 * recorder.max_);
+}
+
 // AWQ's scales are an equivalence before rounding: folded into the RMSNorm weights and the
 // rows of v_proj (shared by o_proj's heads of one kv head) and up_proj, the unclipped,
 // unrounded model gives the logits it gave before.
@@ -207,6 +257,60 @@ TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
   EXPECT_EQ(empty.status().message(), "no calibration tokens");
   auto fp8 = CalibrateInt4(*model, Method::kFp8, kWindows);
   EXPECT_EQ(fp8.status().message(), "calibration is for awq and gptq, not fp8");
+}
+
+// `quantize --type q4_0 --calibration`: GPTQ's q4_0 rows for the seven projections of
+// each layer and the weighted rows of the tied embedding (the LM head), stored byte for
+// byte in the GGUF, q/k rows reordered for RoPE as the values would be.
+TEST_F(HfQuantModelTest, CalibratedQ4_0GgufStoresTheCalibratedBlocks) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto calibrated = CalibrateQ4_0(*model, kWindows);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  EXPECT_EQ(calibrated->tokens, 38);
+  EXPECT_EQ(calibrated->blocks.size(), 7 * model->tensors.layers.size() + 1);
+  EXPECT_TRUE(calibrated->blocks.contains(model->tensors.embed.name));
+  std::printf("[ q4_0 calibrated ] output error %.4g, reference encoder %.4g (%.1f%%)\n",
+              calibrated->error, calibrated->rtn_error,
+              100 * calibrated->error / calibrated->rtn_error);
+  EXPECT_LT(calibrated->error, calibrated->rtn_error);
+  GgufWriter w;
+  ASSERT_TRUE(
+      AddModelToGguf(*model, *ParseGgufWeightType("q4_0"), "t", &w, &calibrated->blocks).ok());
+  const std::string path = dir_.path() + "/calibrated.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  auto q = LoadModel(path);
+  ASSERT_TRUE(q.ok()) << q.status();
+  auto same = [](const Tensor& t, const std::vector<uint8_t>& want) {
+    return t.nbytes == want.size() && std::memcmp(t.data, want.data(), want.size()) == 0;
+  };
+  const LayerTensors& hf = model->tensors.layers[1];
+  EXPECT_TRUE(same(q->tensors.layers[1].wv, calibrated->blocks.at(hf.wv.name)));
+  EXPECT_TRUE(same(q->tensors.layers[1].w_down, calibrated->blocks.at(hf.w_down.name)));
+  EXPECT_TRUE(same(q->tensors.embed, calibrated->blocks.at(model->tensors.embed.name)));
+  // q_proj: GGUF row h * D + 2i + j is Hugging Face row h * D + i + j * D / 2.
+  const std::vector<uint8_t>& wq = calibrated->blocks.at(hf.wq.name);
+  const Tensor& gq = q->tensors.layers[1].wq;
+  const int64_t d = model->config.head_dim, row_bytes = 4 * 18;  // 128 inputs: 4 blocks
+  ASSERT_EQ(gq.nbytes, wq.size());
+  for (int64_t h = 0; h < model->config.num_heads; ++h) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      for (int64_t j : {0, 1}) {
+        EXPECT_EQ(
+            std::memcmp(static_cast<const uint8_t*>(gq.data) + (h * d + 2 * i + j) * row_bytes,
+                        wq.data() + (h * d + i + j * d / 2) * row_bytes, row_bytes),
+            0)
+            << "head " << h << " row " << i << "." << j;
+      }
+    }
+  }
+  // Calibrated rows of the wrong size are refused by name.
+  std::map<std::string, std::vector<uint8_t>> bad = calibrated->blocks;
+  bad[hf.wv.name].pop_back();
+  GgufWriter w2;
+  const absl::Status s = AddModelToGguf(*model, *ParseGgufWeightType("q4_0"), "t", &w2, &bad);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'model.layers.1.self_attn.v_proj.weight': 4607 "
+                                     "calibrated bytes for 64 rows of 72"));
 }
 
 // The same on a synthetic bf16 model of another shape (hidden 256, two groups per row,
