@@ -1,6 +1,7 @@
 #include "kernels/gemm_quant.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -312,30 +313,68 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       for (Reg& a : ac) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
     }
 
-    const Reg left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
-    const Reg t = kb.Mov(Type::kU32, 0);
-    const ptx::Label loop = kb.NewLabel("step");
-    kb.Bind(loop);
-    const Reg step_units = kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits});
-    const Reg step_blocks =
-        upb_log2 == 0 ? step_units : kb.Emit(Op::kShr, Type::kU32, {step_units, upb_log2});
+    // What holds in every step, known here: all steps but the last take kStepUnits units,
+    // the last (the smallest) the rest. Rounds every lane needs in every step (even the
+    // smallest at head 0) load unclamped; passes every lane has units for skip no lanes; a
+    // single step needs no loop.
+    const int64_t last_units = nu - (steps - 1) * kStepUnits;
+    const int free_rounds = static_cast<int>(
+        std::min<int64_t>(rounds, (last_units >> upb_log2) * bb / kUnitBytes / 32));
+    auto pass_full = [&](int p) { return int64_t{32} * (p + 1) <= last_units; };
+    // x of the first pass, loaded with the blocks (before the barriers) so that its latency
+    // hides under theirs, where its registers stay few and every lane's units exist.
+    const bool early_x = mt <= 2 && pass_full(0);
+    std::vector<Reg> src_lane(nc);  // the lane's unit in the first round
+    for (int c = 0; c < nc; ++c) src_lane[c] = gen::AddrAdd(kb, cols[c].src, lane, kUnitBytes);
+    Reg left, t;
+    std::optional<ptx::Label> loop;
+    if (steps > 1) {
+      left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
+      t = kb.Mov(Type::kU32, 0);
+      loop = kb.NewLabel("step");
+      kb.Bind(*loop);
+    }
+    const Operand step_units =
+        steps > 1 ? Operand(kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits})) : Operand(nu);
     std::vector<std::vector<Reg>> unit;
-    for (const Column& k : cols) {
-      const Reg needed = kb.Emit(Op::kShr, Type::kU32,
-                                 {kb.Emit(Op::kMadLo, Type::kU32,
-                                          {step_blocks, bb, gen::UAdd(kb, k.head, kUnitBytes - 1)}),
-                                  4});
+    for (int c = 0; c < nc; ++c) {
+      const Column& k = cols[c];
+      for (int r = 0; r < free_rounds; ++r) {
+        unit.push_back(kb.Ld(Space::kGlobal, Type::kB32,
+                             Operand::Addr(src_lane[c], int64_t{r} * 32 * kUnitBytes), 4,
+                             ptx::CacheOp::kNonCoherent));
+      }
+      if (free_rounds == rounds) continue;
+      // The step's units: its bytes plus the row's misalignment, in whole units.
+      const Reg needed = kb.Emit(
+          Op::kShr, Type::kU32,
+          {steps > 1 ? kb.Emit(Op::kMadLo, Type::kU32,
+                               {upb_log2 == 0
+                                    ? step_units.reg()
+                                    : kb.Emit(Op::kShr, Type::kU32, {step_units.reg(), upb_log2}),
+                                bb, gen::UAdd(kb, k.head, kUnitBytes - 1)})
+                     : gen::UAdd(kb, k.head, (nu >> upb_log2) * bb + kUnitBytes - 1),
+           4});
       // Lanes past the step's last unit load that unit again (a sector the warp reads
       // anyway), so every lane loads and stores unguarded.
       const Reg last_unit = kb.Emit(Op::kSub, Type::kU32, {needed, 1});
-      for (int r = 0; r < rounds; ++r) {
-        const Reg u =
-            kb.Emit(Op::kMin, Type::kU32, {r == 0 ? lane : gen::UAdd(kb, lane, 32 * r), last_unit});
+      for (int r = free_rounds; r < rounds; ++r) {
+        const Reg u = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, lane, 32 * r), last_unit});
         unit.push_back(kb.Ld(Space::kGlobal, Type::kB32,
                              Operand::Addr(gen::AddrAdd(kb, k.src, u, 16)), 4,
                              ptx::CacheOp::kNonCoherent));
       }
     }
+    auto load_x = [&](int p) {
+      std::vector<std::vector<Reg>> xv(mt);
+      for (int m = 0; m < mt; ++m) {
+        xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
+                               kQuantLaneElems, 16);
+      }
+      return xv;
+    };
+    std::vector<std::vector<Reg>> x_first;
+    if (early_x) x_first = load_x(0);
     kb.BarSync();  // the previous step's blocks are decoded: the staging may be refilled
     for (int c = 0; c < nc; ++c) {
       for (int r = 0; r < rounds; ++r) {
@@ -347,20 +386,19 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     for (int p = 0; p < kStepUnits / 32; ++p) {
       // A branch, not a guard: ptxas (13.0) spills this block to local memory when it is
       // guarded and the step loop repeats.
-      const ptx::Label skip = kb.NewLabel("skip");
-      kb.BraIf(
-          kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
-          skip);
+      std::optional<ptx::Label> skip;
+      if (!pass_full(p)) {
+        skip = kb.NewLabel("skip");
+        kb.BraIf(
+            kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
+            *skip);
+      }
       // x is loaded once for the warp's columns.
-      std::vector<std::vector<Reg>> xv(mt);
+      std::vector<std::vector<Reg>> xv = p == 0 && early_x ? x_first : load_x(p);
       for (int c = 0; c < nc; ++c) {
         const LaneUnit block =
             DecodeLaneUnit(kb, cfg.format, cols[c].unit0, int64_t{32 * p >> upb_log2} * bb);
         for (int m = 0; m < mt; ++m) {
-          if (c == 0) {
-            xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m],
-                                   int64_t{32} * p * kQuantLaneElems * 4, kQuantLaneElems, 16);
-          }
           // The scale applies once per lane unit and row: acc += d * (x . codes).
           const Reg dot = gen::FMul(kb, xv[m][0], block.codes[0]);
           for (int e = 1; e < kQuantLaneElems; ++e)
@@ -368,14 +406,19 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
           kb.EmitTo(acc[c][m], Op::kFma, Type::kF32, {block.d, dot, acc[c][m]});
         }
       }
-      kb.Bind(skip);
+      if (skip) kb.Bind(*skip);
     }
-    for (const Column& k : cols) kb.EmitTo(k.src, Op::kAdd, Type::kU64, {k.src, step_bytes});
-    for (Reg& xa : x_lane)
-      kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
-    kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
-    kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
-    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), loop);
+    if (steps > 1) {
+      for (Reg& sl : src_lane) kb.EmitTo(sl, Op::kAdd, Type::kU64, {sl, step_bytes});
+      if (free_rounds < rounds) {
+        for (Column& k : cols) kb.EmitTo(k.src, Op::kAdd, Type::kU64, {k.src, step_bytes});
+      }
+      for (Reg& xa : x_lane)
+        kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
+      kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
+      kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
+      kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), *loop);
+    }
 
     for (std::vector<Reg>& ac : acc) {
       for (Reg& a : ac) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
