@@ -1,6 +1,7 @@
 #include "kernels/gemm_quant.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +20,15 @@ constexpr int kUnitBytes = 16;
 // 32 elements decoded from their block's staging in shared memory at `blk` + `off` (2-byte
 // aligned; 4-byte for fp8 and int4): the scale d and the 32 codes as f32 such that the
 // weights are d * code, exactly (q for q8_0, nibble - 8 for q4_0, the E4M3 value times 2^-8
-// for fp8 with d = 256 s, (q - z) 2^-24 for int4 with d = 2^24 s). `codes` is where an
-// int4_g128 lane's quarter of the block's nibbles starts, less `off` (unused otherwise).
+// for fp8 with d = 256 s, q - z for int4). `codes` is where an int4_g128 lane's quarter of
+// the block's nibbles starts, or the 4-byte aligned word at or below a q4_0 block's nibbles
+// with `sel` the prmt selector that realigns them, less `off` (unused otherwise).
 struct LaneUnit {
   Reg d;
   std::vector<Reg> codes;
+};
+struct LaneUnitAddr {
+  Reg blk, codes, sel;
 };
 
 // Two f16 codes packed in `h` as f32 registers, into codes[lo] and codes[hi].
@@ -47,44 +52,61 @@ Reg E4M3PairToF16x2(KernelBuilder& kb, Reg w, int shift) {
   return kb.Emit(Op::kOr, Type::kB32, {sign, rest});
 }
 
-LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg codes, int64_t off) {
+// 4-bit codes become f32 without a cvt: a nibble, alone in its byte, moved by prmt under
+// the exponent byte of 2^23 is the f32 2^23 + q, exact, and one subtraction of 2^23 + zero
+// point leaves q - zero point, exact. Two instructions a code, where extracting, converting
+// and offsetting each code takes three.
+constexpr int64_t kMagicBits = 0x4B000000;  // 2^23 as f32 bits
+constexpr int64_t kMagicSelect = 0x7440;    // bytes (x, 0, 0, 0x4B): selects x's byte 0..3
+
+struct NibbleBytes {
+  Reg lo, hi;  // the word's low and high nibbles, each alone in its byte
+};
+NibbleBytes SplitNibbles(KernelBuilder& kb, Reg w) {
+  return {kb.Emit(Op::kAnd, Type::kB32, {w, 0x0F0F0F0F}),
+          kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kB32, {w, 4}), 0x0F0F0F0F})};
+}
+// Byte `b` of `nibbles` less the zero point `zero` (given as the f32 2^23 + zero point).
+Reg MagicCode(KernelBuilder& kb, Reg nibbles, int b, const Operand& zero) {
+  return kb.Emit(Op::kSub, Type::kF32,
+                 {kb.Emit(Op::kPrmt, Type::kB32, {nibbles, kMagicBits, kMagicSelect + b}), zero});
+}
+
+LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
   LaneUnit u;
   u.codes.resize(kQuantLaneElems);
   if (f == BlockFormat::kFp8E4M3) {
-    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(blk, off)),
+    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(a.blk, off)),
                     Operand::F32(256.0f));
     for (int i = 0; i < kQuantLaneElems / 4; ++i) {
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, off + 4 + 4 * i));
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off + 4 + 4 * i));
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 8), u.codes, 4 * i, 4 * i + 2);
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 0), u.codes, 4 * i + 1, 4 * i + 3);
     }
     return u;
   }
   if (f == BlockFormat::kInt4G128) {
-    // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte. The codes are
-    // taken as f16 subnormals (a nibble q as bits is q 2^-24, z likewise), whose f16x2
-    // difference (q - z) 2^-24 is exact, so d = 2^24 s (exact in f32).
-    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(blk, off));
-    u.d = gen::FMul(kb, kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]),
-                    Operand::F32(0x1p24f));
-    const Reg z_hi = kb.Emit(Op::kAnd, Type::kB32, {hdr, 0x00FF0000});
-    const Reg zz = kb.Emit(Op::kOr, Type::kB32, {z_hi, kb.Emit(Op::kShr, Type::kB32, {z_hi, 16})});
+    // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte. z as the f32
+    // 2^23 + z (its byte under 2^23's exponent), which every code's 2^23 + q less is q - z.
+    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off));
+    u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]);
+    const Reg zf = kb.Emit(Op::kPrmt, Type::kB32, {hdr, kMagicBits, kMagicSelect + 2});
     for (int i = 0; i < kQuantLaneElems / 8; ++i) {
-      // Nibble j of the word is element 8i + j: nibbles j and j + 4 share a pass.
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(codes, off + 4 * i));
-      for (int j = 0; j < 4; ++j) {
-        const Reg t = j == 0 ? w : kb.Emit(Op::kShr, Type::kB32, {w, 4 * j});
-        const Reg h = kb.Emit(Op::kAnd, Type::kB32, {t, 0x000F000F});
-        WidenCodePair(kb, kb.Emit(Op::kSub, Type::kF16x2, {h, zz}), u.codes, 8 * i + j,
-                      8 * i + j + 4);
+      // Byte b of the word holds elements 8i + 2b (low nibble) and 8i + 2b + 1 (high).
+      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
+      const NibbleBytes nb = SplitNibbles(kb, w);
+      for (int b = 0; b < 4; ++b) {
+        u.codes[8 * i + 2 * b] = MagicCode(kb, nb.lo, b, zf);
+        u.codes[8 * i + 2 * b + 1] = MagicCode(kb, nb.hi, b, zf);
       }
     }
     return u;
   }
-  u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(blk, off)));
+  u.d =
+      kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(a.blk, off)));
   // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
   auto word = [&](int i) {
-    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(blk, off + 2 + 2 * i));
+    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(a.blk, off + 2 + 2 * i));
     return kb.Cvt(Type::kU32, Type::kU16, h);
   };
   if (f == BlockFormat::kQ8_0) {
@@ -97,14 +119,21 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg codes, in
     }
     return u;
   }
-  for (int i = 0; i < kQuantLaneElems / 4; ++i) {
-    const Reg v = word(i);  // bytes 2i (bits 0..7) and 2i + 1 (bits 8..15)
-    for (int byte = 0; byte < 2; ++byte) {
-      for (int hi = 0; hi < 2; ++hi) {
-        const Reg q = kb.Emit(Op::kBfe, Type::kU32, {v, 8 * byte + 4 * hi, 4});
-        const Reg qf = kb.Cvt(Type::kF32, Type::kU32, q, ptx::Round::kRn);
-        u.codes[2 * i + byte + 16 * hi] = gen::FAdd(kb, qf, Operand::F32(-8.0f));
-      }
+  // q4_0: the 16 nibble bytes start 2 bytes into the block, which is 4-byte aligned in
+  // every other block: five aligned words cover them, and prmt takes each word's 4 bytes
+  // from a pair (a's upper half and b's lower one where they start at 2 mod 4).
+  std::vector<Reg> aligned(5);
+  for (int i = 0; i < 5; ++i) {
+    aligned[i] = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
+  }
+  const Operand q4_zero = Operand::F32(0x1p23f + 8);
+  for (int i = 0; i < kQuantLaneElems / 8; ++i) {
+    // Byte b of the word holds elements 4i + b (low nibble) and 4i + b + 16 (high).
+    const Reg w = kb.Emit(Op::kPrmt, Type::kB32, {aligned[i], aligned[i + 1], a.sel});
+    const NibbleBytes nb = SplitNibbles(kb, w);
+    for (int b = 0; b < 4; ++b) {
+      u.codes[4 * i + b] = MagicCode(kb, nb.lo, b, q4_zero);
+      u.codes[4 * i + b + 16] = MagicCode(kb, nb.hi, b, q4_zero);
     }
   }
   return u;
@@ -205,7 +234,10 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
 
     const auto [x, w, bias, y, m_rows] =
         cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-    const ptx::Symbol stage = kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes);
+    // q4_0 lanes read up to 4 bytes past their block (the fifth aligned word).
+    const ptx::Symbol stage =
+        kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes +
+                                (cfg.format == BlockFormat::kQ4_0 ? kUnitBytes : 0));
 
     // Every warp runs every step: the steps share bar.sync, so a warp past the last column
     // works on column n - 1 and stores nothing. Only whole CTAs leave early (rows past M).
@@ -229,7 +261,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     // Per column of the warp: its row's blocks start `head` bytes into the aligned unit that
     // holds their first byte; `src` is the step's first unit, `region` its staging.
     struct Column {
-      Reg ok, col, head, src, dst, blk0, codes0;
+      Reg ok, col, head, src, dst;
+      LaneUnitAddr unit0;  // the lane's first unit of a step
     };
     std::vector<Column> cols(nc);
     for (int c = 0; c < nc; ++c) {
@@ -247,15 +280,24 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       k.dst = kb.Emit(Op::kMadLo, Type::kU32, {lane, kUnitBytes, region});
       // Lane's units in a step: `lane` and 32 + lane, in blocks lane / upb and (32 + lane) /
       // upb at head + j * bb in the staging, quarter lane % upb of an int4_g128 block.
-      k.blk0 = kb.Emit(Op::kMadLo, Type::kU32,
-                       {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
-                        gen::UAdd(kb, region, k.head)});
-      // An int4_g128 lane's nibbles: quarter lane % 4 of its block, past the 4-byte header.
-      k.codes0 = upb_log2 == 0
-                     ? k.blk0
-                     : kb.Emit(Op::kMadLo, Type::kU32,
-                               {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}), 16,
-                                gen::UAdd(kb, k.blk0, 4)});
+      LaneUnitAddr& a = k.unit0;
+      a.blk = kb.Emit(Op::kMadLo, Type::kU32,
+                      {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
+                       gen::UAdd(kb, region, k.head)});
+      if (cfg.format == BlockFormat::kInt4G128) {
+        // An int4_g128 lane's nibbles: quarter lane % 4 of its block, past the 4-byte header.
+        a.codes = kb.Emit(Op::kMadLo, Type::kU32,
+                          {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}), 16,
+                           gen::UAdd(kb, a.blk, 4)});
+      } else if (cfg.format == BlockFormat::kQ4_0) {
+        // The aligned word at or below the nibbles (2 bytes in), and the selector that takes
+        // bytes 0..3 of a word pair when they are aligned, 2..5 when not. Blocks move by
+        // multiples of 4 bytes from unit to unit, so this holds for all of the lane's.
+        const Reg nibbles = gen::UAdd(kb, a.blk, 2);
+        a.codes = kb.Emit(Op::kAnd, Type::kB32, {nibbles, ~int64_t{3} & 0xFFFFFFFF});
+        a.sel = kb.Emit(Op::kMadLo, Type::kU32,
+                        {kb.Emit(Op::kAnd, Type::kB32, {nibbles, 2}), 0x1111, 0x3210});
+      }
     }
     // x of unit `lane` of the step, for each row of the tile; rows past M read the last
     // row (valid memory) and are never stored.
@@ -271,30 +313,68 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       for (Reg& a : ac) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
     }
 
-    const Reg left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
-    const Reg t = kb.Mov(Type::kU32, 0);
-    const ptx::Label loop = kb.NewLabel("step");
-    kb.Bind(loop);
-    const Reg step_units = kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits});
-    const Reg step_blocks =
-        upb_log2 == 0 ? step_units : kb.Emit(Op::kShr, Type::kU32, {step_units, upb_log2});
+    // What holds in every step, known here: all steps but the last take kStepUnits units,
+    // the last (the smallest) the rest. Rounds every lane needs in every step (even the
+    // smallest at head 0) load unclamped; passes every lane has units for skip no lanes; a
+    // single step needs no loop.
+    const int64_t last_units = nu - (steps - 1) * kStepUnits;
+    const int free_rounds = static_cast<int>(
+        std::min<int64_t>(rounds, (last_units >> upb_log2) * bb / kUnitBytes / 32));
+    auto pass_full = [&](int p) { return int64_t{32} * (p + 1) <= last_units; };
+    // x of the first pass, loaded with the blocks (before the barriers) so that its latency
+    // hides under theirs, where its registers stay few and every lane's units exist.
+    const bool early_x = mt <= 2 && pass_full(0);
+    std::vector<Reg> src_lane(nc);  // the lane's unit in the first round
+    for (int c = 0; c < nc; ++c) src_lane[c] = gen::AddrAdd(kb, cols[c].src, lane, kUnitBytes);
+    Reg left, t;
+    std::optional<ptx::Label> loop;
+    if (steps > 1) {
+      left = kb.Mov(Type::kU32, static_cast<int64_t>(nu));  // units not yet read
+      t = kb.Mov(Type::kU32, 0);
+      loop = kb.NewLabel("step");
+      kb.Bind(*loop);
+    }
+    const Operand step_units =
+        steps > 1 ? Operand(kb.Emit(Op::kMin, Type::kU32, {left, kStepUnits})) : Operand(nu);
     std::vector<std::vector<Reg>> unit;
-    for (const Column& k : cols) {
-      const Reg needed = kb.Emit(Op::kShr, Type::kU32,
-                                 {kb.Emit(Op::kMadLo, Type::kU32,
-                                          {step_blocks, bb, gen::UAdd(kb, k.head, kUnitBytes - 1)}),
-                                  4});
+    for (int c = 0; c < nc; ++c) {
+      const Column& k = cols[c];
+      for (int r = 0; r < free_rounds; ++r) {
+        unit.push_back(kb.Ld(Space::kGlobal, Type::kB32,
+                             Operand::Addr(src_lane[c], int64_t{r} * 32 * kUnitBytes), 4,
+                             ptx::CacheOp::kNonCoherent));
+      }
+      if (free_rounds == rounds) continue;
+      // The step's units: its bytes plus the row's misalignment, in whole units.
+      const Reg needed = kb.Emit(
+          Op::kShr, Type::kU32,
+          {steps > 1 ? kb.Emit(Op::kMadLo, Type::kU32,
+                               {upb_log2 == 0
+                                    ? step_units.reg()
+                                    : kb.Emit(Op::kShr, Type::kU32, {step_units.reg(), upb_log2}),
+                                bb, gen::UAdd(kb, k.head, kUnitBytes - 1)})
+                     : gen::UAdd(kb, k.head, (nu >> upb_log2) * bb + kUnitBytes - 1),
+           4});
       // Lanes past the step's last unit load that unit again (a sector the warp reads
       // anyway), so every lane loads and stores unguarded.
       const Reg last_unit = kb.Emit(Op::kSub, Type::kU32, {needed, 1});
-      for (int r = 0; r < rounds; ++r) {
-        const Reg u =
-            kb.Emit(Op::kMin, Type::kU32, {r == 0 ? lane : gen::UAdd(kb, lane, 32 * r), last_unit});
+      for (int r = free_rounds; r < rounds; ++r) {
+        const Reg u = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, lane, 32 * r), last_unit});
         unit.push_back(kb.Ld(Space::kGlobal, Type::kB32,
                              Operand::Addr(gen::AddrAdd(kb, k.src, u, 16)), 4,
                              ptx::CacheOp::kNonCoherent));
       }
     }
+    auto load_x = [&](int p) {
+      std::vector<std::vector<Reg>> xv(mt);
+      for (int m = 0; m < mt; ++m) {
+        xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
+                               kQuantLaneElems, 16);
+      }
+      return xv;
+    };
+    std::vector<std::vector<Reg>> x_first;
+    if (early_x) x_first = load_x(0);
     kb.BarSync();  // the previous step's blocks are decoded: the staging may be refilled
     for (int c = 0; c < nc; ++c) {
       for (int r = 0; r < rounds; ++r) {
@@ -306,20 +386,19 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     for (int p = 0; p < kStepUnits / 32; ++p) {
       // A branch, not a guard: ptxas (13.0) spills this block to local memory when it is
       // guarded and the step loop repeats.
-      const ptx::Label skip = kb.NewLabel("skip");
-      kb.BraIf(
-          kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
-          skip);
+      std::optional<ptx::Label> skip;
+      if (!pass_full(p)) {
+        skip = kb.NewLabel("skip");
+        kb.BraIf(
+            kb.Setp(Cmp::kGe, Type::kU32, p == 0 ? lane : gen::UAdd(kb, lane, 32 * p), step_units),
+            *skip);
+      }
       // x is loaded once for the warp's columns.
-      std::vector<std::vector<Reg>> xv(mt);
+      std::vector<std::vector<Reg>> xv = p == 0 && early_x ? x_first : load_x(p);
       for (int c = 0; c < nc; ++c) {
-        const LaneUnit block = DecodeLaneUnit(kb, cfg.format, cols[c].blk0, cols[c].codes0,
-                                              int64_t{32 * p >> upb_log2} * bb);
+        const LaneUnit block =
+            DecodeLaneUnit(kb, cfg.format, cols[c].unit0, int64_t{32 * p >> upb_log2} * bb);
         for (int m = 0; m < mt; ++m) {
-          if (c == 0) {
-            xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m],
-                                   int64_t{32} * p * kQuantLaneElems * 4, kQuantLaneElems, 16);
-          }
           // The scale applies once per lane unit and row: acc += d * (x . codes).
           const Reg dot = gen::FMul(kb, xv[m][0], block.codes[0]);
           for (int e = 1; e < kQuantLaneElems; ++e)
@@ -327,14 +406,19 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
           kb.EmitTo(acc[c][m], Op::kFma, Type::kF32, {block.d, dot, acc[c][m]});
         }
       }
-      kb.Bind(skip);
+      if (skip) kb.Bind(*skip);
     }
-    for (const Column& k : cols) kb.EmitTo(k.src, Op::kAdd, Type::kU64, {k.src, step_bytes});
-    for (Reg& xa : x_lane)
-      kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
-    kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
-    kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
-    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), loop);
+    if (steps > 1) {
+      for (Reg& sl : src_lane) kb.EmitTo(sl, Op::kAdd, Type::kU64, {sl, step_bytes});
+      if (free_rounds < rounds) {
+        for (Column& k : cols) kb.EmitTo(k.src, Op::kAdd, Type::kU64, {k.src, step_bytes});
+      }
+      for (Reg& xa : x_lane)
+        kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
+      kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
+      kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
+      kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), *loop);
+    }
 
     for (std::vector<Reg>& ac : acc) {
       for (Reg& a : ac) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);

@@ -23,10 +23,11 @@
 // memory, then each lane decodes 32 elements at a time from there (a whole block, or a
 // quarter of an int4_g128 block) and adds scale * (x . codes) per 32 elements and row, in
 // f32: the f32 GEMM over the dequantized weights up to f32 rounding. The codes become f32
-// exactly: q8_0 and q4_0 by bfe and cvt; fp8 and int4 two at a time as f16x2 by bit
-// operations (E4M3's bits moved into an f16's, which is the code's value times 2^-8 for
-// every code, subnormals included; a nibble ORed into 1024.0's f16 bits, minus 1024 + z),
-// then cvt.f32.f16 (no cvt from e4m3 needed, so sm_80 and sm_90 run the same text).
+// exactly: q8_0 by bfe and cvt; fp8 two at a time as f16x2 by bit operations (E4M3's bits
+// moved into an f16's, which is the code's value times 2^-8 for every code, subnormals
+// included), then cvt.f32.f16 (no cvt from e4m3 needed, so sm_80 and sm_90 run the same
+// text); q4_0 and int4 nibbles, each masked into its byte, by one prmt under 2^23's exponent
+// byte (the f32 2^23 + q) and one subtraction of 2^23 + the zero point (8 or z).
 // Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
 // split > 1 the warps of a column each take a contiguous slice of K / split; with cols 2 a
 // warp stages and decodes two columns' rows side by side, loading x once for both.

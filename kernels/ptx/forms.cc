@@ -58,6 +58,7 @@ constexpr Form kForms[] = {
     {Op::kShr, "shr", "dsu", kBits | kInts, 20, 40},
     {Op::kBfe, "bfe", "dsuu", B(Type::kU32) | B(Type::kS32) | B(Type::kU64) | B(Type::kS64), 20,
      40},
+    {Op::kPrmt, "prmt", "dsss", B(Type::kB32), 20, 40},
     {Op::kEx2, "ex2.approx.ftz", "ds", kF32, 20, 40},
     {Op::kEx2, "ex2.approx", "ds", kH, 75, 70},
     {Op::kLg2, "lg2.approx.ftz", "ds", kF32, 20, 40},

@@ -35,6 +35,7 @@ enum class Op : uint8_t {
   kShl,
   kShr,
   kBfe,    // bit-field extract: d = bits [b, b + c) of a, sign-extended for .s types
+  kPrmt,   // byte permute: byte i of d is byte (c >> 4i) & 7 of {b, a} (the default mode)
   kEx2,    // 2^x, approximate
   kLg2,    // log2(x), approximate
   kRcp,    // 1/x, approximate
