@@ -11,7 +11,7 @@
 //   bytes + KV bytes read per step) / copy bandwidth / step time; replays_per_step = graph
 //   launches per timed step (1 with graphs, 0 without). A table at the end sets the two
 //   side by side.
-// BM_Attention: batched decode attention alone (+ merge when split), batch 64, context
+// BM_Attention: batched decode attention alone (merged in the launch when split), batch 64, context
 //   4096, 32 query / 8 KV heads, head_dim 128, f16 KV: K+V bytes / time as a fraction of
 //   the copy bandwidth (target >= 85%).
 // Estimate: beside BM_Decode's CUDA-graph tokens/s, the tokens/s the cost model estimates
@@ -47,7 +47,6 @@
 #include "engine/cuda/step_estimate.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
-#include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 
 namespace ptxserve::cuda {
@@ -216,12 +215,7 @@ void BM_Attention(benchmark::State& state) {
   KernelSpec spec{cfg.Key(), kernels::kDecodeAttentionEntry,
                   [cfg] { return kernels::GenerateDecodeAttention(cfg); }};
   auto k = cache.Get(spec);
-  kernels::AttentionMergeConfig mc;
-  mc.num_heads = 32;
-  mc.head_dim = 128;
-  auto merge = cache.Get({mc.Key(), kernels::kAttentionMergeEntry,
-                          [mc] { return kernels::GenerateAttentionMerge(mc); }});
-  if (!k.ok() || !merge.ok()) return state.SkipWithError("compile failed");
+  if (!k.ok()) return state.SkipWithError("compile failed");
   const int blocks = rows * ctx / bs;
   const size_t pool = size_t{1} * blocks * 8 * bs * 128 * 2;
   auto kp = d->Alloc(pool, "K"), vp = d->Alloc(pool, "V");
@@ -230,16 +224,18 @@ void BM_Attention(benchmark::State& state) {
   auto out = d->Alloc(size_t{1} * rows * 32 * 128 * 4 * splits, "out");
   auto lse = d->Alloc(size_t{1} * rows * 32 * splits * 4, "lse");
   auto fin = d->Alloc(size_t{1} * rows * 32 * 128 * 4, "final");
+  auto counts = d->Alloc(size_t{1} * rows * 32 * 4, "split counters");
   std::vector<int32_t> tables(blocks), lens(rows, ctx);
   for (int i = 0; i < blocks; ++i) tables[i] = i;
   auto tb = d->Alloc(tables.size() * 4, "tables"), ln = d->Alloc(lens.size() * 4, "lens");
   if (!kp.ok() || !vp.ok() || !q.ok() || !out.ok() || !lse.ok() || !fin.ok() || !tb.ok() ||
-      !ln.ok()) {
+      !ln.ok() || !counts.ok()) {
     return state.SkipWithError("allocation failed");
   }
   (void)d->Memset(kp->ptr(), 0, pool, "K");
   (void)d->Memset(vp->ptr(), 0, pool, "V");
   (void)d->Memset(q->ptr(), 0, size_t{1} * rows * 32 * 128 * 4, "q");
+  (void)d->Memset(counts->ptr(), 0, size_t{1} * rows * 32 * 4, "split counters");
   (void)d->CopyToDevice(tb->ptr(), tables.data(), tables.size() * 4, "tables");
   (void)d->CopyToDevice(ln->ptr(), lens.data(), lens.size() * 4, "lens");
   (void)d->Synchronize("setup");
@@ -250,29 +246,20 @@ void BM_Attention(benchmark::State& state) {
                                     .seq_lens = ln->ptr(),
                                     .query_start = 0,
                                     .positions = 0,
-                                    .out = plan.split ? out->ptr() : fin->ptr(),
+                                    .out = fin->ptr(),
+                                    .partial_out = out->ptr(),
                                     .partial_lse = lse->ptr(),
+                                    .split_counters = counts->ptr(),
                                     .max_blocks_per_seq = static_cast<uint32_t>(ctx / bs),
                                     .num_seqs = static_cast<uint32_t>(rows),
                                     .num_rows = static_cast<uint32_t>(rows),
                                     .scale = 1.0f / std::sqrt(128.0f),
                                     .partition = static_cast<uint32_t>(plan.partition_tokens)};
-  kernels::AttentionMergeArgs merge_args{.partial_out = args.out,
-                                         .partial_lse = args.partial_lse,
-                                         .out = fin->ptr(),
-                                         .num_splits = static_cast<uint32_t>(splits),
-                                         .num_rows = static_cast<uint32_t>(rows)};
   auto params = kernels::PackParams(args);
-  auto mparams = kernels::PackParams(merge_args);
   const kernels::LaunchDims dims = kernels::DecodeAttentionLaunch(*shape, 8, rows, splits);
-  const kernels::LaunchDims mdims = kernels::AttentionMergeLaunch(mc, rows);
   double seconds = 0;
   for (auto _ : state) {
-    auto ms = d->TimeMs([&]() -> absl::Status {
-      absl::Status s = cache.Launch(**k, dims, params.data());
-      if (s.ok() && plan.split) s = cache.Launch(**merge, mdims, mparams.data());
-      return s;
-    });
+    auto ms = d->TimeMs([&]() { return cache.Launch(**k, dims, params.data()); });
     if (!ms.ok()) return state.SkipWithError(std::string(ms.status().message()).c_str());
     state.SetIterationTime(*ms / 1e3);
     seconds += *ms / 1e3;

@@ -6,6 +6,7 @@
 //
 //   build/bench/gpu_estimate --preset llama-3.2-1b --dtype f16 --device h100
 //   build/bench/gpu_estimate --preset llama-3.2-1b --weights q4_0 --batch 1,8 --prefill 0
+//   build/bench/gpu_estimate --preset llama-3.2-1b --batch 1 --prefill 0 --mixed 512:64
 //   build/bench/gpu_estimate --preset llama-3.2-1b --weights int4 --batch 1 --prefill 0
 //   build/bench/gpu_estimate --model ../shared/models/tinystories-656k --batch 1,8 --prefill 128
 //   build/bench/gpu_estimate ... --format json > estimate.json
@@ -43,6 +44,12 @@ ABSL_FLAG(std::string, device, "h100", "the GPU to estimate for (h100, a100)");
 ABSL_FLAG(std::string, batch, "1,16,64,256", "decode batches (sequences), comma-separated");
 ABSL_FLAG(int32_t, context, 1024, "tokens per sequence in a decode step");
 ABSL_FLAG(int32_t, prefill, 2048, "tokens of one sequence's prefill (0: none)");
+ABSL_FLAG(std::string, mixed, "",
+          "mixed steps, comma-separated CHUNK:DECODES: a prompt chunk of CHUNK tokens (the last "
+          "of max(--context, CHUNK)) beside DECODES sequences decoding at --context");
+ABSL_FLAG(int32_t, mixed_decode_rows, ptxserve::kernels::kMixedDecodeRows,
+          "decode rows of a mixed step from which they run in the decode kernel, apart from "
+          "flash attention (a large value: every row in flash attention)");
 ABSL_FLAG(uint64_t, sample_ctas, 64, "CTAs the emulator runs per launch (0: all)");
 ABSL_FLAG(bool, eager, false, "decode launch by launch instead of as a CUDA graph replay");
 ABSL_FLAG(std::string, ptxas, "",
@@ -73,8 +80,13 @@ void PrintTable(const ModelEstimate& m) {
               static_cast<double>(m.device_weight_bytes) / (1 << 20),
               static_cast<unsigned long long>(m.device_weight_bytes));
   for (const StepEstimate& s : m.steps) {
-    std::printf("\n%s: %d sequence(s) x %d tokens, %d token(s) run\n", s.phase.c_str(), s.batch,
-                s.context, s.tokens);
+    if (s.phase == "mixed") {
+      std::printf("\nmixed: a %d-token chunk + %d decode row(s) at %d tokens, %d token(s) run\n",
+                  s.tokens - s.batch, s.batch, s.context, s.tokens);
+    } else {
+      std::printf("\n%s: %d sequence(s) x %d tokens, %d token(s) run\n", s.phase.c_str(), s.batch,
+                  s.context, s.tokens);
+    }
     std::printf("  %-17s %5s %-12s %5s %10s %10s %-9s %10s %9s %6s\n", "kernel", "x", "grid",
                 "regs", "us/launch", "us total", "binding", "DRAM MB", "sect/req", "roof%");
     for (const KernelEstimate& k : s.kernels) {
@@ -95,8 +107,9 @@ void PrintTable(const ModelEstimate& m) {
         "  step: %.1f us estimated; DRAM %.1f MB (ideal %.1f MB); roofline %.1f us (%s) "
         "= %.1f%% of roofline; %.0f tokens/s\n",
         s.seconds * 1e6, s.dram_bytes / 1e6, s.ideal_bytes / 1e6, s.roofline_s * 1e6,
-        s.phase == "decode" ? "weights + K/V over DRAM bandwidth"
-                            : "FLOPs over the f16 tensor peak",
+        s.phase == "decode"  ? "weights + K/V over DRAM bandwidth"
+        : s.phase == "mixed" ? "the larger of bytes over bandwidth and FLOPs over the peak"
+                             : "FLOPs over the f16 tensor peak",
         s.RooflinePct(), s.tokens / s.seconds);
   }
 }
@@ -152,6 +165,17 @@ int Run() {
     }
     o.decode_batches.push_back(v);
   }
+  for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_mixed), ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(m, ':');
+    int chunk = 0, decodes = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &chunk) ||
+        !absl::SimpleAtoi(parts[1], &decodes) || chunk < 1 || decodes < 0) {
+      return Fail(
+          absl::StrCat("--mixed: '", m, "' is not CHUNK:DECODES (CHUNK >= 1, DECODES >= 0)"));
+    }
+    o.mixed.emplace_back(chunk, decodes);
+  }
+  o.mixed_decode_rows = absl::GetFlag(FLAGS_mixed_decode_rows);
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "table" && format != "json") {
     return Fail("--format must be table or json, not '" + format + "'");
@@ -235,7 +259,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_estimate [--model DIR | --preset NAME --dtype f16] [--weights q8_0|q4_0|fp8|int4] "
       "[--device h100|a100] "
-      "[--batch 1,16,64,256] [--context 1024] [--prefill 2048] [--format table|json]");
+      "[--batch 1,16,64,256] [--context 1024] [--prefill 2048] [--mixed 512:64] "
+      "[--mixed_decode_rows N] [--format table|json]");
   absl::ParseCommandLine(argc, argv);
   return ptxserve::cuda::Run();
 }

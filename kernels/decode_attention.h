@@ -1,11 +1,14 @@
 // Batched paged attention for a whole ragged batch in one launch per layer, plus the
-// flash-decoding plan (split long contexts across CTAs; attention_merge.h combines).
+// flash-decoding plan (split long contexts across CTAs, merged in the same launch).
 //
 // Contract (device pointers, row-major, non-aliasing): DecodeAttentionArgs, in .param order.
 // Decode mode: row r attends to positions [0, seq_lens[r]). Ragged mode (prefill and
 // mixed batches): row r attends causally to [0, positions[r]], like cpu::PagedAttention;
 // query_start and positions are unused in decode mode (may be 0).
 // Grid: x = num_kv_heads * head_chunks, y = num_rows, z = num_splits (1 unless split).
+// Split: each CTA writes its split's partial output and log-sum-exp; the last CTA of a
+// (row, x) group to finish (an atomic count per group, after a membar.gl) merges the group's
+// partials in split order, so the result does not depend on which CTA finishes last.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +31,7 @@ struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttent
   int head_dim = 128;  // a multiple of 32, at most 256
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;
-  bool split = false;   // write per-split partials for the merge kernel
+  bool split = false;   // split the context over CTAs (grid z); the last CTA merges
   bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
   int num_warps = 0;  // warps per CTA: 1, 2, 4 or 8; 0 picks 4 (fewer when shared memory is short)
   ptx::Target target;
@@ -75,14 +78,20 @@ struct DecodeAttentionArgs {
   DevicePtr query_start;
   // s32 [num_rows] (ragged mode; unused in decode mode, may be 0)
   DevicePtr positions;
-  // f32 [num_rows][num_heads][head_dim] (split = false); f32
-  // [num_rows][num_heads][num_splits][head_dim] (split = true: each split's normalised partial
-  // output)
+  // f32 [num_rows][num_heads][head_dim]
   DevicePtr out;
+  // f32 [num_rows][num_heads][num_splits][head_dim] (split = true: each split's normalised
+  // partial output). Unused otherwise (may be 0).
+  DevicePtr partial_out;
   // f32 [num_rows][num_heads][num_splits] (split = true): log2 of the split's softmax denominator
   // plus its running max, in units of scale*log2(e); -inf for an empty split. Unused otherwise (may
   // be 0).
   DevicePtr partial_lse;
+  // u32 [num_rows][num_kv_heads * head_chunks] (split = true): CTAs of each group done so far.
+  // Zero before the first split launch; a launch that completes leaves every count zero again
+  // (the merging CTA resets its group's), so a CUDA graph replays it as it is. Unused otherwise
+  // (may be 0).
+  DevicePtr split_counters;
   uint32_t max_blocks_per_seq = 0;
   uint32_t num_seqs = 0;
   uint32_t num_rows = 0;
@@ -91,8 +100,8 @@ struct DecodeAttentionArgs {
   // tokens per split (split = true; ignored otherwise)
   uint32_t partition = 0;
   PTXSERVE_PARAMS(DecodeAttentionArgs, q, k_pool, v_pool, block_tables, seq_lens, query_start,
-                  positions, out, partial_lse, max_blocks_per_seq, num_seqs, num_rows, scale,
-                  partition);
+                  positions, out, partial_out, partial_lse, split_counters, max_blocks_per_seq,
+                  num_seqs, num_rows, scale, partition);
 };
 
 absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig& cfg);
@@ -111,5 +120,14 @@ struct AttentionPlan {
 // `max_context`: longest context in the batch; `num_sms`: the device's SM count.
 AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_rows,
                                   int64_t max_context, int num_sms);
+
+// A mixed step (prefill chunks beside decode rows) runs its decode rows in a launch of the
+// decode kernel of their own, apart from flash attention's, from this many decode rows on;
+// fewer ride along in flash attention. Where the cost model's h100 estimates at Llama-3.2-1B's
+// shape change their pick (tests/kernels/flash_attention_estimate_test prints them): beside a
+// 512-row chunk at context 1024, flash for all rows against flash for the chunk plus decode
+// attention is 26.7 against 27.2 us at 8 decode rows, 31.5 against 31.5 at 16, 62.6 against
+// 39.0 at 24 and 123.5 against 64.8 at 64 (estimates).
+inline constexpr int kMixedDecodeRows = 16;
 
 }  // namespace ptxserve::kernels

@@ -14,6 +14,10 @@
 // are merged at the end: warps through shared memory with per-warp max/sum slots,
 // every output thread re-deriving the global max/sum itself.
 //
+// Split: the CTAs of a (row, head chunk) write normalised partials and log-sum-exps, and
+// the last of them to count itself done merges them (MergeIfLast): one launch where a
+// separate merge kernel cost a launch's latency, which at batch 1 is most of the merge.
+//
 // The token loop runs the same number of iterations in every thread of a CTA
 // (out-of-range tokens are clamped to a valid one and masked to -inf), so the
 // shuffles and the barrier are always reached by the whole CTA.
@@ -36,7 +40,8 @@ constexpr float kEmptyMax = -1e30f;
 
 // The registers of DecodeAttentionArgs, in .param order.
 struct Params {
-  Reg q, k_pool, v_pool, block_tables, seq_lens, query_start, positions, out, partial_lse;
+  Reg q, k_pool, v_pool, block_tables, seq_lens, query_start, positions, out, partial_out,
+      partial_lse, split_counters;
   Reg max_blocks, num_seqs, num_rows, scale, partition;
 };
 
@@ -46,7 +51,11 @@ Params LoadParams(KernelBuilder& kb, const DecodeAttentionConfig& cfg) {
   // not converted or dereferenced.
   std::vector<DevicePtr A::*> unused;
   if (!cfg.ragged) unused = {&A::query_start, &A::positions};
-  if (!cfg.split) unused.push_back(&A::partial_lse);
+  if (!cfg.split) {
+    for (DevicePtr A::*m : {&A::partial_out, &A::partial_lse, &A::split_counters}) {
+      unused.push_back(m);
+    }
+  }
   return DeclareParams<A>(kb, unused).As<Params>();
 }
 
@@ -115,6 +124,102 @@ std::vector<Reg> WidenRowLoad(KernelBuilder& kb, ElemType et, const RowLoad& r) 
     }
   }
   return out;
+}
+
+// Splits of a row's head the merge reads per pass: their loads are issued together, so the
+// merge waits out one load latency per kMergeUnroll splits, not one per split.
+constexpr int kMergeUnroll = 4;
+
+// Split mode, after the CTA's partial stores: count the CTA done in its group's counter;
+// the CTA that completes the group merges the group's partials into `out` and resets the
+// counter, and every other CTA leaves for `exit`. The merge takes the splits in order
+// 0, 1, .. with an online rescale, whichever CTA runs it, so the output is deterministic.
+void MergeIfLast(KernelBuilder& kb, const DecodeAttentionConfig& cfg,
+                 const DecodeAttentionShape& sh, const Params& p, Reg ml_base, Reg out_head0,
+                 ptx::Label exit) {
+  const int hd = cfg.head_dim;
+  const Reg tid = kb.Special(SReg::kTidX);
+  const Reg nsplit = kb.Special(SReg::kNctaidZ);
+  const Reg group =
+      kb.Emit(Op::kMadLo, Type::kU32,
+              {kb.Special(SReg::kCtaidY), kb.Special(SReg::kNctaidX), kb.Special(SReg::kCtaidX)});
+  const Reg counter = gen::AddrAdd(kb, p.split_counters, group, 4);
+  // Release: every thread's partial stores are ordered before the count (the fence, then
+  // the barrier, then one thread's atomic); the last CTA fences again before it reads.
+  kb.MembarGl();
+  kb.BarSync();  // also: the combine's shared reads are done before ml_base is reused
+  const Reg tid0 = kb.Setp(Cmp::kEq, Type::kU32, tid, 0);
+  {
+    auto guard = kb.If(tid0);
+    const Reg done = kb.Atom(Op::kAtomAdd, Space::kGlobal, Type::kU32, Operand::Addr(counter), 1);
+    const Reg last = kb.Setp(Cmp::kEq, Type::kU32, gen::UAdd(kb, done, 1), nsplit);
+    kb.St(Space::kShared, Type::kU32, Operand::Addr(ml_base), {kb.Selp(Type::kU32, 1, 0, last)});
+  }
+  kb.BarSync();
+  const Reg last = kb.Ld1(Space::kShared, Type::kU32, Operand::Addr(ml_base));
+  kb.BraIf(kb.Setp(Cmp::kEq, Type::kU32, last, 0), exit);  // uniform: the whole CTA leaves
+  kb.MembarGl();
+  {
+    auto guard = kb.If(tid0);
+    kb.Atom(Op::kAtomExch, Space::kGlobal, Type::kB32, Operand::Addr(counter), 0);
+  }
+
+  // Each thread merges 4 consecutive outputs of one head, as in the combine above.
+  const int chunks = sh.heads_per_cta * hd / 4;
+  const int threads = sh.num_warps * 32;
+  const Reg last_split = kb.Emit(Op::kSub, Type::kU32, {nsplit, 1});
+  for (int c0 = 0; c0 < chunks; c0 += threads) {
+    const Reg cidx = gen::UAdd(kb, tid, c0);
+    const Reg in_range = kb.Setp(Cmp::kLt, Type::kU32, cidx, chunks);
+    const Reg cc = kb.Selp(Type::kU32, cidx, 0, in_range);
+    const Reg head_row = gen::UAdd(kb, out_head0, gen::DivConst(kb, cc, hd / 4));
+    const Reg d4 = gen::RemConst(kb, cc, hd / 4);
+    const Reg hs0 = kb.Emit(Op::kMulLo, Type::kU32, {head_row, nsplit});
+    const Reg lse_row = gen::AddrAdd(kb, p.partial_lse, hs0, 4);
+    const Reg part_row =
+        gen::AddrAdd(kb, gen::AddrAdd(kb, p.partial_out, hs0, int64_t{hd} * 4), d4, 16);
+    const Reg mx = kb.Mov(Type::kF32, Operand::F32(kEmptyMax));
+    const Reg sum = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    std::vector<Reg> o(4);
+    for (Reg& r : o) r = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    const Reg s = kb.Mov(Type::kU32, 0);
+    const ptx::Label loop = kb.NewLabel("merge_loop");
+    kb.Bind(loop);
+    {
+      // Splits past the last read the last one's row and weigh nothing (lse -inf).
+      std::vector<Reg> valid(kMergeUnroll), lse(kMergeUnroll);
+      std::vector<std::vector<Reg>> part(kMergeUnroll);
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const Reg su = gen::UAdd(kb, s, u);
+        valid[u] = kb.Setp(Cmp::kLe, Type::kU32, su, last_split);
+        const Reg sc = kb.Emit(Op::kMin, Type::kU32, {su, last_split});
+        lse[u] =
+            kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, lse_row, sc, 4)));
+        part[u] = kb.Ld(Space::kGlobal, Type::kF32,
+                        Operand::Addr(gen::AddrAdd(kb, part_row, sc, int64_t{hd} * 4)), 4);
+      }
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const Reg l = kb.Selp(Type::kF32, lse[u], Operand::F32(-INFINITY), valid[u]);
+        const Reg mn = gen::FMax(kb, mx, l);
+        const Reg c = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, mx, mn)});
+        const Reg w = kb.Emit(Op::kEx2, Type::kF32, {gen::FSub(kb, l, mn)});
+        kb.EmitTo(sum, Op::kFma, Type::kF32, {sum, c, w});
+        for (int i = 0; i < 4; ++i) {
+          kb.EmitTo(o[i], Op::kFma, Type::kF32, {part[u][i], w, gen::FMul(kb, o[i], c)});
+        }
+        kb.MovTo(mx, mn);
+      }
+    }
+    kb.EmitTo(s, Op::kAdd, Type::kU32, {s, kMergeUnroll});
+    kb.BraIf(kb.Setp(Cmp::kLe, Type::kU32, s, last_split), loop);
+    const Reg nonempty = kb.Setp(Cmp::kGt, Type::kF32, sum, Operand::F32(0.0f));
+    const Reg inv =
+        kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
+    for (Reg& r : o) kb.EmitTo(r, Op::kMul, Type::kF32, {r, inv});
+    const Reg dst = gen::AddrAdd(kb, gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4), d4, 16);
+    auto guard = kb.If(in_range);
+    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(dst), o);
+  }
 }
 
 }  // namespace
@@ -379,7 +484,7 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
       Reg dst;
       if (cfg.split) {
         const Reg hs = kb.Emit(Op::kMadLo, Type::kU32, {head_row, nsplit, split});
-        dst = gen::AddrAdd(kb, p.out, hs, int64_t{hd} * 4);
+        dst = gen::AddrAdd(kb, p.partial_out, hs, int64_t{hd} * 4);
         const Reg lse = kb.Selp(Type::kF32, gen::FAdd(kb, mx, kb.Emit(Op::kLg2, Type::kF32, {sum})),
                                 Operand::F32(-INFINITY), nonempty);
         const Reg first =
@@ -394,6 +499,7 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
       auto guard = kb.If(in_range);
       kb.St(Space::kGlobal, Type::kF32, Operand::Addr(da), o);
     }
+    if (cfg.split) MergeIfLast(kb, cfg, sh, p, ml_base, out_head0, exit);
     kb.Bind(exit);
     kb.Ret();
     return absl::StrCat("lanes/token ", L, ", elems/lane ", E, ", vector ", VE, ", heads/CTA ", G,

@@ -11,7 +11,6 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
@@ -49,11 +48,11 @@ struct KernelList {
 };
 
 using AllKernels =
-    KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateAttentionMerge>,
-               Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>,
-               Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateQuantGemm>,
-               Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>,
-               Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
+    KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateDecodeAttention>,
+               Kernel<&GenerateEmbedding>, Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>,
+               Kernel<&GenerateQuantGemm>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
+               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>,
+               Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

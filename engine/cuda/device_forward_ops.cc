@@ -197,48 +197,54 @@ absl::Status DeviceForwardOps::Attention(int layer) {
   const DeviceStep& p = step_;
   const CUdeviceptr attn = buffers_.attn.ptr();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
-  if (p.flash) {
+  // The decode kernel over `rows` rows from token row `row0` and sequence `seq0` on: views
+  // into the step's buffers (decode mode: the rows are sequences seq0.., a token each).
+  auto decode_attention = [&](bool ragged, int64_t row0, int64_t seq0, int64_t rows) {
+    const kernels::DecodeAttentionConfig& cfg = kernels_.attn_cfg[ragged][p.split];
+    const CUdeviceptr row_bytes = static_cast<CUdeviceptr>(cfg.num_heads) * cfg.head_dim * 4;
+    const CUdeviceptr r0 = static_cast<CUdeviceptr>(row0), s0 = static_cast<CUdeviceptr>(seq0);
+    const kernels::DecodeAttentionArgs args{
+        .q = buffers_.q.ptr() + r0 * row_bytes,
+        .k_pool = kv_.k[layer].ptr(),
+        .v_pool = kv_.v[layer].ptr(),
+        .block_tables = p.block_tables + s0 * static_cast<CUdeviceptr>(p.max_blocks) * 4,
+        .seq_lens = p.seq_lens + s0 * 4,
+        .query_start = ragged ? p.query_start : 0,
+        .positions = ragged ? p.positions : 0,
+        .out = attn + r0 * row_bytes,
+        .partial_out = p.split ? buffers_.partial.ptr() : 0,
+        .partial_lse = p.split ? buffers_.lse.ptr() : 0,
+        .split_counters = p.split ? buffers_.split_counters.ptr() : 0,
+        .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+        .num_seqs = static_cast<uint32_t>(ragged ? p.seqs : rows),
+        .num_rows = static_cast<uint32_t>(rows),
+        .scale = scale,
+        .partition = static_cast<uint32_t>(p.partition)};
     return LaunchSlot(
-        cache_, kernels_.flash, kernels::FlashAttentionLaunch(kernels_.flash_cfg, p.tokens, p.seqs),
-        kernels::FlashAttentionArgs{.q = buffers_.q.ptr(),
-                                    .k_pool = kv_.k[layer].ptr(),
-                                    .v_pool = kv_.v[layer].ptr(),
-                                    .block_tables = p.block_tables,
-                                    .query_start = p.query_start,
-                                    .positions = p.positions,
-                                    .out = attn,
-                                    .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
-                                    .num_seqs = static_cast<uint32_t>(p.seqs),
-                                    .num_rows = static_cast<uint32_t>(p.tokens),
-                                    .scale = scale});
-  }
-  const kernels::DecodeAttentionArgs args{.q = buffers_.q.ptr(),
-                                          .k_pool = kv_.k[layer].ptr(),
-                                          .v_pool = kv_.v[layer].ptr(),
-                                          .block_tables = p.block_tables,
-                                          .seq_lens = p.seq_lens,
-                                          .query_start = p.query_start,
-                                          .positions = p.positions,
-                                          .out = p.split ? buffers_.partial.ptr() : attn,
-                                          .partial_lse = p.split ? buffers_.lse.ptr() : 0,
-                                          .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
-                                          .num_seqs = static_cast<uint32_t>(p.seqs),
-                                          .num_rows = static_cast<uint32_t>(p.tokens),
-                                          .scale = scale,
-                                          .partition = static_cast<uint32_t>(p.partition)};
-  absl::Status s = LaunchSlot(cache_, kernels_.attn[p.ragged][p.split],
-                              kernels::DecodeAttentionLaunch(kernels_.attn_shape[p.ragged][p.split],
-                                                             static_cast<int>(config_.num_kv_heads),
-                                                             p.tokens, p.num_splits),
-                              args);
-  if (!s.ok() || !p.split) return s;
-  return LaunchSlot(cache_, kernels_.merge,
-                    kernels::AttentionMergeLaunch(kernels_.merge_cfg, p.tokens),
-                    kernels::AttentionMergeArgs{.partial_out = args.out,
-                                                .partial_lse = args.partial_lse,
-                                                .out = attn,
-                                                .num_splits = static_cast<uint32_t>(p.num_splits),
-                                                .num_rows = args.num_rows});
+        cache_, kernels_.attn[ragged][p.split],
+        kernels::DecodeAttentionLaunch(kernels_.attn_shape[ragged][p.split],
+                                       static_cast<int>(config_.num_kv_heads), rows, p.num_splits),
+        args);
+  };
+  if (!p.flash) return decode_attention(p.ragged, 0, 0, p.tokens);
+  // Flash attention takes the sequences before the decode rows (DeviceStep::decode_rows).
+  const int64_t flash_rows = p.tokens - p.decode_rows, flash_seqs = p.seqs - p.decode_rows;
+  absl::Status s = LaunchSlot(
+      cache_, kernels_.flash,
+      kernels::FlashAttentionLaunch(kernels_.flash_cfg, flash_rows, flash_seqs),
+      kernels::FlashAttentionArgs{.q = buffers_.q.ptr(),
+                                  .k_pool = kv_.k[layer].ptr(),
+                                  .v_pool = kv_.v[layer].ptr(),
+                                  .block_tables = p.block_tables,
+                                  .query_start = p.query_start,
+                                  .positions = p.positions,
+                                  .out = attn,
+                                  .max_blocks_per_seq = static_cast<uint32_t>(p.max_blocks),
+                                  .num_seqs = static_cast<uint32_t>(flash_seqs),
+                                  .num_rows = static_cast<uint32_t>(flash_rows),
+                                  .scale = scale});
+  if (!s.ok() || p.decode_rows == 0) return s;
+  return decode_attention(false, flash_rows, flash_seqs, p.decode_rows);
 }
 
 absl::Status DeviceForwardOps::SiluMul() {

@@ -101,6 +101,11 @@ struct GpuBackendOptions : BackendOptions {
   // block size) and merge (flash-decoding) whatever the device; tests use it to run the
   // split path on short contexts. 0: kernels::PlanDecodeAttention decides.
   int32_t attention_partition = 0;
+  // A step with prefill chunks and at least this many decode rows runs the decode rows'
+  // attention in the decode kernel, apart from flash attention's launch for the chunks
+  // (kernels::kMixedDecodeRows says why there); tests lower it to run that path in small
+  // batches.
+  int32_t mixed_decode_rows = kernels::kMixedDecodeRows;
   int ptx_version = 78;  // PTX ISA of the generated kernels (x10)
   // With cuda_graphs (see above): steps of more than cuda_graph_max_batch sequences run
   // launch by launch; at most cuda_graph_limit graphs are kept.
@@ -189,6 +194,8 @@ class GpuBackend final : public Backend {
   ModelConfig config_;
   KvCacheConfig kv_;
   GpuBackendOptions options_;
+  // A mixed step with its decode rows moved last (DecodeRowsLast), reused step to step.
+  StepBatch decode_last_;
   PaddedHeads heads_;
   // Declared first so it is destroyed last: everything below lives on it.
   std::unique_ptr<Device> device_;

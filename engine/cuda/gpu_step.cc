@@ -13,13 +13,14 @@
 
 namespace ptxserve::cuda {
 
-absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSampling>* rows,
+absl::Status GpuBackend::Upload(const StepBatch& given, const std::vector<RowSampling>* rows,
                                 DeviceStep* step) {
   DeviceStep& p = *step;
-  p.tokens = batch.num_tokens();
-  p.seqs = batch.num_seqs();
-  p.rows = static_cast<int64_t>(batch.logits_rows.size());
-  p.max_blocks = batch.max_blocks_per_seq;
+  const StepBatch* in = &given;
+  p.tokens = given.num_tokens();
+  p.seqs = given.num_seqs();
+  p.rows = static_cast<int64_t>(given.logits_rows.size());
+  p.max_blocks = given.max_blocks_per_seq;
   const int64_t entries = PenaltyEntries(rows);
   if (entries > INT32_MAX) {
     return absl::InvalidArgumentError(
@@ -31,21 +32,40 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
   // Decode mode needs exactly one row per sequence; anything else runs ragged (causal
   // limits per row), which is also right for decode rows mixed into a prefill batch.
   p.ragged = p.tokens != p.seqs;
-  int64_t max_context = 0;
+  int64_t max_context = 0, decodes = 0;
   for (int64_t s = 0; s < p.seqs; ++s) {
-    if (batch.query_start[s + 1] - batch.query_start[s] != 1) p.ragged = true;
-    max_context = std::max<int64_t>(max_context, batch.seq_lens[s]);
+    if (given.query_start[s + 1] - given.query_start[s] != 1) {
+      p.ragged = true;
+    } else {
+      ++decodes;
+    }
+    max_context = std::max<int64_t>(max_context, given.seq_lens[s]);
   }
-  // Ragged steps run flash attention when the kernel set has it, never split: one launch for
-  // every row, decode rows of a mixed step included. By the cost model (estimates that
-  // tests/kernels/flash_attention_estimate_test prints) that beats a second launch of decode
-  // attention for the decode rows up to 16 of them beside a chunk; at 64 the second launch
-  // would be 1.9x cheaper, but needs the decode kernel to take a subset of the step's rows.
+  // Ragged steps run flash attention when the kernel set has it. Their decode rows ride
+  // along in the same launch up to options_.mixed_decode_rows of them; from there on the
+  // step's decode sequences move last and their rows run in the decode kernel, a launch of
+  // their own (kernels::kMixedDecodeRows gives the cost model's crossover).
   p.flash = p.ragged && kernels_->flash.used();
+  p.decode_rows = 0;
+  if (p.flash && decodes >= std::max(options_.mixed_decode_rows, 1)) {
+    p.decode_rows = DecodeRowsLast(given, &decode_last_);
+    in = &decode_last_;
+  }
+  // The decode kernel's rows and their longest context: the whole step, or the decode rows
+  // beside flash attention (none when flash takes every row).
+  const int64_t attn_rows = p.flash ? p.decode_rows : p.tokens;
   if (p.flash) {
-    p.split = false;
-    p.partition = 0;
-    p.num_splits = 1;
+    max_context = 0;
+    for (int64_t s = p.seqs - p.decode_rows; s < p.seqs; ++s) {
+      max_context = std::max<int64_t>(max_context, in->seq_lens[s]);
+    }
+  }
+  const bool ragged_kernel = p.ragged && !p.flash;
+  p.split = false;
+  p.partition = 0;
+  p.num_splits = 1;
+  if (attn_rows == 0) {
+    // flash attention alone
   } else if (options_.attention_partition > 0) {
     const int64_t part =
         (options_.attention_partition + kv_.block_size - 1) / kv_.block_size * kv_.block_size;
@@ -54,18 +74,18 @@ absl::Status GpuBackend::Upload(const StepBatch& batch, const std::vector<RowSam
     p.num_splits = p.split ? static_cast<int>((max_context + part - 1) / part) : 1;
   } else {
     const kernels::AttentionPlan plan = kernels::PlanDecodeAttention(
-        kernels_->attn_cfg[p.ragged][0], p.tokens, max_context, device_->info().num_sms);
+        kernels_->attn_cfg[ragged_kernel][0], attn_rows, max_context, device_->info().num_sms);
     p.split = plan.split;
     p.partition = plan.partition_tokens;
     p.num_splits = plan.num_splits;
   }
   if (p.graph) graphs_->RoundPartition(&p);
   if (p.split) {
-    if (absl::Status s = buffers_->ReserveSplits(p.tokens, p.num_splits); !s.ok()) return s;
+    if (absl::Status s = buffers_->ReserveSplits(attn_rows, p.num_splits); !s.ok()) return s;
   }
   const CUdeviceptr meta = buffers_->meta.ptr();
   uint8_t* host = buffers_->meta_host.data();
-  const size_t bytes = PackStepMetadata(batch, rows, m, host, meta, &p);
+  const size_t bytes = PackStepMetadata(*in, rows, m, host, meta, &p);
   return device_->CopyToDevice(meta, host, bytes, "step metadata");
 }
 

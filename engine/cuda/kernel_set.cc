@@ -115,7 +115,7 @@ absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_ver
 }
 
 std::vector<KernelSlot*> KernelSet::All() {
-  std::vector<KernelSlot*> all = {&embed, &gather, &norm,     &rope_kv,  &merge,    &flash,
+  std::vector<KernelSlot*> all = {&embed, &gather, &norm,     &rope_kv,  &flash,
                                   &silu,  &argmax, &sampling, &logprobs, &penalties};
   for (auto& by_ragged : attn) {
     for (KernelSlot& s : by_ragged) all.push_back(&s);
@@ -205,10 +205,6 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
       if (!(ragged == 1 && flash)) k.attn[ragged][split] = MakeSlot(a);
     }
   }
-  k.merge_cfg.num_heads = static_cast<int>(c.num_heads);
-  k.merge_cfg.head_dim = static_cast<int>(dp);
-  k.merge_cfg.target = target;
-  k.merge = MakeSlot(k.merge_cfg);
   k.silu_cfg.fused_inter = k.fused_gate_up ? static_cast<int>(I) : 0;
   k.silu_cfg.target = target;
   k.silu = MakeSlot(k.silu_cfg);

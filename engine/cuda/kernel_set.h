@@ -128,8 +128,6 @@ struct KernelSet {
   // (padded) up to 128; unused otherwise (f32 caches keep the ragged decode kernel).
   kernels::FlashAttentionConfig flash_cfg;
   KernelSlot flash;
-  kernels::AttentionMergeConfig merge_cfg;
-  KernelSlot merge;
   kernels::SiluMulConfig silu_cfg;
   KernelSlot silu;
   kernels::ArgmaxConfig argmax_cfg;

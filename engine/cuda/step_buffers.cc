@@ -59,6 +59,18 @@ absl::Status StepBuffers::Reserve(int64_t tokens, int64_t rows, size_t meta_byte
 }
 
 absl::Status StepBuffers::ReserveSplits(int64_t rows, int64_t splits) {
+  if (rows > split_rows_) {
+    const int64_t r = std::max(rows, split_rows_ * 3 / 2);
+    const size_t bytes = static_cast<size_t>(r * config_.num_heads) * 4;
+    absl::StatusOr<DeviceBuffer> c = device_->Alloc(bytes, "attention split counters");
+    if (!c.ok()) return c.status();
+    // The kernel counts from zero and leaves zeros, so only a new buffer is cleared.
+    if (absl::Status s = device_->Memset(c->ptr(), 0, bytes, "attention split counters"); !s.ok()) {
+      return s;
+    }
+    split_counters = *std::move(c);
+    split_rows_ = r;
+  }
   const int64_t elems = rows * config_.num_heads * splits * head_dim_;
   if (elems <= split_elems_) return absl::OkStatus();
   const int64_t e = std::max(elems, split_elems_ * 3 / 2);

@@ -27,7 +27,8 @@ class StepBuffers {
   // Grows the activations to `tokens` rows, the logits side to `rows` and the metadata
   // to `meta_bytes` (by half again at least, so growth is rare).
   absl::Status Reserve(int64_t tokens, int64_t rows, size_t meta_bytes);
-  // Grows the split-attention partials to `rows` x `splits`.
+  // Grows the split-attention partials to `rows` x `splits`, and the split counters (zeroed
+  // when allocated; every split launch leaves them zero) to `rows`.
   absl::Status ReserveSplits(int64_t rows, int64_t splits);
 
   // Where the unfused up projection starts in gate_up for `tokens` rows: after the gate
@@ -38,10 +39,11 @@ class StepBuffers {
   }
 
   // Every buffer a forward pass's kernels take the address of.
-  static constexpr int kForwardBuffers = 12;
+  static constexpr int kForwardBuffers = 13;
   std::array<CUdeviceptr, kForwardBuffers> forward_addresses() const {
     return {x.ptr(),   h.ptr(),       qkv.ptr(),    q.ptr(),       attn.ptr(), gate_up.ptr(),
-            act.ptr(), rows_in.ptr(), logits.ptr(), partial.ptr(), lse.ptr(),  meta.ptr()};
+            act.ptr(), rows_in.ptr(), logits.ptr(), partial.ptr(), lse.ptr(),  split_counters.ptr(),
+            meta.ptr()};
   }
 
   DeviceBuffer x;          // f32 [tokens][hidden] residual stream
@@ -58,7 +60,9 @@ class StepBuffers {
   DeviceBuffer penalized;  // f32 [rows][vocab]: penalised logits (StepSampled)
   DeviceBuffer partial;    // f32 split attention partials
   DeviceBuffer lse;        // f32 split log-sum-exps
-  DeviceBuffer meta;       // the packed StepBatch (step_metadata.h)
+  // u32 [rows][num_heads]: split CTAs done per (row, KV head chunk), a chunk at most a head
+  DeviceBuffer split_counters;
+  DeviceBuffer meta;  // the packed StepBatch (step_metadata.h)
   PinnedBuffer meta_host;
   PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 
@@ -70,6 +74,7 @@ class StepBuffers {
   int64_t rows_ = 0;    // logits rows
   size_t meta_bytes_ = 0;
   int64_t split_elems_ = 0;  // floats of `partial`
+  int64_t split_rows_ = 0;   // rows of `split_counters`
 };
 
 }  // namespace ptxserve::cuda

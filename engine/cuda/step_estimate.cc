@@ -35,6 +35,45 @@ StepBatch MakeStep(int batch, int context, int block_size, int64_t vocab, bool d
   return b;
 }
 
+// A mixed step: one sequence's chunk of `chunk` tokens, the last of max(context, chunk),
+// then `decodes` sequences decoding their `context`th token (the order a scheduler gives
+// a running prompt and the decodes that joined after it, say).
+StepBatch MakeMixedStep(int chunk, int decodes, int context, int block_size, int64_t vocab) {
+  const int prefill_context = std::max(context, chunk);
+  StepBatch b = MakeStep(1, prefill_context, block_size, vocab, false);
+  const int first = prefill_context - chunk;  // drop the cached prefix's rows
+  b.token_ids.erase(b.token_ids.begin(), b.token_ids.begin() + first);
+  b.positions.erase(b.positions.begin(), b.positions.begin() + first);
+  b.slot_mapping.erase(b.slot_mapping.begin(), b.slot_mapping.begin() + first);
+  b.query_start = {0, chunk};
+  b.logits_rows = {chunk - 1};
+  const StepBatch d = MakeStep(decodes, context, block_size, vocab, true);
+  const int32_t mb = std::max(b.max_blocks_per_seq, d.max_blocks_per_seq);
+  std::vector<int32_t> tables;
+  auto add_tables = [&](const StepBatch& s, int32_t block0) {
+    for (int i = 0; i < s.num_seqs(); ++i) {
+      for (int j = 0; j < mb; ++j) {
+        tables.push_back(
+            j < s.max_blocks_per_seq ? block0 + s.block_tables[i * s.max_blocks_per_seq + j] : 0);
+      }
+    }
+  };
+  const int32_t prefill_blocks = b.max_blocks_per_seq;
+  add_tables(b, 0);
+  add_tables(d, prefill_blocks);
+  b.block_tables = std::move(tables);
+  b.max_blocks_per_seq = mb;
+  for (int t = 0; t < d.num_tokens(); ++t) {
+    b.token_ids.push_back(d.token_ids[t]);
+    b.positions.push_back(d.positions[t]);
+    b.slot_mapping.push_back(d.slot_mapping[t] + int64_t{prefill_blocks} * block_size);
+    b.query_start.push_back(b.num_tokens());
+    b.seq_lens.push_back(d.seq_lens[t]);
+    b.logits_rows.push_back(b.num_tokens() - 1);
+  }
+  return b;
+}
+
 struct CountedStep {
   std::vector<emu::KernelCounters> launches;
   size_t weight_bytes = 0, layer_weight_bytes = 0;  // the one-layer model's on the device
@@ -51,12 +90,15 @@ absl::StatusOr<CountedStep> CountStep(const Model& one_layer, const StepEstimate
   if (!driver.ok()) return driver.status();
   absl::StatusOr<std::unique_ptr<Device>> device = Device::Open(*std::move(driver));
   if (!device.ok()) return device.status();
-  const KvCacheConfig kv{static_cast<int32_t>(step.block_tables.size()), o.block_size, o.kv_dtype};
+  int32_t blocks = 0;  // every block the step's tables name
+  for (const int32_t b : step.block_tables) blocks = std::max(blocks, b + 1);
+  const KvCacheConfig kv{blocks, o.block_size, o.kv_dtype};
   GpuBackendOptions bo;
   bo.max_tokens = std::max(step.num_tokens(), 1);
   bo.max_seqs = std::max(step.num_seqs(), 1);
   bo.cuda_graphs = decode && o.cuda_graphs;
   bo.emulated_device = o.device;
+  bo.mixed_decode_rows = o.mixed_decode_rows;
   bo.log_progress = false;
   absl::StatusOr<std::unique_ptr<GpuBackend>> backend =
       GpuBackend::Create(one_layer, kv, *std::move(device), bo);
@@ -191,6 +233,37 @@ absl::StatusOr<ModelEstimate> EstimateModelSteps(const Model& model, const std::
     s.flops = 2.0 * weights / elem_bytes * batch +
               4.0 * static_cast<double>(c.num_layers * c.q_dim()) * o.context * batch;
     s.roofline_s = static_cast<double>(s.ideal_bytes) / d.dram_bytes_per_s;
+    out.steps.push_back(std::move(s));
+  }
+  for (const auto& [chunk, decodes] : o.mixed) {
+    if (chunk < 1 || decodes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixed step ", chunk, ":", decodes, ": want a chunk >= 1, decodes >= 0"));
+    }
+    const StepBatch step = MakeMixedStep(chunk, decodes, o.context, o.block_size, c.vocab_size);
+    absl::StatusOr<CountedStep> launches = CountStep(one_layer, o, step, false);
+    if (!launches.ok()) {
+      return absl::Status(
+          launches.status().code(),
+          absl::StrCat("mixed step ", chunk, ":", decodes, ": ", launches.status().message()));
+    }
+    out.device_weight_bytes =
+        launches->weight_bytes + (c.num_layers - 1) * launches->layer_weight_bytes;
+    StepEstimate s = Summarise(d, *std::move(launches), c.num_layers, false);
+    s.phase = "mixed";
+    s.batch = decodes;
+    s.context = o.context;
+    s.tokens = chunk + decodes;
+    const double prefill_context = std::max(o.context, chunk);
+    s.ideal_bytes =
+        static_cast<uint64_t>(weights + kv_per_token * (decodes * o.context + prefill_context));
+    // The chunk's rows attend to the prefix and causally among themselves.
+    const double chunk_pairs = chunk * (prefill_context - chunk) + chunk * (chunk + 1) / 2.0;
+    s.flops = 2.0 * weights / elem_bytes * s.tokens +
+              4.0 * static_cast<double>(c.num_layers * c.q_dim()) *
+                  (chunk_pairs + static_cast<double>(decodes) * o.context);
+    s.roofline_s = std::max(static_cast<double>(s.ideal_bytes) / d.dram_bytes_per_s,
+                            s.flops / d.tensor_f16_flops);
     out.steps.push_back(std::move(s));
   }
   if (o.prefill_tokens > 0) {

@@ -9,23 +9,26 @@
 // per layer; the embedding and the head (gather, final norm, LM head, greedy sampling)
 // count once. The K/V pools hold exactly the step's blocks, zero-filled.
 //
-// Rooflines: a decode step against (every weight, as stored: blocks for q8_0/q4_0, + the
-// context's K and V bytes) / the
-// datasheet DRAM bandwidth; a prefill against its FLOPs (the projections of every token,
-// causal attention, the LM head of the last token) / the dense f16 tensor-core peak.
-// A kernel's own roofline is the larger of its DRAM bytes over that bandwidth and its
-// FLOPs (tensor and FP32 alike) over the tensor peak: what it would take on tensor cores.
+// Rooflines: a mixed step against the larger of its decode and prefill rooflines (bytes
+// over bandwidth, FLOPs over the tensor peak); a decode step against (every weight, as stored:
+// blocks for q8_0/q4_0, + the context's K and V bytes) / the datasheet DRAM bandwidth; a prefill
+// against its FLOPs (the projections of every token, causal attention, the LM head of the last
+// token) / the dense f16 tensor-core peak. A kernel's own roofline is the larger of its DRAM bytes
+// over that bandwidth and its FLOPs (tensor and FP32 alike) over the tensor peak: what it would
+// take on tensor cores.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
 #include "kernels/cost/cost_model.h"
+#include "kernels/decode_attention.h"
 #include "kernels/emu/counters.h"
 
 namespace ptxserve::cuda {
@@ -35,6 +38,12 @@ struct StepEstimateOptions {
   std::vector<int> decode_batches = {1, 16, 64, 256};
   int context = 1024;         // tokens of each sequence in a decode step (its new one included)
   int prefill_tokens = 2048;  // one sequence's prompt; 0 = no prefill estimate
+  // Mixed steps: (chunk, decode rows) = a prompt chunk of `chunk` tokens (the last of
+  // max(context, chunk)) beside `decode rows` sequences decoding at `context`.
+  std::vector<std::pair<int, int>> mixed;
+  // GpuBackendOptions::mixed_decode_rows: decode rows of a mixed step from which they run
+  // apart from flash attention.
+  int mixed_decode_rows = kernels::kMixedDecodeRows;
   int block_size = 16;
   DType kv_dtype = DType::kF16;
   bool cuda_graphs = true;  // decode steps replay a CUDA graph, as the server's do
@@ -61,8 +70,8 @@ struct KernelEstimate {
 };
 
 struct StepEstimate {
-  std::string phase;                    // "decode" or "prefill"
-  int batch = 0;                        // sequences
+  std::string phase;                    // "decode", "mixed" or "prefill"
+  int batch = 0;                        // sequences (mixed: the decode rows)
   int context = 0;                      // tokens per sequence after the step
   int tokens = 0;                       // tokens the step runs
   std::vector<KernelEstimate> kernels;  // in launch order (one layer's launches once)
@@ -83,7 +92,7 @@ struct ModelEstimate {
   // Bytes of the weights as the backend uploads them, for all the model's layers (the
   // one-layer copy's, plus its layer's bytes for each further layer): a count, not an estimate.
   uint64_t device_weight_bytes = 0;
-  std::vector<StepEstimate> steps;  // decode steps by batch, then the prefill
+  std::vector<StepEstimate> steps;  // decode steps by batch, the mixed steps, then the prefill
 };
 
 // Estimates `model`'s steps on options.device. `name` labels the result. Errors name the

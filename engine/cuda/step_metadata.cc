@@ -51,6 +51,42 @@ MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t 
   return m;
 }
 
+int64_t DecodeRowsLast(const StepBatch& batch, StepBatch* out) {
+  StepBatch& o = *out;
+  const int64_t seqs = batch.num_seqs(), mb = batch.max_blocks_per_seq;
+  o.token_ids.clear();
+  o.positions.clear();
+  o.slot_mapping.clear();
+  o.query_start.assign(1, 0);
+  o.seq_lens.clear();
+  o.block_tables.clear();
+  o.max_blocks_per_seq = batch.max_blocks_per_seq;
+  std::vector<int32_t>& new_row = o.logits_rows;  // old token row -> new, then remapped
+  new_row.assign(batch.token_ids.size(), 0);
+  int64_t moved = 0;
+  for (const bool decode : {false, true}) {
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
+      if ((end - begin == 1) != decode) continue;
+      moved += decode ? 1 : 0;
+      for (int32_t t = begin; t < end; ++t) {
+        new_row[t] = o.num_tokens();
+        o.token_ids.push_back(batch.token_ids[t]);
+        o.positions.push_back(batch.positions[t]);
+        o.slot_mapping.push_back(batch.slot_mapping[t]);
+      }
+      o.query_start.push_back(o.num_tokens());
+      o.seq_lens.push_back(batch.seq_lens[s]);
+      o.block_tables.insert(o.block_tables.end(), batch.block_tables.begin() + s * mb,
+                            batch.block_tables.begin() + (s + 1) * mb);
+    }
+  }
+  std::vector<int32_t> rows(batch.logits_rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = new_row[batch.logits_rows[i]];
+  o.logits_rows = std::move(rows);
+  return moved;
+}
+
 int64_t PenaltyEntries(const std::vector<RowSampling>* rows) {
   int64_t entries = 0;
   if (rows != nullptr) {

@@ -18,7 +18,11 @@ struct DeviceStep {
   int64_t tokens = 0, seqs = 0, rows = 0, max_blocks = 0;
   bool ragged = false;  // not every sequence decodes exactly one token
   bool flash = false;   // ragged, and run by flash_attention (KernelSet::flash)
-  bool split = false;   // flash-decoding: attention split over partitions, then merged
+  // flash: the step's last decode_rows sequences decode one token each, and their rows
+  // (the last decode_rows) run in the decode kernel, apart from flash attention's launch.
+  int64_t decode_rows = 0;
+  bool split = false;  // flash-decoding (of the decode kernel's rows): attention split over
+                       // partitions, then merged
   int num_splits = 1;
   int partition = 0;       // tokens per split
   bool sample = false;     // StepSampled
@@ -50,6 +54,11 @@ struct MetaLayout {
 };
 MetaLayout LayoutMeta(int64_t tokens, int64_t seqs, int64_t max_blocks, int64_t rows,
                       int64_t penalty_entries = 0);
+
+// `batch` with its sequences that decode one token moved behind the others (each group in
+// its order), into `out`: logits_rows name the same tokens at their new rows, in the same
+// output order, so the step's results do not change. Returns how many sequences moved.
+int64_t DecodeRowsLast(const StepBatch& batch, StepBatch* out);
 
 // Penalty entries of `rows` (null: none).
 int64_t PenaltyEntries(const std::vector<RowSampling>* rows);

@@ -150,8 +150,8 @@ absl::Status Decoder::Misc() {
       return absl::OkStatus();
     case Op::kMembar:
     case Op::kFence:
-      // Warps of a block run one after another and blocks share host memory, so every
-      // ordering the program asks for already holds.
+      // Warps of a block run one after another; blocks on other host threads see this
+      // thread's writes in order once a host fence stands between them (SelectFence).
       for (const auto& m : r_.mods) {
         static const char* kOk[] = {
             "cta",   "gl",    "sys",   "gpu",         "cluster",         "sc",    "acq_rel",
@@ -161,7 +161,7 @@ absl::Status Decoder::Misc() {
         if (!ok) return Err("unknown modifier '.%s'", m);
       }
       if (auto s = NeedOps(0); !s.ok()) return s;
-      in_.fn = SelectNop();
+      in_.fn = SelectFence();
       return absl::OkStatus();
     case Op::kPrefetch:
     case Op::kPrefetchu:

@@ -99,6 +99,7 @@ Handler SelectRedux(AtomOp op, Ty t);
 Handler SelectClock(bool is64);
 Handler SelectWarpSync();
 Handler SelectNop();
+Handler SelectFence();           // membar / fence: a host memory fence
 Handler SelectPredLogic(Op op);  // and/or/xor/not/mov on .pred
 Handler SelectBfind(Ty t, bool shiftamt);
 Handler SelectShf(bool left, bool clamp);

@@ -2,6 +2,7 @@
 // bar.warp.sync), %clock reads and no-ops. A collective sees every lane of the group the
 // scheduler is executing; a membermask naming a lane outside that group is an error, and a
 // shuffle reading a lane that does not take part yields an uninitialised destination.
+#include <atomic>
 #include <bit>
 
 #include "absl/strings/str_format.h"
@@ -178,6 +179,14 @@ bool Clock(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
 
 bool Nop(ExecCtx&, Warp&, const Instr&, uint32_t) { return true; }
 
+// Blocks of a launch run on several host threads whose atomics are relaxed: a host fence
+// gives membar/fence its device-wide order (a CTA's partial results seen by the CTA whose
+// atomic finds it last, say) on any host memory model.
+bool Fence(ExecCtx&, Warp&, const Instr&, uint32_t) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
+}
+
 }  // namespace
 
 Handler SelectShfl(ShflMode m) {
@@ -233,5 +242,6 @@ Handler SelectRedux(AtomOp op, Ty t) {
 Handler SelectClock(bool is64) { return is64 ? &Clock<true> : &Clock<false>; }
 Handler SelectWarpSync() { return &WarpSync; }
 Handler SelectNop() { return &Nop; }
+Handler SelectFence() { return &Fence; }
 
 }  // namespace ptxserve::emu

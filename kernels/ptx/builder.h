@@ -179,6 +179,10 @@ class KernelBuilder {
   // (default: 0 for up, 31 otherwise). The result has val's type.
   Reg Shfl(ShflMode mode, Reg val, const Operand& b, int c = -1, const Operand& mask = -1);
   void BarSync(int barrier = 0);
+  // membar.gl: this thread's global memory accesses before it are seen by the whole device
+  // before its accesses after it (a fence that pairs with another thread's, through an
+  // atomic, to hand results between CTAs).
+  void MembarGl();
 
   // ---- control flow ----
   Label NewLabel(absl::string_view hint);

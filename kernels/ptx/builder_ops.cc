@@ -380,4 +380,6 @@ void KernelBuilder::BarSync(int barrier) {
   Line("bar.sync", {absl::StrCat(barrier)});
 }
 
+void KernelBuilder::MembarGl() { Line("membar.gl", {}); }
+
 }  // namespace ptxserve::ptx

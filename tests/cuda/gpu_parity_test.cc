@@ -18,6 +18,7 @@
 #include "engine/cuda/gpu_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "kernels/decode_attention.h"
 #include "kernels/flash_attention.h"
 #include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
@@ -38,6 +39,7 @@ struct Case {
   std::vector<GenRequest> requests;
   int chunk = 64;
   int32_t attention_partition = 0;
+  int32_t mixed_decode_rows = kernels::kMixedDecodeRows;
   double tolerance = 2e-4;
   bool print_tokens = false;
 };
@@ -51,6 +53,7 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   GpuBackendOptions opts;
   opts.attention_partition = c.attention_partition;
+  opts.mixed_decode_rows = c.mixed_decode_rows;
   const auto t0 = std::chrono::steady_clock::now();
   opts.log_progress = false;
   opts.emulated_device = testing::EmulatedDeviceUnderTest();
@@ -79,6 +82,17 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
     EXPECT_EQ(flash_launches, 0);
   } else {
     EXPECT_GT(flash_launches, 0) << "no step ran flash attention";
+  }
+  // One attention launch per layer and step, and a second in mixed steps whose decode rows
+  // run apart (none of these cases has kMixedDecodeRows decode rows beside a chunk).
+  const auto decode = cs.launches.find(kernels::kDecodeAttentionEntry);
+  const int64_t attention_launches =
+      flash_launches + (decode == cs.launches.end() ? 0 : decode->second);
+  const int64_t one_per_step = static_cast<int64_t>(got->logits.size()) * model.config.num_layers;
+  if (c.mixed_decode_rows < kernels::kMixedDecodeRows && c.kv_dtype != DType::kF32) {
+    EXPECT_GT(attention_launches, one_per_step) << "no mixed step ran its decode rows apart";
+  } else {
+    EXPECT_EQ(attention_launches, one_per_step);
   }
   EXPECT_EQ(got->tokens, want->tokens);
   ASSERT_EQ(got->logits.size(), want->logits.size());
@@ -147,6 +161,23 @@ TEST_P(GpuParity, TinySplitAttentionF16) {
                 {Prompt(12, m->config.vocab_size, 6), 1, 6}};
   c.chunk = 8;
   c.attention_partition = 16;
+  RunParity(*m, c, GetParam());
+}
+
+// Mixed steps (a prompt's chunks beside decode rows) with every decode row apart from
+// flash attention, in the decode kernel, split and merged past 16 tokens of context.
+TEST_P(GpuParity, TinyMixedDecodeRowsApartF16) {
+  auto m = testing::SyntheticModel("tiny", DType::kF16);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Case c;
+  c.preset = "tiny f16 decode rows apart";
+  c.dtype = DType::kF16;
+  c.kv_dtype = DType::kF16;
+  c.requests = Staggered(m->config.vocab_size, 6);
+  c.requests.push_back({Prompt(21, m->config.vocab_size, 7), 3, 4});
+  c.chunk = 4;
+  c.attention_partition = 16;
+  c.mixed_decode_rows = 1;
   RunParity(*m, c, GetParam());
 }
 

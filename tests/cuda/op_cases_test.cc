@@ -24,7 +24,6 @@
 #include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/argmax.h"
-#include "kernels/attention_merge.h"
 #include "kernels/decode_attention.h"
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
@@ -71,7 +70,7 @@ struct RopeKvCase {
   ElemType kv;
 };
 // Decode mode: one query row per sequence; split: partitions of `partition` tokens merged
-// by attention_merge.
+// by the last CTA of each group.
 struct DecodeAttentionCase {
   int seqs, heads, kv_heads, head_dim, block_size;
   ElemType kv;
@@ -505,10 +504,13 @@ void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
   const CUdeviceptr dpartial = r.Upload(std::vector<float>(out_elems * splits));
   const CUdeviceptr dlse = r.Upload(std::vector<float>(size_t{1} * c.seqs * c.heads * splits));
   const CUdeviceptr dout = r.Upload(std::vector<float>(out_elems));
+  const kernels::LaunchDims dims =
+      kernels::DecodeAttentionLaunch(*shape, c.kv_heads, c.seqs, splits);
+  const std::vector<uint32_t> counts(size_t{dims.grid[0]} * dims.grid[1], 0);
+  const CUdeviceptr dcount = r.UploadBytes(counts.data(), counts.size() * 4);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ASSERT_TRUE(
-      r.Launch(cfg, kernels::kDecodeAttentionEntry, &kernels::GenerateDecodeAttention,
-               kernels::DecodeAttentionLaunch(*shape, c.kv_heads, c.seqs, splits),
+      r.Launch(cfg, kernels::kDecodeAttentionEntry, &kernels::GenerateDecodeAttention, dims,
                kernels::DecodeAttentionArgs{.q = dq,
                                             .k_pool = dkp,
                                             .v_pool = dvp,
@@ -516,28 +518,16 @@ void RunCase(OpRunner& r, const DecodeAttentionCase& c) {
                                             .seq_lens = dl,
                                             .query_start = 0,
                                             .positions = 0,
-                                            .out = split ? dpartial : dout,
+                                            .out = dout,
+                                            .partial_out = split ? dpartial : 0,
                                             .partial_lse = split ? dlse : 0,
+                                            .split_counters = split ? dcount : 0,
                                             .max_blocks_per_seq = max_blocks,
                                             .num_seqs = static_cast<uint32_t>(c.seqs),
                                             .num_rows = static_cast<uint32_t>(c.seqs),
                                             .scale = scale,
                                             .partition = static_cast<uint32_t>(c.partition)})
           .ok());
-  if (split) {
-    kernels::AttentionMergeConfig mc;
-    mc.num_heads = c.heads;
-    mc.head_dim = c.head_dim;
-    mc.target = r.target();
-    ASSERT_TRUE(r.Launch(mc, kernels::kAttentionMergeEntry, &kernels::GenerateAttentionMerge,
-                         kernels::AttentionMergeLaunch(mc, c.seqs),
-                         kernels::AttentionMergeArgs{.partial_out = dpartial,
-                                                     .partial_lse = dlse,
-                                                     .out = dout,
-                                                     .num_splits = static_cast<uint32_t>(splits),
-                                                     .num_rows = static_cast<uint32_t>(c.seqs)})
-                    .ok());
-  }
   std::vector<float> want(out_elems);
   cpu::PagedAttention(q.data(), positions.data(), query_start.data(), seq_lens.data(),
                       tables.data(), max_blocks, c.seqs, c.heads, c.kv_heads, c.head_dim,

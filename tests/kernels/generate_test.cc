@@ -67,7 +67,6 @@ const std::vector<Golden>& Goldens() {
         {"head_dim", "64"},
         {"split", "true"},
         {"sm", "90"}}},
-      {"attention_merge_h32_d128", "attention_merge", {}},
       {"flash_attention_f16_h32_kvh8_d128", "flash_attention", {}},
       {"flash_attention_bf16_h32_kvh8_d64",
        "flash_attention",
@@ -195,9 +194,6 @@ TEST(GenerateTest, UnsupportedConfigsAreErrors) {
   k = RopeKvConfig{};
   k.block_size = 0;
   EXPECT_FALSE(GenerateRopeKv(k).ok());
-  AttentionMergeConfig m;
-  m.head_dim = 48;
-  EXPECT_FALSE(GenerateAttentionMerge(m).ok());
 }
 
 TEST(GenerateTest, AttentionShapes) {
@@ -292,7 +288,7 @@ TEST(GenerateTest, GemmFormChoice) {
 
 TEST(RegistryTest, NamesDefaultsAndErrors) {
   const std::vector<std::string> names = KernelNames();
-  EXPECT_THAT(names, ::testing::IsSupersetOf({"rope_kv", "decode_attention", "attention_merge"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"rope_kv", "decode_attention", "flash_attention"}));
   for (const std::string& n : names) {
     absl::StatusOr<KernelSettings> d = KernelDefaults(n);
     ASSERT_TRUE(d.ok()) << n;

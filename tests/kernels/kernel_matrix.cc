@@ -57,10 +57,6 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
         }
       }
     }
-    AttentionMergeConfig m;
-    m.head_dim = hd;
-    m.target = target;
-    Add(&out, m);
     // Prefill attention on tensor cores: f16 per group, bf16 once per head_dim.
     for (int group : groups) {
       FlashAttentionConfig f;
