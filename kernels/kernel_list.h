@@ -17,6 +17,7 @@
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_quant.h"
+#include "kernels/gemm_reduce.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
 #include "kernels/rmsnorm.h"
@@ -51,9 +52,10 @@ struct KernelList {
 using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateAttentionMerge>,
                Kernel<&GenerateDecodeAttention>, Kernel<&GenerateEmbedding>,
-               Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateQuantGemm>,
-               Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>,
-               Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>, Kernel<&GenerateGemmReduce>,
+               Kernel<&GenerateQuantGemm>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
+               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>,
+               Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

@@ -19,6 +19,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/flash_attention.h"
+#include "kernels/gemm_reduce.h"
 #include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -40,6 +41,7 @@ struct Case {
   int32_t attention_partition = 0;
   double tolerance = 2e-4;
   bool print_tokens = false;
+  const char* must_launch = nullptr;  // a kernel entry some step must launch
 };
 
 void RunParity(const Model& model, const Case& c, const std::string& kind) {
@@ -79,6 +81,9 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
     EXPECT_EQ(flash_launches, 0);
   } else {
     EXPECT_GT(flash_launches, 0) << "no step ran flash attention";
+  }
+  if (c.must_launch != nullptr) {
+    EXPECT_GT(cs.launches.count(c.must_launch), 0u) << "no step launched " << c.must_launch;
   }
   EXPECT_EQ(got->tokens, want->tokens);
   ASSERT_EQ(got->logits.size(), want->logits.size());
@@ -204,6 +209,23 @@ TEST_P(GpuParity, BiasesRopeStylesAndScaling) {
     SCOPED_TRACE(c.preset);
     RunParity(m, c, GetParam());
   }
+}
+
+// A 520-token prompt in one chunk: the 1024-row GEMM forms, whose down projection (64
+// columns from k 512) is a grid short of a wave and splits K (GemmConfigFor), its partial
+// sums reduced by gemm_reduce with the residual epilogue.
+TEST_P(GpuParity, LongPrefillSplitsK) {
+  ::ptxserve::testing::RandomModelSpec spec;
+  spec.intermediate = 512;
+  spec.dtype = DType::kF16;
+  const Model m = ::ptxserve::testing::MakeRandomModel(spec);
+  Case c;
+  c.preset = spec.Name();
+  c.dtype = c.kv_dtype = DType::kF16;
+  c.requests = {{Prompt(520, m.config.vocab_size, 11), 0, 2}};
+  c.chunk = 600;
+  c.must_launch = kernels::kGemmReduceEntry;
+  RunParity(m, c, GetParam());
 }
 
 // The larger presets (hidden 512, 2 layers): a short batch each, f32 and f16 weights.
