@@ -46,7 +46,9 @@ struct ConfigField : NamedField<Owner, T> {
   const char* key_tag = nullptr;      // nullptr: not part of the key
   bool Owner::*key_unless = nullptr;  // left out of the key while this flag is set
   bool Owner::*key_when = nullptr;    // in the key only while this flag is set
-  int64_t lo = 0, hi = 0, step = 0;   // step 0: any value
+  bool key_omit_default = false;      // left out of the key at the value `key_default`
+  int64_t key_default = 0;
+  int64_t lo = 0, hi = 0, step = 0;  // step 0: any value
 
   // In the key as ":<tag><value>" (bool: ":<tag>" when true), except while `unless` is set.
   constexpr ConfigField Key(const char* tag, bool Owner::*unless = nullptr) const {
@@ -59,6 +61,14 @@ struct ConfigField : NamedField<Owner, T> {
   constexpr ConfigField KeyWhen(const char* tag, bool Owner::*when) const {
     ConfigField f = Key(tag);
     f.key_when = when;
+    return f;
+  }
+  // In the key as Key(tag) does, except at `value` (a setting that most configs leave at
+  // its default, so their keys stay as they were before it existed).
+  constexpr ConfigField KeyUnlessValue(const char* tag, int64_t value) const {
+    ConfigField f = Key(tag);
+    f.key_omit_default = true;
+    f.key_default = value;
     return f;
   }
   // Valid values: lo..hi, and a multiple of `multiple_of`.
@@ -88,6 +98,9 @@ struct ConfigField : NamedField<Owner, T> {
       return;
     }
     const T& v = c.*(this->member);
+    if constexpr (std::is_integral_v<T>) {
+      if (key_omit_default && static_cast<int64_t>(v) == key_default) return;
+    }
     if constexpr (std::is_same_v<T, bool>) {
       if (v) absl::StrAppend(key, ":", key_tag);
     } else if constexpr (std::is_integral_v<T>) {

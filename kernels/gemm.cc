@@ -11,6 +11,8 @@ namespace ptxserve::kernels {
 namespace {
 
 constexpr int kUnroll = 4;  // K chunks per loop trip: 128-bit loads in flight per lane
+// From this many rows GemmConfigFor weighs the prefill tiles' waves (WeighedUs).
+constexpr int64_t kPrefillRows = 512;
 
 // Elements of K per lane load: up to 128 bits of weights, dividing K.
 int Vec(const GemmConfig& c) {
@@ -41,6 +43,10 @@ absl::Status GemmConfig::CheckAcrossFields() const {
                      ": swiglu is an epilogue of the tensor-core form, without bias or "
                      "accumulate"));
   }
+  if (split_k > 1 && (!tensor_cores || warps_k != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm config ", Key(), ": split_k is for the tensor-core form with one k slice a warp"));
+  }
   if (!tensor_cores) return absl::OkStatus();
   if (!tiled || weight_dtype == ElemType::kF32 || k % 8 != 0) {
     return absl::InvalidArgumentError(
@@ -57,6 +63,13 @@ absl::Status GemmConfig::CheckAcrossFields() const {
         "tensor-core tile ", tile_m, "x", tile_n, " as ", warps_m, "x", warps_n, "x", warps_k,
         " warps: want four or eight warps with tiles of whole 16x16 blocks and a whole number "
         "of activation float4 per thread"));
+  }
+  // Every k slice has steps: an empty one would multiply stale tiles.
+  const int64_t steps = CeilDiv(k, 32 * warps_k);
+  if (split_k > 1 && CeilDiv(steps, CeilDiv(steps, split_k)) != split_k) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm config ", Key(), ": ", steps,
+                                                   " k steps do not split into ", split_k,
+                                                   " slices of at least one step each"));
   }
   // The opt-in dynamic shared memory per block: 163 KiB on sm_80, 227 KiB on sm_90, 99 KiB
   // on sm_86/sm_89 (CUDA C++ Programming Guide, compute capabilities table).
@@ -78,15 +91,55 @@ LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m) {
   const int rows = cfg.tiled ? tile_rows : cfg.m_tile;  // rows per CTA
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cols)),
-            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)), 1};
+            static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, rows), 1)),
+            static_cast<uint32_t>(cfg.split_k)};
   d.block = {static_cast<uint32_t>(cfg.Threads()), 1, 1};
   if (cfg.tensor_cores) d.shared_bytes = static_cast<uint32_t>(GemmMmaSharedBytes(cfg));
   return d;
 }
 
+namespace {
+
+// A prefill tile as GemmConfigFor weighs it, per k step of 32 on an h100 (fitted to the
+// cost model's estimates of the Llama-3.2-1B projections at 1024 and 2048 rows, printed by
+// gemm_mma_test): the CTAs an SM holds (registers and shared memory), the chain a warp
+// cannot hide once per wave (latency), and the shared-memory wavefronts a CTA's step takes
+// on its SM (the two limits that bind these tiles; the tensor pipes stay below both).
+struct WeighedTile {
+  GemmMmaTile tile;
+  int resident;  // CTAs per SM
+  double chain_us, shared_us;
+};
+constexpr WeighedTile kPrefillTiles[] = {
+    {{128, 256, 2, 4, 1, 3}, 1, 0.33, 0.29},
+    {kMmaLargeTile, 2, 0.33, 0.162},
+    {{64, 128, 2, 2, 1, 3}, 3, 0.22, 0.113},
+};
+// The split-K reduction's DRAM traffic at an h100's sustained bandwidth, and its launch.
+constexpr double kBytesPerUs = 3.0e6, kLaunchUs = 0.5;
+
+// Estimated microseconds of `t` over m rows split `split_k` ways: full waves (not CTAs per
+// SM: a grid one CTA past a wave pays a whole second wave) times the steps a slice runs,
+// or the busiest SM's wavefronts when those bind; split, plus the partial sums written and
+// the reduction launch (reading them and y when accumulating, writing y).
+double WeighedUs(const GemmConfig& base, const WeighedTile& t, int64_t m, int split_k,
+                 int64_t sms) {
+  const int64_t ctas = CeilDiv(base.n, t.tile.bn) * CeilDiv(m, t.tile.bm) * split_k;
+  const int64_t waves = CeilDiv(ctas, t.resident * sms);
+  const double steps = static_cast<double>(CeilDiv(CeilDiv(base.k, 32), split_k));
+  const double gemm = steps * std::max(static_cast<double>(waves) * t.chain_us,
+                                       static_cast<double>(CeilDiv(ctas, sms)) * t.shared_us);
+  if (split_k == 1) return gemm;
+  const double outputs = static_cast<double>(m) * base.n * 4;  // bytes of y
+  return gemm + kLaunchUs + outputs * (2.0 * split_k + (base.accumulate ? 1 : 0)) / kBytesPerUs;
+}
+
+}  // namespace
+
 GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count) {
   base.tiled = false;
   base.tensor_cores = false;
+  base.split_k = 1;
   base.m_tile = static_cast<int>(std::clamp<int64_t>(m, 1, 8));
   const int64_t sms = std::max(sm_count, 1);
   if (m <= 8 || CeilDiv(base.n, base.warps) * CeilDiv(m, 8) <= 16 * sms) return base;
@@ -94,6 +147,22 @@ GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count) {
   if (base.weight_dtype == ElemType::kF32 || base.k % 8 != 0) return base;
   base.tensor_cores = true;
   auto ctas = [&](const GemmMmaTile& t) { return CeilDiv(base.n, t.bn) * CeilDiv(m, t.bm); };
+  // Prefill (from 512 rows): the prefill tile and split of the fewest estimated
+  // microseconds (WeighedUs), splits of at least 8 k steps a slice.
+  if (m >= kPrefillRows) {
+    double best = 0;
+    for (const WeighedTile& t : kPrefillTiles) {
+      for (int split = 1; split <= 4 && CeilDiv(base.k, 32) >= 8 * split; split *= 2) {
+        const double us = WeighedUs(base, t, m, split, sms);
+        if (best == 0 || us < best) {
+          best = us;
+          base.SetMmaTile(t.tile);
+          base.split_k = split;
+        }
+      }
+    }
+    return base;
+  }
   // Large tiles while the grid still gives every SM a few CTAs and the batch fills their
   // rows: 128x256 over eight warps from 3.5 per SM, 128x128 or 64x128 (64x64 warp parts,
   // three stages), then 64x64, from 1.9.

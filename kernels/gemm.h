@@ -58,6 +58,13 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   // The gate/up projection with SwiGLU in the tensor-core form's epilogue: w is [2][n][k]
   // (gate rows, then up rows) and y[m][j] = silu(x gate_j) * (x up_j), n columns.
   bool swiglu = false;
+  // Split-K (tensor-core form, one k slice per warp): the grid's z dimension splits K's steps
+  // into split_k slices of equal steps (the last may be shorter), and each slice writes its
+  // raw f32 partial sums to y as a workspace [split_k][M][cols] (cols = n, or 2n with swiglu:
+  // the gate sums then the up sums of a row); a gemm_reduce launch (gemm_reduce.h) adds the
+  // slices in order and applies the bias, accumulate and SwiGLU epilogues once. For grids
+  // short of a wave of CTAs.
+  int split_k = 1;
   ptx::Target target;
   int Threads() const {  // per CTA
     if (!tiled) return warps * 32;
@@ -67,7 +74,8 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   void SetMmaTile(const GemmMmaTile& t);
   // norm: not tiled. tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, four or eight warps
   // of whole 16x16 blocks, activation tiles a whole number of float4 per thread, the shared
-  // memory within an h100's opt-in limit; swiglu: tensor cores, no bias, no accumulate.
+  // memory within an h100's opt-in limit; swiglu: tensor cores, no bias, no accumulate;
+  // split_k > 1: tensor cores, one k slice per warp, every slice at least one k step.
   absl::Status CheckAcrossFields() const;
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
@@ -83,7 +91,8 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
       Field("warps_n", &C::warps_n).KeyWhen("wn", &C::tensor_cores).Range(1, 4),
       Field("warps_k", &C::warps_k).KeyWhen("wk", &C::tensor_cores).Range(1, 4),
       Field("stages", &C::stages).KeyWhen("st", &C::tensor_cores).Range(2, 4),
-      Field("swiglu", &C::swiglu).Key("swiglu"));
+      Field("swiglu", &C::swiglu).Key("swiglu"),
+      Field("split_k", &C::split_k).KeyUnlessValue("sk", 1).Range(1, 64));
 };
 
 struct GemmArgs {
@@ -126,8 +135,8 @@ struct NormGemmArgs {
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg);
 // GEMV: grid (ceil(N / warps), ceil(M / m_tile)), warps * 32 threads.
 // Tiled: grid (ceil(N / 64), ceil(M / 64)), 256 threads; tensor cores: grid
-// (ceil(N / tile_n), ceil(M / tile_m)) (tile_n / 2 output columns a CTA with swiglu),
-// Threads() threads and GemmMmaSharedBytes(cfg) of dynamic shared memory.
+// (ceil(N / tile_n), ceil(M / tile_m), split_k) (tile_n / 2 output columns a CTA with
+// swiglu), Threads() threads and GemmMmaSharedBytes(cfg) of dynamic shared memory.
 LaunchDims GemmLaunch(const GemmConfig& cfg, int64_t m);
 // The tensor-core form's dynamic shared memory per CTA: two stages of the activation tile
 // (or the warps' partial sums when k is split over them) and `stages` of the weights'.

@@ -22,6 +22,11 @@
 // gate and up rows in blocks of 8 (gate j..j+7, then up j..j+7), so every lane's n8 tiles
 // 2p and 2p + 1 hold gate and up of the same columns, and the epilogue writes
 // silu(gate) * up itself: no gate/up activations in memory, no silu_mul launch.
+//
+// Split-K (cfg.split_k > 1): CTA z multiplies k steps [z s, min((z + 1) s, steps)) of
+// s = ceil(steps / split_k), its loop bounds and each step's kind (full, the k tail, past
+// the slice) then in registers, and stores its raw sums to slice z of the workspace y; the
+// epilogues are gemm_reduce's.
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -63,6 +68,50 @@ int GemmMmaSharedBytes(const GemmConfig& cfg) {
   return sh.a_bytes + sh.b_bytes;
 }
 
+namespace {
+
+// Split-K's epilogue: a warp of one k slice (wk = 1) stores its accumulators acc[i][j] raw
+// to slice ctaid.z of the workspace y ([split_k][M][cols], cols = n or 2n with swiglu, whose
+// n8 tiles 2p and 2p + 1 go to the gate and up halves of a row). Lane (g, t) holds rows
+// row0 + 16 i + 8 h, columns col0 + 8 j + c (c = 0, 1): pairs as one 8-byte store when n is
+// even.
+void StoreSplitPartials(ptx::KernelBuilder& kb, const GemmConfig& cfg,
+                        const std::vector<std::vector<std::vector<Reg>>>& acc, Reg y, Reg m_rows,
+                        Reg row0, Reg col0) {
+  const int cols = cfg.swiglu ? 2 * cfg.n : cfg.n;
+  const int mi = static_cast<int>(acc.size());
+  const int out_tiles = static_cast<int>(acc[0].size()) / (cfg.swiglu ? 2 : 1);
+  const Reg slice_row = kb.Emit(Op::kMadLo, Type::kU32, {kb.Special(SReg::kCtaidZ), m_rows, row0});
+  const Reg y0 = gen::AddrAdd(kb, gen::AddrAdd(kb, y, slice_row, int64_t{cols} * 4), col0, 4);
+  const int width = cfg.n % 2 == 0 ? 2 : 1;  // columns a store
+  std::vector<std::vector<Reg>> col_ok(out_tiles, std::vector<Reg>(2));
+  for (int j = 0; j < out_tiles; ++j) {
+    for (int c = 0; c < 2; c += width) {
+      col_ok[j][c] = kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, col0, 8 * j + c), cfg.n);
+    }
+  }
+  for (int i = 0; i < mi; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const Reg row_ok = kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, row0, 16 * i + 8 * h), m_rows);
+      for (int j = 0; j < out_tiles; ++j) {
+        for (int c = 0; c < 2; c += width) {
+          const int64_t off = (int64_t{16 * i + 8 * h} * cols + 8 * j + c) * 4;
+          auto guard = kb.If(kb.Emit(Op::kAnd, Type::kPred, {row_ok, col_ok[j][c]}));
+          // The accumulator tiles of this output tile: one, or gate and up.
+          for (int half = 0; half < (cfg.swiglu ? 2 : 1); ++half) {
+            const std::vector<Reg>& a = acc[i][cfg.swiglu ? 2 * j + half : j];
+            const std::vector<Reg> v(a.begin() + 2 * h + c, a.begin() + 2 * h + c + width);
+            kb.St(Space::kGlobal, Type::kF32, Operand::Addr(y0, off + int64_t{half} * cfg.n * 4),
+                  v);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 namespace gen {
 
 std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
@@ -84,6 +133,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const int out_cols = cfg.swiglu ? tile.bn / 2 : tile.bn;
   const Reg n0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidX), out_cols});
   const Reg m0 = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidY), tile.bm});
+  const bool split = cfg.split_k > 1;
 
   // Loader roles. Round i of a thread's chunks is chunk f = tid + threads i of a tile of
   // `per_row` chunks a row: every round has the same k, (f % per_row) elements of a chunk,
@@ -222,6 +272,19 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const int64_t steps = CeilDiv(cfg.k, sh.bk);
   const int64_t full_steps = cfg.k / sh.bk;
   const bool has_tail = full_steps < steps;
+  // Split: this CTA's steps [begin, end), the end of its full steps, and the tail step when
+  // the slice has it (else a step no slice reaches).
+  struct {
+    Reg begin, end, full_end, tail;
+  } slice;
+  if (split) {
+    const int64_t per_slice = CeilDiv(steps, cfg.split_k);
+    slice.begin = kb.Emit(Op::kMulLo, Type::kU32, {kb.Special(SReg::kCtaidZ), per_slice});
+    slice.end = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, slice.begin, per_slice), steps});
+    slice.full_end = kb.Emit(Op::kMin, Type::kU32, {slice.end, full_steps});
+    slice.tail = kb.Selp(Type::kU32, steps - 1, int64_t{0xffffffff},
+                         kb.Setp(Cmp::kEq, Type::kU32, slice.end, steps));
+  }
   // The weights of step t (at k0, a register, only read by a tail) into the stage at `dst`.
   auto copy_weights = [&](Reg dst, bool tail, const std::function<Reg()>& k0) {
     Reg k_ok;
@@ -257,9 +320,57 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   auto advance = [&](const std::vector<Reg>& ptrs, int64_t bytes) {
     for (Reg p : ptrs) kb.EmitTo(p, Op::kAdd, Type::kU64, {p, bytes});
   };
+  // By `count` (a register) steps of `bytes`.
+  auto advance_steps = [&](const std::vector<Reg>& ptrs, Reg count, int64_t bytes) {
+    const Reg off = kb.Emit(Op::kMulWide, Type::kU32, {count, bytes});
+    for (Reg p : ptrs) kb.EmitTo(p, Op::kAdd, Type::kU64, {p, off});
+  };
   const int64_t a_step_bytes = int64_t{sh.bk} * 4, b_step_bytes = int64_t{sh.bk} * es;
+  // Step s + ahead (s a register): full while s + ahead < full_steps, the tail at
+  // s + ahead == steps - 1 (when there is one), and nothing after; split, both bounded by
+  // the slice's end.
+  const auto ByStep = [&](Reg s, int ahead, const std::function<void(bool tail)>& load) {
+    const ptx::Label done = kb.NewLabel("loaded");
+    const ptx::Label not_fast = kb.NewLabel("not_full");
+    if (split) {
+      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, gen::UAdd(kb, s, ahead), slice.full_end), not_fast);
+    } else {
+      kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, s, std::max<int64_t>(full_steps - ahead, 0)),
+               not_fast);
+    }
+    load(false);
+    kb.Bra(done);
+    kb.Bind(not_fast);
+    if (split && has_tail) {
+      kb.BraIf(kb.Setp(Cmp::kNe, Type::kU32, gen::UAdd(kb, s, ahead), slice.tail), done);
+      load(true);
+    } else if (has_tail && steps - 1 - ahead >= 0) {
+      kb.BraIf(kb.Setp(Cmp::kNe, Type::kU32, s, steps - 1 - ahead), done);
+      load(true);
+    }
+    kb.Bind(done);
+  };
+  if (split) {
+    // The slice's first steps, by its step registers; the pointers start at its k.
+    advance_steps(b_ptrs, slice.begin, b_step_bytes);
+    advance_steps({a_ptr}, slice.begin, a_step_bytes);
+    for (int t = 0; t + 1 < tile.stages; ++t) {
+      const Reg dst = gen::UAdd(kb, b_dst, t * sh.b_stage_bytes);
+      ByStep(slice.begin, t, [&](bool tail) {
+        copy_weights(dst, tail, [&] {
+          return kb.Emit(Op::kMadLo, Type::kU32, {slice.begin, sh.bk, t * sh.bk});
+        });
+      });
+      advance(b_ptrs, b_step_bytes);
+      kb.CpAsyncCommit();
+    }
+    ByStep(slice.begin, 0, [&](bool tail) {
+      load_activations(tail, [&] { return kb.Emit(Op::kMulLo, Type::kU32, {slice.begin, sh.bk}); });
+    });
+    advance({a_ptr}, a_step_bytes);
+  }
   // Statically known step t: its copies or loads, or nothing past the last step.
-  for (int t = 0; t + 1 < tile.stages; ++t) {
+  for (int t = 0; !split && t + 1 < tile.stages; ++t) {
     if (t < steps) {
       copy_weights(gen::UAdd(kb, b_dst, t * sh.b_stage_bytes), t >= full_steps,
                    [&] { return kb.Mov(Type::kU32, t * sh.bk); });
@@ -267,30 +378,19 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     }
     kb.CpAsyncCommit();
   }
-  load_activations(full_steps == 0, [&] { return kb.Mov(Type::kU32, 0); });
-  advance({a_ptr}, a_step_bytes);
+  if (!split) {
+    load_activations(full_steps == 0, [&] { return kb.Mov(Type::kU32, 0); });
+    advance({a_ptr}, a_step_bytes);
+  }
 
   // Loop-carried stage offsets: activations 0 or one stage; the weights' stage multiplied
   // and the one the step's copies refill (the previous step's).
   const Reg a_off = kb.Mov(Type::kU32, 0);
   const Reg b_off = kb.Mov(Type::kU32, 0);
   const Reg b_refill = kb.Mov(Type::kU32, (tile.stages - 1) * sh.b_stage_bytes);
-  const Reg step = kb.Mov(Type::kU32, 0);
-  // At step s, step t = s + ahead is fast while s < full_steps - ahead, the tail at
-  // s == steps - 1 - ahead (when there is one), and nothing after.
-  auto by_step = [&](int ahead, const std::function<void(bool tail)>& load) {
-    const ptx::Label done = kb.NewLabel("loaded");
-    const ptx::Label not_fast = kb.NewLabel("not_full");
-    kb.BraIf(kb.Setp(Cmp::kGe, Type::kU32, step, std::max<int64_t>(full_steps - ahead, 0)),
-             not_fast);
-    load(false);
-    kb.Bra(done);
-    kb.Bind(not_fast);
-    if (has_tail && steps - 1 - ahead >= 0) {
-      kb.BraIf(kb.Setp(Cmp::kNe, Type::kU32, step, steps - 1 - ahead), done);
-      load(true);
-    }
-    kb.Bind(done);
+  const Reg step = split ? kb.Mov(Type::kU32, slice.begin) : kb.Mov(Type::kU32, 0);
+  const auto by_step = [&](int ahead, const std::function<void(bool tail)>& load) {
+    ByStep(step, ahead, load);
   };
   const ptx::Label loop = kb.NewLabel("k_loop");
   kb.Bind(loop);
@@ -346,7 +446,11 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
                             kb.Setp(Cmp::kEq, Type::kU32, b_next, tile.stages * sh.b_stage_bytes)));
   }
   kb.EmitTo(step, Op::kAdd, Type::kU32, {step, 1});
-  kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, step, steps), loop);
+  if (split) {
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, step, slice.end), loop);
+  } else {
+    kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, step, steps), loop);
+  }
 
   // Lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of
   // each of its tiles.
@@ -369,7 +473,12 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     if (cfg.accumulate) v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
     kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
   };
-  if (tile.wk == 1) {
+  if (split) {
+    StoreSplitPartials(
+        kb, cfg, acc, y, m_rows, gen::UAdd(kb, m0, warp_row),
+        gen::UAdd(kb, n0,
+                  kb.Emit(Op::kMadLo, Type::kU32, {wn, sh.warp_cols / (cfg.swiglu ? 2 : 1), t2})));
+  } else if (tile.wk == 1) {
     // The lane's outputs lie a constant apart from its first (rows 16 i + 8 h, columns
     // 8 j + c): one pointer each into y and the bias, predicates per row and per column
     // pair, 8-byte accesses of column pairs when n is even (else one column at a time). The
@@ -492,7 +601,8 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   kb.Ret();
   return absl::StrCat("tensor cores: ", tile.bm, "x", tile.bn, " CTA tile, warps ", tile.wm, "x",
                       tile.wn, "x", tile.wk, " of mma.m16n8k16, k step ", sh.bk, ", ", tile.stages,
-                      " weight stages", cfg.swiglu ? ", SwiGLU epilogue" : "");
+                      " weight stages", cfg.swiglu ? ", SwiGLU epilogue" : "",
+                      split ? absl::StrCat(", split-K over ", cfg.split_k, " slices") : "");
 }
 
 }  // namespace gen

@@ -16,6 +16,7 @@
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_quant.h"
+#include "kernels/gemm_reduce.h"
 #include "kernels/logprobs.h"
 #include "kernels/penalties.h"
 #include "kernels/rmsnorm.h"
@@ -50,6 +51,7 @@ struct KernelList {
 using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateDecodeAttention>,
                Kernel<&GenerateEmbedding>, Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>,
+               Kernel<&GenerateGemmReduce>,
                Kernel<&GenerateQuantGemm>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
                Kernel<&GenerateRmsNorm>, Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>,
                Kernel<&GenerateSiluMul>>;

@@ -49,10 +49,24 @@ absl::Status DeviceForwardOps::Gemm(GemmSlots& gemm, Act in, CUdeviceptr weight,
                                             accumulate ? "adds" : "writes",
                                             " its product, the kernel set's GEMM does not"));
   }
-  return LaunchSlot(
-      cache_, gemm.slot[form], gemm.Launch(form, m),
-      kernels::GemmArgs{
-          .x = Buffer(in), .w = weight, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
+  if (!gemm.reduce[form].used()) {
+    return LaunchSlot(
+        cache_, gemm.slot[form], gemm.Launch(form, m),
+        kernels::GemmArgs{
+            .x = Buffer(in), .w = weight, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
+  }
+  // Split-K: the slices' partial sums into the workspace, then their sum and the epilogues.
+  const CUdeviceptr ws = buffers_.gemm_split.ptr();
+  if (absl::Status s = LaunchSlot(
+          cache_, gemm.slot[form], gemm.Launch(form, m),
+          kernels::GemmArgs{
+              .x = Buffer(in), .w = weight, .bias = 0, .y = ws, .m = static_cast<uint32_t>(m)});
+      !s.ok()) {
+    return s;
+  }
+  return LaunchSlot(cache_, gemm.reduce[form], kernels::GemmReduceLaunch(gemm.reduce_cfg[form], m),
+                    kernels::GemmReduceArgs{
+                        .partial = ws, .bias = bias, .y = out, .m = static_cast<uint32_t>(m)});
 }
 
 absl::Status DeviceForwardOps::NormedGemm(GemmSlots& gemm, GemmSlots& fused, Act in,

@@ -28,6 +28,10 @@ absl::Status GpuBackend::Upload(const StepBatch& given, const std::vector<RowSam
   }
   const MetaLayout m = LayoutMeta(p.tokens, p.seqs, p.max_blocks, p.rows, entries);
   if (absl::Status s = buffers_->Reserve(p.tokens, p.rows, m.total); !s.ok()) return s;
+  if (absl::Status s = buffers_->ReserveGemmWorkspace(kernels_->GemmWorkspaceFloats(p.tokens));
+      !s.ok()) {
+    return s;
+  }
 
   // Decode mode needs exactly one row per sequence; anything else runs ragged (causal
   // limits per row), which is also right for decode rows mixed into a prefill batch.

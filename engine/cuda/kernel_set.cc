@@ -35,6 +35,10 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
       g.cfg[f].n = base.n / 2;
     }
     g.slot[f] = MakeSlot(g.cfg[f]);
+    if (g.cfg[f].split_k > 1) {
+      g.reduce_cfg[f] = kernels::GemmReduceFor(g.cfg[f]);
+      g.reduce[f] = MakeSlot(g.reduce_cfg[f]);
+    }
   }
   if (!blocks) return g;
   kernels::QuantGemmConfig qbase;
@@ -48,6 +52,7 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
   for (int f = 0; f < kGemmForms; ++f) {
     (*g.quant)[f] = kernels::QuantGemmConfigFor(qbase, kGemmFormRows[f]);
     g.slot[f] = MakeSlot((*g.quant)[f]);
+    g.reduce[f] = KernelSlot{};
   }
   return g;
 }
@@ -61,6 +66,7 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
 // slots are unused: there the rmsnorm launch stays.
 GemmSlots WithNorm(GemmSlots g) {
   for (int f = 0; f < kGemmForms; ++f) {
+    g.reduce[f] = KernelSlot{};  // the GEMV forms are never split
     if (g.quant || g.cfg[f].tiled || kGemmFormRows[f] > 4) {
       g.slot[f] = KernelSlot{};
       continue;
@@ -75,6 +81,9 @@ void AddGemm(GemmSlots& g, std::vector<KernelSlot*>* out) {
   for (KernelSlot& s : g.slot) {
     if (s.used()) out->push_back(&s);
   }
+  for (KernelSlot& s : g.reduce) {
+    if (s.used()) out->push_back(&s);
+  }
 }
 
 }  // namespace
@@ -85,6 +94,21 @@ bool GemmSlots::Accumulates(int form) const {
 
 kernels::LaunchDims GemmSlots::Launch(int form, int64_t m) const {
   return quant ? kernels::QuantGemmLaunch((*quant)[form], m) : kernels::GemmLaunch(cfg[form], m);
+}
+
+int64_t GemmSlots::WorkspaceFloatsPerRow(int form) const {
+  return quant ? 0 : kernels::GemmWorkspaceFloatsPerRow(cfg[form]);
+}
+
+int64_t KernelSet::GemmWorkspaceFloats(int64_t tokens) const {
+  // A GEMM of the step runs up to `tokens` rows (the LM head fewer): any form up to tokens'.
+  int64_t most = 0;
+  for (int form = 0; form <= GemmForm(tokens); ++form) {
+    for (const GemmSlots* g : {&qkv, &o, &gate_up, &gate, &up, &down, &lm_head}) {
+      if (g->slot[form].used()) most = std::max(most, g->WorkspaceFloatsPerRow(form));
+    }
+  }
+  return tokens * most;
 }
 
 int64_t GemmSlots::RowBytes() const {

@@ -80,9 +80,10 @@ struct KernelSlot {
 };
 
 // GEMM forms by batch rows: form f serves batches of up to kGemmFormRows[f] rows (the last
-// any number), its Config chosen for that many (kernels::GemmConfigFor).
-inline constexpr std::array<int64_t, 11> kGemmFormRows = {1,  2,   4,   8,   16,  32,
-                                                          64, 128, 256, 512, 1024};
+// any number), its Config chosen for that many (kernels::GemmConfigFor). 2048 rows (a long
+// prefill chunk) fill the waves of larger tiles than 1024 do.
+inline constexpr std::array<int64_t, 12> kGemmFormRows = {1,  2,   4,   8,   16,   32,
+                                                          64, 128, 256, 512, 1024, 2048};
 inline constexpr int kGemmForms = static_cast<int>(kGemmFormRows.size());
 // The form for m rows: the first whose rows hold them, else the last.
 inline int GemmForm(int64_t m) {
@@ -95,6 +96,10 @@ struct GemmSlots {
   // Set for block-quantized weights: the forms are these instead of cfg's.
   std::optional<std::array<kernels::QuantGemmConfig, kGemmForms>> quant;
   std::array<KernelSlot, kGemmForms> slot;
+  // A split-K form's second launch (cfg[form].split_k > 1; unused otherwise): the slices'
+  // sums from the workspace, with the bias, residual and SwiGLU epilogues.
+  std::array<kernels::GemmReduceConfig, kGemmForms> reduce_cfg;
+  std::array<KernelSlot, kGemmForms> reduce;
 
   bool Accumulates(int form) const;
   // Form `form` writes silu(gate) * up itself (the stacked gate/up GEMM's tensor-core forms).
@@ -103,6 +108,8 @@ struct GemmSlots {
   kernels::LaunchDims Launch(int form, int64_t m) const;
   // Bytes of one weight row (k elements or their blocks).
   int64_t RowBytes() const;
+  // f32 of split-K workspace that form `form` needs per row (0 unsplit).
+  int64_t WorkspaceFloatsPerRow(int form) const;
 };
 
 struct KernelSet {
@@ -138,6 +145,9 @@ struct KernelSet {
   KernelSlot logprobs;
   kernels::PenaltiesConfig penalties_cfg;
   KernelSlot penalties;
+
+  // f32 of split-K workspace a step of `tokens` rows needs: enough for any of its GEMMs.
+  int64_t GemmWorkspaceFloats(int64_t tokens) const;
 
   // Every used slot: what warm-up compiles. Slots may share a key (q/k/v of equal shape,
   // gate and up); the cache compiles each key once.

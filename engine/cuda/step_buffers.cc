@@ -85,4 +85,14 @@ absl::Status StepBuffers::ReserveSplits(int64_t rows, int64_t splits) {
   return absl::OkStatus();
 }
 
+absl::Status StepBuffers::ReserveGemmWorkspace(int64_t floats) {
+  if (floats <= gemm_split_floats_) return absl::OkStatus();
+  const int64_t f = std::max(floats, gemm_split_floats_ * 3 / 2);
+  absl::StatusOr<DeviceBuffer> d = device_->Alloc(static_cast<size_t>(f) * 4, "split-K workspace");
+  if (!d.ok()) return d.status();
+  gemm_split = *std::move(d);
+  gemm_split_floats_ = f;
+  return absl::OkStatus();
+}
+
 }  // namespace ptxserve::cuda

@@ -30,6 +30,8 @@ class StepBuffers {
   // Grows the split-attention partials to `rows` x `splits`, and the split counters (zeroed
   // when allocated; every split launch leaves them zero) to `rows`.
   absl::Status ReserveSplits(int64_t rows, int64_t splits);
+  // Grows the split-K GEMMs' workspace to `floats` (KernelSet::GemmWorkspaceFloats).
+  absl::Status ReserveGemmWorkspace(int64_t floats);
 
   // Where the unfused up projection starts in gate_up for `tokens` rows: after the gate
   // rows, on a 256-byte boundary (silu_mul reads 128-bit vectors).
@@ -39,30 +41,31 @@ class StepBuffers {
   }
 
   // Every buffer a forward pass's kernels take the address of.
-  static constexpr int kForwardBuffers = 13;
+  static constexpr int kForwardBuffers = 14;
   std::array<CUdeviceptr, kForwardBuffers> forward_addresses() const {
-    return {x.ptr(),   h.ptr(),       qkv.ptr(),    q.ptr(),       attn.ptr(), gate_up.ptr(),
-            act.ptr(), rows_in.ptr(), logits.ptr(), partial.ptr(), lse.ptr(),  split_counters.ptr(),
-            meta.ptr()};
+    return {x.ptr(),       h.ptr(),          qkv.ptr(),     q.ptr(),      attn.ptr(),
+            gate_up.ptr(), act.ptr(),        rows_in.ptr(), logits.ptr(), partial.ptr(),
+            lse.ptr(),     split_counters.ptr(), gemm_split.ptr(), meta.ptr()};
   }
 
-  DeviceBuffer x;          // f32 [tokens][hidden] residual stream
-  DeviceBuffer h;          // f32 [tokens][hidden] normed input
-  DeviceBuffer qkv;        // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
-  DeviceBuffer q;          // f32 [tokens][heads][padded] rotated (K/V go to the pools)
-  DeviceBuffer attn;       // f32 [tokens][heads][padded]
-  DeviceBuffer gate_up;    // f32 [tokens][2 * inter] (fused) / gate then up arrays
-  DeviceBuffer act;        // f32 [tokens][inter]
-  DeviceBuffer rows_in;    // f32 [rows][hidden] the residual rows that become logits
-  DeviceBuffer logits;     // f32 [rows][vocab]
-  DeviceBuffer ids;        // s32 [rows]
-  DeviceBuffer records;    // log-prob records [rows][kLogprobsRecordBytes]
-  DeviceBuffer penalized;  // f32 [rows][vocab]: penalised logits (StepSampled)
-  DeviceBuffer partial;    // f32 split attention partials
-  DeviceBuffer lse;        // f32 split log-sum-exps
+  DeviceBuffer x;           // f32 [tokens][hidden] residual stream
+  DeviceBuffer h;           // f32 [tokens][hidden] normed input
+  DeviceBuffer qkv;         // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
+  DeviceBuffer q;           // f32 [tokens][heads][padded] rotated (K/V go to the pools)
+  DeviceBuffer attn;        // f32 [tokens][heads][padded]
+  DeviceBuffer gate_up;     // f32 [tokens][2 * inter] (fused) / gate then up arrays
+  DeviceBuffer act;         // f32 [tokens][inter]
+  DeviceBuffer rows_in;     // f32 [rows][hidden] the residual rows that become logits
+  DeviceBuffer logits;      // f32 [rows][vocab]
+  DeviceBuffer ids;         // s32 [rows]
+  DeviceBuffer records;     // log-prob records [rows][kLogprobsRecordBytes]
+  DeviceBuffer penalized;   // f32 [rows][vocab]: penalised logits (StepSampled)
+  DeviceBuffer partial;     // f32 split attention partials
+  DeviceBuffer lse;         // f32 split log-sum-exps
   // u32 [rows][num_heads]: split CTAs done per (row, KV head chunk), a chunk at most a head
   DeviceBuffer split_counters;
-  DeviceBuffer meta;  // the packed StepBatch (step_metadata.h)
+  DeviceBuffer gemm_split;  // f32 split-K GEMM partial sums (GemmConfig::split_k)
+  DeviceBuffer meta;        // the packed StepBatch (step_metadata.h)
   PinnedBuffer meta_host;
   PinnedBuffer out_host;  // logits, ids or log-prob records coming back
 
@@ -75,6 +78,7 @@ class StepBuffers {
   size_t meta_bytes_ = 0;
   int64_t split_elems_ = 0;  // floats of `partial`
   int64_t split_rows_ = 0;   // rows of `split_counters`
+  int64_t gemm_split_floats_ = 0;
 };
 
 }  // namespace ptxserve::cuda

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/gemm_reduce.h"
 #include "tests/cpu/test_model.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -42,6 +43,7 @@ struct Case {
   int32_t mixed_decode_rows = kernels::kMixedDecodeRows;
   double tolerance = 2e-4;
   bool print_tokens = false;
+  const char* must_launch = nullptr;  // a kernel entry some step must launch
 };
 
 void RunParity(const Model& model, const Case& c, const std::string& kind) {
@@ -93,6 +95,9 @@ void RunParity(const Model& model, const Case& c, const std::string& kind) {
     EXPECT_GT(attention_launches, one_per_step) << "no mixed step ran its decode rows apart";
   } else {
     EXPECT_EQ(attention_launches, one_per_step);
+  }
+  if (c.must_launch != nullptr) {
+    EXPECT_GT(cs.launches.count(c.must_launch), 0u) << "no step launched " << c.must_launch;
   }
   EXPECT_EQ(got->tokens, want->tokens);
   ASSERT_EQ(got->logits.size(), want->logits.size());
@@ -235,6 +240,23 @@ TEST_P(GpuParity, BiasesRopeStylesAndScaling) {
     SCOPED_TRACE(c.preset);
     RunParity(m, c, GetParam());
   }
+}
+
+// A 520-token prompt in one chunk: the 1024-row GEMM forms, whose down projection (64
+// columns from k 512) is a grid short of a wave and splits K (GemmConfigFor), its partial
+// sums reduced by gemm_reduce with the residual epilogue.
+TEST_P(GpuParity, LongPrefillSplitsK) {
+  ::ptxserve::testing::RandomModelSpec spec;
+  spec.intermediate = 512;
+  spec.dtype = DType::kF16;
+  const Model m = ::ptxserve::testing::MakeRandomModel(spec);
+  Case c;
+  c.preset = spec.Name();
+  c.dtype = c.kv_dtype = DType::kF16;
+  c.requests = {{Prompt(520, m.config.vocab_size, 11), 0, 2}};
+  c.chunk = 600;
+  c.must_launch = kernels::kGemmReduceEntry;
+  RunParity(m, c, GetParam());
 }
 
 // The larger presets (hidden 512, 2 layers): a short batch each, f32 and f16 weights.

@@ -7,6 +7,7 @@
 // bounded by 2 * K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K, twice). With the SwiGLU
 // epilogue, errors e_g and e_u in gate and up give at most |silu'(g)| |u| e_g + |silu(g)| e_u
 // (|silu'| < 1.1 everywhere), plus a few f32 roundings of the epilogue (1e-5 relative).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cost/cost_model.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_reduce.h"
 #include "tests/kernels/emu_harness.h"
 #include "tests/kernels/ptxas_util.h"
 
@@ -30,13 +32,15 @@ struct MmaCase {
   bool bias, accumulate;
   GemmMmaTile tile = kMmaWideTile;
   bool swiglu = false;  // n output columns from 2n weight rows
+  int split_k = 1;      // > 1: partial sums in a workspace, then gemm_reduce
 };
 
 std::string CaseName(const MmaCase& c) {
   return absl::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype),
                       c.bias ? "_bias" : "", c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x",
                       c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk, "_s", c.tile.stages,
-                      c.swiglu ? "_swiglu" : "");
+                      c.swiglu ? "_swiglu" : "",
+                      c.split_k > 1 ? absl::StrCat("_sk", c.split_k) : "");
 }
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
@@ -51,6 +55,7 @@ GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
   cfg.tensor_cores = true;
   cfg.SetMmaTile(c.tile);
   cfg.swiglu = c.swiglu;
+  cfg.split_k = c.split_k;
   cfg.target = target;
   return cfg;
 }
@@ -79,9 +84,23 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   EmuHarness h;
   const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
   const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * 4);
-  ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
-                    {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
-                  .ok());
+  if (c.split_k > 1) {
+    // The slices' partial sums into a workspace, then the reduction and the epilogues.
+    const GemmReduceConfig rc = GemmReduceFor(cfg);
+    absl::StatusOr<std::string> reduce = GenerateGemmReduce(rc);
+    ASSERT_TRUE(reduce.ok()) << reduce.status();
+    const uint64_t ws = h.Alloc(static_cast<size_t>(c.m * GemmWorkspaceFloatsPerRow(cfg)) * 4);
+    ASSERT_TRUE(
+        h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(ws), U32(c.m)})
+            .ok());
+    ASSERT_TRUE(h.Run(*reduce, kGemmReduceEntry, GemmReduceLaunch(rc, c.m),
+                      {Ptr(ws), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
+                    .ok());
+  } else {
+    ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
+                      {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
+                    .ok());
+  }
   const std::vector<float> got = h.Download<float>(dy, y0.size());
 
   const double u = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
@@ -147,7 +166,19 @@ INSTANTIATE_TEST_SUITE_P(
         MmaCase{70, 45, 88, ElemType::kF16, false, false, kMmaWideTile, true},
         MmaCase{17, 44, 72, ElemType::kF16, false, false, GemmMmaTile{16, 64, 1, 4, 1}, true},
         MmaCase{40, 60, 96, ElemType::kBF16, false, false, GemmMmaTile{32, 64, 2, 2, 1, 3}, true},
-        MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true}),
+        MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true},
+        // Split-K: slices of equal steps and a shorter last one holding the k tail, partial
+        // tiles, odd n (single-column stores), bias and residual and SwiGLU applied once in
+        // the reduction; more slices than weight stages in flight, and one step a slice.
+        MmaCase{70, 72, 200, ElemType::kF16, true, true, kMmaLargeTile, false, 3},
+        MmaCase{33, 75, 264, ElemType::kBF16, true, false, GemmMmaTile{64, 128, 2, 2, 1, 3}, false,
+                2},
+        MmaCase{130, 100, 136, ElemType::kF16, false, true, kMmaWideTile, false, 5},
+        MmaCase{40, 37, 168, ElemType::kBF16, false, false, kMmaLargeTile, true, 2},
+        MmaCase{20, 60, 520, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true,
+                4},
+        MmaCase{17, 48, 512, ElemType::kF16, true, true, GemmMmaTile{64, 128, 2, 2, 1, 4}, false,
+                16}),
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
 TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
@@ -174,6 +205,20 @@ TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
     ASSERT_FALSE(ptx.ok());
     EXPECT_NE(ptx.status().message().find("swiglu"), std::string::npos) << ptx.status();
   }
+  // Split-K: one k slice a warp, every slice at least one k step (64 / 32 = 2 steps).
+  EXPECT_TRUE(
+      GenerateGemm(ConfigOf({16, 64, 64, ElemType::kF16, true, true, kMmaWideTile, false, 2}))
+          .ok());
+  EXPECT_FALSE(
+      GenerateGemm(ConfigOf({16, 64, 64, ElemType::kF16, true, true, kMmaWideTile, false, 3}))
+          .ok());
+  EXPECT_FALSE(
+      GenerateGemm(ConfigOf({16, 64, 64, ElemType::kF16, false, false, kMmaNarrowTile, false, 2}))
+          .ok());
+  // 5 steps: slices of 2 steps leave a fourth empty.
+  EXPECT_FALSE(
+      GenerateGemm(ConfigOf({16, 64, 160, ElemType::kF16, false, false, kMmaWideTile, false, 4}))
+          .ok());
   GemmConfig fma_swiglu = ConfigOf({16, 64, 64, ElemType::kF16, false, false, kMmaWideTile, true});
   fma_swiglu.tensor_cores = false;
   EXPECT_FALSE(GenerateGemm(fma_swiglu).ok());
@@ -206,6 +251,27 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
         EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
         std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
       }
+      // Split-K: the prefill tiles with step bounds in registers, and the reduction.
+      for (const auto& [tile, swiglu] :
+           {std::pair{kMmaLargeTile, false}, std::pair{GemmMmaTile{64, 128, 2, 2, 1, 3}, false},
+            std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, true}}) {
+        const GemmConfig cfg = ConfigOf({1024, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu, 4},
+                                        ptx::Target{sm, 78});
+        absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+        ASSERT_TRUE(ptx.ok()) << ptx.status();
+        absl::StatusOr<std::string> reduce = GenerateGemmReduce(GemmReduceFor(cfg));
+        ASSERT_TRUE(reduce.ok()) << reduce.status();
+        const PtxasResult r =
+            AssembleAll(ptxas, {{cfg.Key(), *ptx}, {GemmReduceFor(cfg).Key(), *reduce}}, arch);
+        ASSERT_TRUE(r.ok) << cfg.Key() << ":\n" << r.log;
+        ASSERT_EQ(r.entries.size(), 2u);
+        const std::string keys[] = {cfg.Key(), GemmReduceFor(cfg).Key()};
+        for (int e = 0; e < 2; ++e) {
+          EXPECT_EQ(r.entries[e].spill_stores, 0) << keys[e] << " " << arch;
+          EXPECT_EQ(r.entries[e].spill_loads, 0) << keys[e] << " " << arch;
+          std::printf("%s %s: %d registers\n", keys[e].c_str(), arch, r.entries[e].registers);
+        }
+      }
     }
   }
 }
@@ -221,7 +287,7 @@ int RegistersOf(const GemmConfig& cfg, const std::string& ptx) {
 
 struct GemmEstimate {
   emu::KernelCounters counters;
-  cost::Estimate estimate;
+  cost::Estimate estimate;  // split-K: the GEMM's launch and the reduction's, summed
 };
 // `cfg` over m rows on the emulator (a sample of its CTAs, zero data), and the cost model's
 // h100 estimate of the launch in a graph.
@@ -237,16 +303,33 @@ GemmEstimate EstimateGemm(const GemmConfig& cfg, int m) {
   const uint64_t dx = h.Alloc(static_cast<size_t>(m) * cfg.k * 4);
   const uint64_t dw = h.Alloc(static_cast<size_t>(cfg.n) * cfg.k * 2);
   const uint64_t dy = h.Alloc(static_cast<size_t>(m) * cfg.n * 4);
+  const uint64_t ws =
+      cfg.split_k > 1 ? h.Alloc(static_cast<size_t>(m * GemmWorkspaceFloatsPerRow(cfg)) * 4) : dy;
   EXPECT_TRUE(
-      h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, m), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(m)})
+      h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, m), {Ptr(dx), Ptr(dw), Ptr(0), Ptr(ws), U32(m)})
           .ok());
+  absl::StatusOr<std::string> reduce;
+  if (cfg.split_k > 1) {
+    reduce = GenerateGemmReduce(GemmReduceFor(cfg));
+    EXPECT_TRUE(reduce.ok()) << reduce.status();
+    if (!reduce.ok()) return {};
+    EXPECT_TRUE(h.Run(*reduce, kGemmReduceEntry, GemmReduceLaunch(GemmReduceFor(cfg), m),
+                      {Ptr(ws), Ptr(0), Ptr(dy), U32(m)})
+                    .ok());
+  }
   std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
-  EXPECT_EQ(counters.size(), 1u);
-  if (counters.size() != 1) return {};
-  GemmEstimate r{std::move(counters[0]), {}};
-  r.estimate = cost::EstimateLaunch(*cost::FindDevice("h100"), r.counters,
-                                    {.registers_per_thread = RegistersOf(cfg, *ptx)},
-                                    /*in_graph=*/true);
+  EXPECT_EQ(counters.size(), cfg.split_k > 1 ? 2u : 1u);
+  if (counters.empty()) return {};
+  GemmEstimate r{counters[0], {}};
+  const cost::DeviceSpec& h100 = *cost::FindDevice("h100");
+  r.estimate =
+      cost::EstimateLaunch(h100, r.counters, {.registers_per_thread = RegistersOf(cfg, *ptx)},
+                           /*in_graph=*/true);
+  if (counters.size() == 2) {
+    const cost::Estimate second = cost::EstimateLaunch(h100, counters[1], {}, /*in_graph=*/true);
+    r.estimate.seconds += second.seconds;
+    r.estimate.binding += absl::StrFormat(", + %.1f us reduction", second.seconds * 1e6);
+  }
   return r;
 }
 
@@ -345,8 +428,8 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
 
 // GemmConfigFor's pick against the other forms, by the cost model's h100 estimates, at the
 // Llama-3.2-1B projections (q/o, k/v, fused gate/up, down) and batches of 16 to 2048 rows:
-// the pick must be within 1.35x of the cheapest form. The table is printed (estimates, not
-// measurements).
+// the pick must be within 1.35x of the cheapest form. Split-K forms count their reduction
+// launch. The table is printed (estimates, not measurements).
 TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
   constexpr int kSms = 132;  // h100
   struct Shape {
@@ -381,7 +464,21 @@ TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
                                       "x", t.wk, ", ", t.stages, " stages"),
                          ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
     }
-    const std::string chosen_key = GemmConfigFor(base, sh.m, kSms).Key();
+    // From 512 rows the prefill tiles split two ways too (the grid short of a wave), and
+    // the pick itself, whatever its split.
+    if (sh.m >= 512) {
+      for (const GemmMmaTile& t :
+           {GemmMmaTile{64, 128, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+        forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, ", split-K 2"),
+                           ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t, false, 2}));
+      }
+    }
+    const GemmConfig chosen_cfg = GemmConfigFor(base, sh.m, kSms);
+    const std::string chosen_key = chosen_cfg.Key();
+    if (std::none_of(forms.begin(), forms.end(),
+                     [&](const auto& f) { return f.second.Key() == chosen_key; })) {
+      forms.emplace_back(absl::StrCat("the pick, split-K ", chosen_cfg.split_k), chosen_cfg);
+    }
     double best = 0, chosen = 0;
     std::string best_name;
     for (const auto& [name, cfg] : forms) {

@@ -102,6 +102,20 @@ const std::vector<Golden>& Goldens() {
         {"warps_n", "4"},
         {"stages", "3"},
         {"swiglu", "true"}}},
+      {"gemm_f16_n2048_k8192_tensor_cores_128x128_split_k4_acc",
+       "gemm",
+       {{"n", "2048"},
+        {"k", "8192"},
+        {"tiled", "true"},
+        {"tensor_cores", "true"},
+        {"tile_m", "128"},
+        {"tile_n", "128"},
+        {"stages", "3"},
+        {"accumulate", "true"},
+        {"split_k", "4"}}},
+      {"gemm_reduce_n2048_s4_bias_acc",
+       "gemm_reduce",
+       {{"n", "2048"}, {"splits", "4"}, {"has_bias", "true"}, {"accumulate", "true"}}},
       {"qgemm_q8_0_n2048_k8192_mt8_acc",
        "qgemm",
        {{"n", "2048"}, {"k", "8192"}, {"m_tile", "8"}, {"accumulate", "true"}}},
@@ -262,18 +276,35 @@ TEST(GenerateTest, GemmFormChoice) {
   const GemmConfig narrow = GemmConfigFor(base, 24, kSms);
   ASSERT_TRUE(narrow.tensor_cores);
   EXPECT_EQ(narrow.MmaTile().bm, 16);
-  EXPECT_EQ(narrow.MmaTile().wk, 4);                         // 256 x 2 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);      // 16x16 tiles: 1792 CTAs
-  EXPECT_EQ(GemmConfigFor(base, 400, kSms).tile_m, 64);      // 64x64: 448 CTAs, 3.4 per SM
-  EXPECT_EQ(GemmConfigFor(base, 500, kSms).tile_n, 128);     // 64x128: 256 CTAs, 1.9 per SM
-  const GemmConfig large = GemmConfigFor(base, 1000, kSms);  // 128x128: 256 CTAs
+  EXPECT_EQ(narrow.MmaTile().wk, 4);                      // 256 x 2 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 100, kSms).tile_n, 64);   // 16x16 tiles: 1792 CTAs
+  EXPECT_EQ(GemmConfigFor(base, 400, kSms).tile_m, 64);   // 64x64: 448 CTAs, 3.4 per SM
+  EXPECT_EQ(GemmConfigFor(base, 500, kSms).tile_n, 128);  // 64x128: 256 CTAs, 1.9 per SM
+  // From 512 rows, waves: 128x256 tiles give 128 CTAs, one wave of one per SM, as long as
+  // 128x128's 256 in one wave of two (ties go to the larger tile).
+  const GemmConfig large = GemmConfigFor(base, 1000, kSms);
   EXPECT_EQ(large.MmaTile().bm, 128);
+  EXPECT_EQ(large.MmaTile().bn, 256);
   EXPECT_EQ(large.MmaTile().stages, 3);
+  EXPECT_EQ(large.split_k, 1);
   const LaunchDims d = GemmLaunch(large, 1000);
-  EXPECT_EQ(d.grid[0], 32u);  // 4096 / 128
+  EXPECT_EQ(d.grid[0], 16u);  // 4096 / 256
   EXPECT_EQ(d.grid[1], 8u);   // ceil(1000 / 128)
-  EXPECT_EQ(d.block[0], 128u);
-  EXPECT_EQ(d.shared_bytes, 51200u);  // 2 x 128 + 3 x 128 rows of 80 bytes
+  EXPECT_EQ(d.grid[2], 1u);
+  EXPECT_EQ(d.block[0], 256u);
+  EXPECT_EQ(d.shared_bytes, 81920u);  // 2 x 128 + 3 x 256 rows of 80 bytes
+  // Llama-3.2-1B's down projection (2048 x 8192, residual) at 1024 rows: 128x256 tiles give
+  // 64 CTAs, half a wave; split two ways they fill it, the reduction's traffic included.
+  GemmConfig down = base;
+  down.n = 2048;
+  down.k = 8192;
+  down.accumulate = true;
+  const GemmConfig split = GemmConfigFor(down, 1024, kSms);
+  EXPECT_EQ(split.tile_n, 256);
+  EXPECT_EQ(split.split_k, 2);
+  EXPECT_EQ(GemmLaunch(split, 1024).grid[2], 2u);
+  // At 2048 rows the same tiles make 128 CTAs, a wave: no split.
+  EXPECT_EQ(GemmConfigFor(down, 2048, kSms).split_k, 1);
   GemmConfig gate_up = base;
   gate_up.n = 16384;
   const GemmConfig eight_warps = GemmConfigFor(gate_up, 1024, kSms);  // 128x256: 512 CTAs

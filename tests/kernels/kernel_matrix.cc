@@ -193,6 +193,13 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
     gate_up.swiglu = true;
     gate_up.SetMmaTile({128, 256, 2, 4, 1, 3});
     Add(&out, gate_up);
+    // Split-K (k over the grid's z, partial sums to a workspace) and its reduction, which
+    // applies the residual or SwiGLU epilogue.
+    for (GemmConfig split : {down, gate_up}) {
+      split.split_k = 4;
+      Add(&out, split);
+      if (dt == ElemType::kF16) Add(&out, GemmReduceFor(split));  // f32 either way
+    }
   }
   QuantGemmConfig odd_qgemm;  // one block per row (2-byte aligned rows), 3 columns a CTA
   odd_qgemm.n = 33;
