@@ -183,6 +183,8 @@ TEST(QuantGemm, FusedRmsNormMatchesCpuRmsNormThenGemm) {
       {2, 17, 2080, kQ4_0, 0, 4, true, false, 1, 1, true},
       {3, 31, 4128, kFp8E4M3, 0, 2, false, true, 1, 1, true},
       {4, 7, 2176, kInt4G128, 0, 4, true, true, 1, 1, true},
+      {4, 40, 4096, kQ4_0, 0, 4, false, false, 1, 1, true},
+      {4, 9, 2048, kQ8_0, 0, 2, true, false, 1, 1, true},
       {1, 33, 4160, kQ8_0, 0, 4, true, false, 2, 1, true},
       {3, 17, 1024, kQ4_0, 0, 8, false, true, 4, 1, true},
       {2, 9, 2176, kFp8E4M3, 0, 4, true, true, 4, 1, true},
