@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -232,8 +234,19 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const int64_t region_bytes = int64_t{rounds} * 32 * kUnitBytes;  // one column's staging
     const int mt = cfg.m_tile;
 
-    const auto [x, w, bias, y, m_rows] =
-        cfg.has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+    // The fused RMSNorm's parameters (norm_w, eps) are declared only with cfg.norm.
+    Reg x, norm_w, w, bias, y, m_rows, eps;
+    if (cfg.norm) {
+      const auto [px, pn, pw, pb, py, pm, pe] =
+          cfg.has_bias ? DeclareParams<NormGemmArgs>(kb)
+                       : DeclareParams<NormGemmArgs>(kb, {&NormGemmArgs::bias});
+      std::tie(x, norm_w, w, bias, y, m_rows, eps) = std::tie(px, pn, pw, pb, py, pm, pe);
+    } else {
+      const auto [px, pw, pb, py, pm] = cfg.has_bias
+                                            ? DeclareParams<GemmArgs>(kb)
+                                            : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+      std::tie(x, w, bias, y, m_rows) = std::tie(px, pw, pb, py, pm);
+    }
     // q4_0 lanes read up to 4 bytes past their block (the fifth aligned word).
     const ptx::Symbol stage =
         kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes +
@@ -308,6 +321,20 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       if (split_log2 != 0) xr = gen::AddrAdd(kb, xr, slice, nu * kQuantLaneElems * 4);
       x_lane[m] = gen::AddrAdd(kb, xr, lane, int64_t{kQuantLaneElems} * 4);
     }
+    // With the fused RMSNorm: norm_w at the lane's elements of the slice, and each row's sum
+    // of squares (of the slice's elements, until the slices' sums meet).
+    Reg nw_lane;
+    std::vector<Reg> sq(cfg.norm ? mt : 0);
+    if (cfg.norm) {
+      const Reg nw =
+          split_log2 == 0 ? norm_w : gen::AddrAdd(kb, norm_w, slice, nu * kQuantLaneElems * 4);
+      nw_lane = gen::AddrAdd(kb, nw, lane, int64_t{kQuantLaneElems} * 4);
+      for (Reg& q : sq) q = kb.Mov(Type::kF32, Operand::F32(0.0f));
+    }
+    // norm_w scales whichever has fewer registers a unit: x (each row's 32 elements, once
+    // for the warp's columns) when the tile has no more rows than the warp columns, else the
+    // codes (once for all the tile's rows).
+    const bool norm_x = cfg.norm && mt <= nc;
     std::vector<std::vector<Reg>> acc(nc, std::vector<Reg>(mt));
     for (std::vector<Reg>& ac : acc) {
       for (Reg& a : ac) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
@@ -365,12 +392,15 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
                              ptx::CacheOp::kNonCoherent));
       }
     }
+    // x of pass p's unit for each row of the tile, with norm_w last (cfg.norm).
     auto load_x = [&](int p) {
+      const int64_t off = int64_t{32} * p * kQuantLaneElems * 4;
       std::vector<std::vector<Reg>> xv(mt);
       for (int m = 0; m < mt; ++m) {
-        xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], int64_t{32} * p * kQuantLaneElems * 4,
-                               kQuantLaneElems, 16);
+        xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], off, kQuantLaneElems, 16);
       }
+      if (cfg.norm)
+        xv.push_back(gen::LoadAsF32(kb, ElemType::kF32, nw_lane, off, kQuantLaneElems, 16));
       return xv;
     };
     std::vector<std::vector<Reg>> x_first;
@@ -395,9 +425,25 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       }
       // x is loaded once for the warp's columns.
       std::vector<std::vector<Reg>> xv = p == 0 && early_x ? x_first : load_x(p);
+      std::vector<Reg> nv;
+      if (cfg.norm) {
+        nv = std::move(xv.back());
+        xv.pop_back();
+        for (int m = 0; m < mt; ++m) {
+          for (int e = 0; e < kQuantLaneElems; ++e)
+            kb.EmitTo(sq[m], Op::kFma, Type::kF32, {xv[m][e], xv[m][e], sq[m]});
+          if (norm_x) {
+            for (int e = 0; e < kQuantLaneElems; ++e) xv[m][e] = gen::FMul(kb, xv[m][e], nv[e]);
+          }
+        }
+      }
       for (int c = 0; c < nc; ++c) {
-        const LaneUnit block =
+        LaneUnit block =
             DecodeLaneUnit(kb, cfg.format, cols[c].unit0, int64_t{32 * p >> upb_log2} * bb);
+        if (cfg.norm && !norm_x) {
+          for (int e = 0; e < kQuantLaneElems; ++e)
+            block.codes[e] = gen::FMul(kb, block.codes[e], nv[e]);
+        }
         for (int m = 0; m < mt; ++m) {
           // The scale applies once per lane unit and row: acc += d * (x . codes).
           const Reg dot = gen::FMul(kb, xv[m][0], block.codes[0]);
@@ -415,6 +461,10 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       }
       for (Reg& xa : x_lane)
         kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
+      if (cfg.norm) {
+        kb.EmitTo(nw_lane, Op::kAdd, Type::kU64,
+                  {nw_lane, int64_t{kStepUnits} * kQuantLaneElems * 4});
+      }
       kb.EmitTo(left, Op::kSub, Type::kU32, {left, step_units});
       kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
       kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, steps), *loop);
@@ -423,29 +473,40 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     for (std::vector<Reg>& ac : acc) {
       for (Reg& a : ac) a = gen::WarpAllReduce(kb, a, gen::Reduce::kSum);
     }
+    for (Reg& q : sq) q = gen::WarpAllReduce(kb, q, gen::Reduce::kSum);
     Reg first_slice = kb.Setp(Cmp::kEq, Type::kU32, lane, 0);
     if (split_log2 != 0) {
-      // The slices' sums meet in shared memory; slice 0 adds them in slice order (one
-      // column per warp: a split takes cols = 1).
-      const ptx::Symbol partials = kb.Shared("partials", int64_t{cfg.warps} * mt * 4);
-      const Reg mine = kb.Emit(Op::kMadLo, Type::kU32, {warp, mt * 4, kb.AddressOf(partials)});
+      // The slices' sums (and sums of squares) meet in shared memory; slice 0 adds them in
+      // slice order (one column per warp: a split takes cols = 1).
+      std::vector<Reg> sums = acc[0];
+      sums.insert(sums.end(), sq.begin(), sq.end());
+      const int ns = static_cast<int>(sums.size());
+      const ptx::Symbol partials = kb.Shared("partials", int64_t{cfg.warps} * ns * 4);
+      const Reg mine = kb.Emit(Op::kMadLo, Type::kU32, {warp, ns * 4, kb.AddressOf(partials)});
       {
         auto g = kb.If(first_slice);
-        for (int m = 0; m < mt; ++m) {
-          kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{m} * 4), {acc[0][m]});
+        for (int i = 0; i < ns; ++i) {
+          kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{i} * 4), {sums[i]});
         }
       }
       kb.BarSync();
       first_slice =
           kb.Emit(Op::kAnd, Type::kPred, {first_slice, kb.Setp(Cmp::kEq, Type::kU32, slice, 0)});
       auto g = kb.If(first_slice);
-      for (int m = 0; m < mt; ++m) {
+      for (int i = 0; i < ns; ++i) {
         for (int j = 1; j < cfg.split; ++j) {
           const Reg other =
-              kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(mine, (int64_t{j} * mt + m) * 4));
-          kb.EmitTo(acc[0][m], Op::kAdd, Type::kF32, {acc[0][m], other});
+              kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(mine, (int64_t{j} * ns + i) * 4));
+          kb.EmitTo(sums[i], Op::kAdd, Type::kF32, {sums[i], other});
         }
       }
+    }
+    for (int m = 0; m < static_cast<int>(sq.size()); ++m) {
+      // x . (norm_w w) / sqrt(mean(x^2) + eps), the mean and rsqrt as rmsnorm takes them
+      // (lanes that store nothing scale their partial sums too, unused).
+      const Reg mean = gen::FFma(kb, sq[m], Operand::F32(1.0f / static_cast<float>(cfg.k)), eps);
+      const Reg scale = kb.Emit(Op::kRsqrt, Type::kF32, {mean});
+      for (std::vector<Reg>& ac : acc) ac[m] = gen::FMul(kb, ac[m], scale);
     }
     for (int c = 0; c < nc; ++c) {
       const Column& k = cols[c];

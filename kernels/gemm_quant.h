@@ -31,6 +31,10 @@
 // Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
 // split > 1 the warps of a column each take a contiguous slice of K / split; with cols 2 a
 // warp stages and decodes two columns' rows side by side, loading x once for both.
+// With norm, the input rows' RMSNorm is fused as in the f16 GEMV (NormGemmArgs, in .param
+// order): each lane sums its rows' squares as it loads x (the split slices' sums meet in
+// shared memory with the products'), norm_w scales x or the codes as they load, and the
+// sums are scaled by 1 / sqrt(mean + eps) at the end.
 #pragma once
 
 #include <cstdint>
@@ -75,10 +79,12 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   BlockFormat format = BlockFormat::kQ8_0;
   bool has_bias = false;
   bool accumulate = false;  // y += x w^T (fuses the residual add)
-  int m_tile = 4;           // token rows per CTA, 1..8
-  int warps = 4;            // warps per CTA, 1..16
-  int split = 1;            // warps per output column, each a slice of K: 1, 2 or 4
-  int cols = 1;             // output columns per warp (with split 1): 1 or 2
+  // The input rows' RMSNorm fused (NormGemmArgs): x is the un-normalised rows.
+  bool norm = false;
+  int m_tile = 4;  // token rows per CTA, 1..8
+  int warps = 4;   // warps per CTA, 1..16
+  int split = 1;   // warps per output column, each a slice of K: 1, 2 or 4
+  int cols = 1;    // output columns per warp (with split 1): 1 or 2
   ptx::Target target;
   int Threads() const { return warps * 32; }
   int Columns() const { return warps * cols / split; }  // output columns per CTA
@@ -87,7 +93,7 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
       Field("n", &C::n).Key("n").Range(1, 1 << 24),
       Field("k", &C::k).Key("k").Range(32, 1 << 20, kQuantLaneElems),
       Field("format", &C::format).Key(""), Field("has_bias", &C::has_bias).Key("bias"),
-      Field("accumulate", &C::accumulate).Key("acc"),
+      Field("accumulate", &C::accumulate).Key("acc"), Field("norm", &C::norm).Key("norm"),
       Field("m_tile", &C::m_tile).Key("mt").Range(1, 8),
       Field("warps", &C::warps).Key("w").Range(1, 16),
       Field("split", &C::split).Key("s").Range(1, 4), Field("cols", &C::cols).Key("c").Range(1, 2));

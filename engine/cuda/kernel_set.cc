@@ -62,13 +62,22 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
 // the sums of squares (one FMA per element and row beside the product's) make the GEMV
 // issue-bound: Llama-3.2-1B on h100 at 8 rows, estimated, gate/up 27.9 us fused against
 // 3.1 + 23.0 us rmsnorm then GEMV, the LM head 208.9 against 3.1 + 176.1 (qkv alone still
-// gains: 5.7 against 3.1 + 4.7). Tiled forms and block weights have no fused form. Those
-// slots are unused: there the rmsnorm launch stays.
+// gains: 5.7 against 3.1 + 4.7). Block weights (qgemm) fuse it at one row only: there the
+// rmsnorm launch (4.1 us, one CTA) costs more than the squares and norm_w add (Llama-3.2-1B
+// q4_0 on h100, estimated: step 620.5 -> 509.2 us), while at 4 rows the 4-bit and q8_0
+// GEMVs, already near their issue limit, lose more than the launch saves (q8_0: step 796.7
+// -> 851.2 us). Tiled forms have no fused form. Those slots are unused: there the rmsnorm
+// launch stays.
 GemmSlots WithNorm(GemmSlots g) {
   for (int f = 0; f < kGemmForms; ++f) {
     g.reduce[f] = KernelSlot{};  // the GEMV forms are never split
-    if (g.quant || g.cfg[f].tiled || kGemmFormRows[f] > 4) {
+    if (kGemmFormRows[f] > (g.quant ? 1 : 4) || (!g.quant && g.cfg[f].tiled)) {
       g.slot[f] = KernelSlot{};
+      continue;
+    }
+    if (g.quant) {
+      (*g.quant)[f].norm = true;
+      g.slot[f] = MakeSlot((*g.quant)[f]);
       continue;
     }
     g.cfg[f].norm = true;

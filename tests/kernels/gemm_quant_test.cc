@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/ops.h"
 #include "engine/model/quant.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/emu_harness.h"
@@ -39,8 +40,9 @@ struct QuantGemmCase {
   int m_tile;  // 0: QuantGemmConfigFor's
   int warps;
   bool bias, accumulate;
-  int split = 0;  // 0: QuantGemmConfigFor's
-  int cols = 0;   // 0: QuantGemmConfigFor's
+  int split = 0;      // 0: QuantGemmConfigFor's
+  int cols = 0;       // 0: QuantGemmConfigFor's
+  bool norm = false;  // the input rows' RMSNorm fused
 };
 
 // n rows of k random weights in `f`'s blocks, padded with zero bytes to a multiple of 16
@@ -56,15 +58,29 @@ std::vector<uint8_t> RandomBlocks(std::mt19937& rng, BlockFormat f, int n, int k
 }
 
 // The GEMV on `w` against the CPU backend's widened-rows kernel: the f32 GEMM over the
-// dequantized rows, which the GEMV computes too, in another order of sums.
+// dequantized rows, which the GEMV computes too, in another order of sums. With c.norm,
+// against the CPU's rmsnorm then that GEMM.
 void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vector<uint8_t>& w) {
   SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", BlockFormatName(c.format),
-                            " warps ", c.warps));
-  const std::vector<float> x = RandomFloats(rng, c.m * c.k);
+                            " warps ", c.warps, c.norm ? " norm" : ""));
+  std::vector<float> x = RandomFloats(rng, c.m * c.k);
   const std::vector<float> bias = RandomFloats(rng, c.n);
   const std::vector<float> y0 = RandomFloats(rng, c.m * c.n);
+  // Rows of unequal scale, so that a row's RMS computed over a slice or another row's
+  // elements would show; norm_w around 1 with both signs (drawn only with c.norm, which
+  // keeps the other cases' draws as they were).
+  std::vector<float> norm_w = c.norm ? RandomFloats(rng, c.k) : std::vector<float>(1);
+  for (float& v : norm_w) v += v < 0 ? -0.5f : 0.5f;
+  if (c.norm) {
+    for (int r = 0; r < c.m; ++r) {
+      for (int i = 0; i < c.k; ++i) x[r * c.k + i] *= (r + 1) * (i < c.k / 2 ? 3.0f : 0.25f);
+    }
+  }
+  constexpr float kEps = 1e-5f;
+  std::vector<float> xn = x;
+  if (c.norm) cpu::RmsNorm(x.data(), norm_w.data(), c.m, c.k, kEps, xn.data());
   std::vector<float> want(c.m * c.n);
-  cpu::GemmQuantized(x.data(), {w.data(), DType::kF32, ToQuantType(c.format)},
+  cpu::GemmQuantized(xn.data(), {w.data(), DType::kF32, ToQuantType(c.format)},
                      c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data(),
                      cpu::BlockKernel::kWidenedRows);
   if (c.accumulate) {
@@ -77,6 +93,7 @@ void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vect
   base.has_bias = c.bias;
   base.accumulate = c.accumulate;
   base.warps = c.warps;
+  base.norm = c.norm;
   QuantGemmConfig cfg = QuantGemmConfigFor(base, c.m);
   if (c.m_tile != 0) cfg.m_tile = c.m_tile;
   if (c.split != 0) cfg.split = c.split;
@@ -86,9 +103,12 @@ void ExpectMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const std::vect
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   EmuHarness h;
   const uint64_t dx = h.Upload(x), dw = h.Upload(w), db = h.Upload(bias);
-  const uint64_t dy = h.Upload(y0);
-  const absl::Status st = h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, c.m),
-                                {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
+  const uint64_t dy = h.Upload(y0), dnw = h.Upload(norm_w);
+  const absl::Status st =
+      h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, c.m),
+            c.norm ? std::vector<emu::KernelArg>{Ptr(dx), Ptr(dnw), Ptr(dw), Ptr(db), Ptr(dy),
+                                                 U32(c.m), F32(kEps)}
+                   : std::vector<emu::KernelArg>{Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
   ASSERT_TRUE(st.ok()) << st;
   // Sums of up to 4128 products of magnitude <= 1 (448 s <= 1 for fp8) in two orders: f32
   // rounding stays far below 1e-4 of the typical |y| ~ sqrt(k) / 3.
@@ -147,6 +167,35 @@ TEST(QuantGemm, MatchesCpuQuantizedGemm) {
       {5, 13, 640, kInt4G128, 2, 1, true, true, 1, 2},
   };
   std::mt19937 rng(16);
+  for (const QuantGemmCase& c : cases) {
+    ExpectMatchesCpu(rng, c, RandomBlocks(rng, c.format, c.n, c.k));
+  }
+}
+
+// The GEMV with its input rows' RMSNorm fused, for every format at 1..4 rows, K whole or
+// split across 2 or 4 warps (each warp's sum of squares only its slice's until they meet),
+// one column per warp or two (norm_w on x, or on the codes when the tile has more rows),
+// odd N and partial steps, against the CPU's rmsnorm then quantized GEMM.
+TEST(QuantGemm, FusedRmsNormMatchesCpuRmsNormThenGemm) {
+  using enum BlockFormat;
+  const QuantGemmCase cases[] = {
+      {1, 33, 32, kQ8_0, 0, 4, false, false, 1, 1, true},
+      {2, 17, 2080, kQ4_0, 0, 4, true, false, 1, 1, true},
+      {3, 31, 4128, kFp8E4M3, 0, 2, false, true, 1, 1, true},
+      {4, 7, 2176, kInt4G128, 0, 4, true, true, 1, 1, true},
+      {4, 40, 4096, kQ4_0, 0, 4, false, false, 1, 1, true},
+      {4, 9, 2048, kQ8_0, 0, 2, true, false, 1, 1, true},
+      {1, 33, 4160, kQ8_0, 0, 4, true, false, 2, 1, true},
+      {3, 17, 1024, kQ4_0, 0, 8, false, true, 4, 1, true},
+      {2, 9, 2176, kFp8E4M3, 0, 4, true, true, 4, 1, true},
+      {4, 31, 2560, kInt4G128, 0, 4, false, true, 2, 1, true},
+      {1, 35, 2080, kQ8_0, 0, 4, true, true, 1, 2, true},
+      {2, 17, 1056, kQ4_0, 0, 2, false, false, 1, 2, true},
+      {1, 9, 4128, kFp8E4M3, 0, 4, true, false, 1, 2, true},
+      {2, 41, 2176, kInt4G128, 0, 4, false, true, 1, 2, true},
+      {3, 13, 640, kInt4G128, 4, 1, true, true, 1, 2, true},
+  };
+  std::mt19937 rng(23);
   for (const QuantGemmCase& c : cases) {
     ExpectMatchesCpu(rng, c, RandomBlocks(rng, c.format, c.n, c.k));
   }

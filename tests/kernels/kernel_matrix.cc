@@ -124,6 +124,12 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
       q.accumulate = m_tile != 4;
       q.target = target;
       Add(&out, q);
+      if (m_tile <= 4) {
+        QuantGemmConfig normed = q;  // the GEMV with its input's RMSNorm fused
+        normed.norm = true;
+        normed.accumulate = false;
+        Add(&out, normed);
+      }
     }
   }
   for (int hd : head_dims) {

@@ -110,14 +110,17 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
 }
 
 // The quantized GEMV keeps its staged units and up to 8 rows of partial sums in registers,
-// K split across warps or not, one column per warp or two.
+// K split across warps or not, one column per warp or two; with the fused RMSNorm (up to 4
+// rows), norm_w's unit and the rows' sums of squares too.
 TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
   for (int sm : {80, 90}) {
     std::vector<PtxModule> modules;
     for (BlockFormat f :
          {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
-      for (auto [m_tile, split, cols] :
-           {std::tuple{1, 1, 1}, std::tuple{8, 1, 1}, std::tuple{8, 4, 1}, std::tuple{2, 1, 2}}) {
+      for (auto [m_tile, split, cols, norm] :
+           {std::tuple{1, 1, 1, false}, std::tuple{8, 1, 1, false}, std::tuple{8, 4, 1, false},
+            std::tuple{2, 1, 2, false}, std::tuple{1, 1, 1, true}, std::tuple{4, 1, 1, true},
+            std::tuple{4, 4, 1, true}, std::tuple{2, 1, 2, true}}) {
         QuantGemmConfig c;
         c.n = 2048;
         c.k = 8192;
@@ -125,7 +128,8 @@ TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
         c.m_tile = m_tile;
         c.split = split;
         c.cols = cols;
-        c.accumulate = true;
+        c.norm = norm;
+        c.accumulate = !norm;
         c.target = ptx::Target{sm, 78};
         absl::StatusOr<std::string> ptx = GenerateQuantGemm(c);
         ASSERT_TRUE(ptx.ok()) << ptx.status();
