@@ -51,10 +51,9 @@ struct KernelList {
 using AllKernels =
     KernelList<Kernel<&GenerateArgmax>, Kernel<&GenerateDecodeAttention>,
                Kernel<&GenerateEmbedding>, Kernel<&GenerateFlashAttention>, Kernel<&GenerateGemm>,
-               Kernel<&GenerateGemmReduce>,
-               Kernel<&GenerateQuantGemm>, Kernel<&GenerateLogprobs>, Kernel<&GeneratePenalties>,
-               Kernel<&GenerateRmsNorm>, Kernel<&GenerateRopeKv>, Kernel<&GenerateSampling>,
-               Kernel<&GenerateSiluMul>>;
+               Kernel<&GenerateGemmReduce>, Kernel<&GenerateQuantGemm>, Kernel<&GenerateLogprobs>,
+               Kernel<&GeneratePenalties>, Kernel<&GenerateRmsNorm>, Kernel<&GenerateRopeKv>,
+               Kernel<&GenerateSampling>, Kernel<&GenerateSiluMul>>;
 
 template <class F>
 void ForEachKernel(F&& f) {

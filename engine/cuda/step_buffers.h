@@ -43,25 +43,26 @@ class StepBuffers {
   // Every buffer a forward pass's kernels take the address of.
   static constexpr int kForwardBuffers = 14;
   std::array<CUdeviceptr, kForwardBuffers> forward_addresses() const {
-    return {x.ptr(),       h.ptr(),          qkv.ptr(),     q.ptr(),      attn.ptr(),
-            gate_up.ptr(), act.ptr(),        rows_in.ptr(), logits.ptr(), partial.ptr(),
-            lse.ptr(),     split_counters.ptr(), gemm_split.ptr(), meta.ptr()};
+    return {x.ptr(),          h.ptr(),       qkv.ptr(), q.ptr(),
+            attn.ptr(),       gate_up.ptr(), act.ptr(), rows_in.ptr(),
+            logits.ptr(),     partial.ptr(), lse.ptr(), split_counters.ptr(),
+            gemm_split.ptr(), meta.ptr()};
   }
 
-  DeviceBuffer x;           // f32 [tokens][hidden] residual stream
-  DeviceBuffer h;           // f32 [tokens][hidden] normed input
-  DeviceBuffer qkv;         // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
-  DeviceBuffer q;           // f32 [tokens][heads][padded] rotated (K/V go to the pools)
-  DeviceBuffer attn;        // f32 [tokens][heads][padded]
-  DeviceBuffer gate_up;     // f32 [tokens][2 * inter] (fused) / gate then up arrays
-  DeviceBuffer act;         // f32 [tokens][inter]
-  DeviceBuffer rows_in;     // f32 [rows][hidden] the residual rows that become logits
-  DeviceBuffer logits;      // f32 [rows][vocab]
-  DeviceBuffer ids;         // s32 [rows]
-  DeviceBuffer records;     // log-prob records [rows][kLogprobsRecordBytes]
-  DeviceBuffer penalized;   // f32 [rows][vocab]: penalised logits (StepSampled)
-  DeviceBuffer partial;     // f32 split attention partials
-  DeviceBuffer lse;         // f32 split log-sum-exps
+  DeviceBuffer x;          // f32 [tokens][hidden] residual stream
+  DeviceBuffer h;          // f32 [tokens][hidden] normed input
+  DeviceBuffer qkv;        // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
+  DeviceBuffer q;          // f32 [tokens][heads][padded] rotated (K/V go to the pools)
+  DeviceBuffer attn;       // f32 [tokens][heads][padded]
+  DeviceBuffer gate_up;    // f32 [tokens][2 * inter] (fused) / gate then up arrays
+  DeviceBuffer act;        // f32 [tokens][inter]
+  DeviceBuffer rows_in;    // f32 [rows][hidden] the residual rows that become logits
+  DeviceBuffer logits;     // f32 [rows][vocab]
+  DeviceBuffer ids;        // s32 [rows]
+  DeviceBuffer records;    // log-prob records [rows][kLogprobsRecordBytes]
+  DeviceBuffer penalized;  // f32 [rows][vocab]: penalised logits (StepSampled)
+  DeviceBuffer partial;    // f32 split attention partials
+  DeviceBuffer lse;        // f32 split log-sum-exps
   // u32 [rows][num_heads]: split CTAs done per (row, KV head chunk), a chunk at most a head
   DeviceBuffer split_counters;
   DeviceBuffer gemm_split;  // f32 split-K GEMM partial sums (GemmConfig::split_k)

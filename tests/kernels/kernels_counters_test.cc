@@ -220,7 +220,7 @@ TEST(KernelCounters, DecodeAttentionReadsEachKvByteOnceInCoalescedLoads) {
       ASSERT_TRUE(h.Run(*ptx, kDecodeAttentionEntry,
                         DecodeAttentionLaunch(*shape, c.kv_heads, rows, 1),
                         {Ptr(dq), Ptr(dk), Ptr(dv), Ptr(dbt), Ptr(dlen), Ptr(0), Ptr(0), Ptr(dout),
-                         Ptr(0), U32(b.max_blocks), U32(rows), U32(rows),
+                         Ptr(0), Ptr(0), Ptr(0), U32(b.max_blocks), U32(rows), U32(rows),
                          F32(1.0f / std::sqrt(static_cast<float>(c.head_dim))), U32(0)})
                       .ok());
       EXPECT_EQ(h.Download<float>(dout, 1)[0], 1.0f);  // softmax-weighted ones
