@@ -197,6 +197,21 @@ ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg) 
                       : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
 }
 
+GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias) {
+  GemvParams p;
+  if (norm) {
+    const auto [x, norm_w, w, bias, y, m_rows, eps] =
+        has_bias ? DeclareParams<NormGemmArgs>(kb)
+                 : DeclareParams<NormGemmArgs>(kb, {&NormGemmArgs::bias});
+    p = {x, norm_w, w, bias, y, m_rows, eps};
+  } else {
+    const auto [x, w, bias, y, m_rows] =
+        has_bias ? DeclareParams<GemmArgs>(kb) : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
+    p.x = x, p.w = w, p.bias = bias, p.y = y, p.m_rows = m_rows;
+  }
+  return p;
+}
+
 }  // namespace gen
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
@@ -211,16 +226,9 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     const int64_t rem = cfg.k % chunk;  // a multiple of ve
 
     // The fused RMSNorm's parameters (norm_w, eps) are declared only with GemmConfig::norm.
-    Reg x, norm_w, w, bias, y, m_rows, eps;
-    if (cfg.norm) {
-      const auto [px, pn, pw, pb, py, pm, pe] =
-          cfg.has_bias ? DeclareParams<NormGemmArgs>(kb)
-                       : DeclareParams<NormGemmArgs>(kb, {&NormGemmArgs::bias});
-      std::tie(x, norm_w, w, bias, y, m_rows, eps) = std::tie(px, pn, pw, pb, py, pm, pe);
-    } else {
-      const auto [px, pw, pb, py, pm] = gen::DeclareGemmParams(kb, cfg);
-      std::tie(x, w, bias, y, m_rows) = std::tie(px, pw, pb, py, pm);
-    }
+    const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
+    const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
+              m_rows = params.m_rows, eps = params.eps;
 
     // No barriers: a warp past the last column leaves as a whole.
     const ptx::Label done = kb.NewLabel("done");

@@ -161,6 +161,13 @@ GemmConfig GemmConfigFor(GemmConfig base, int64_t m, int sm_count);
 namespace gen {
 // The parameters of GemmArgs, the bias pointer a plain .u64 when cfg has no bias.
 ParamRegs<GemmArgs> DeclareGemmParams(KernelBuilder& kb, const GemmConfig& cfg);
+// A GEMV's parameters (qgemm's too): GemmArgs, or NormGemmArgs with the input's RMSNorm
+// fused (norm_w and eps stay unset registers without it); the bias pointer a plain .u64
+// without a bias.
+struct GemvParams {
+  ptx::Reg x, norm_w, w, bias, y, m_rows, eps;
+};
+GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias);
 // Write the tiled forms into GenerateGemm's builder and return their header notes: f32 FMA
 // (gemm_tiled.cc) and tensor cores (gemm_mma.cc; activations rounded to the weights' type).
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);

@@ -235,18 +235,9 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const int mt = cfg.m_tile;
 
     // The fused RMSNorm's parameters (norm_w, eps) are declared only with cfg.norm.
-    Reg x, norm_w, w, bias, y, m_rows, eps;
-    if (cfg.norm) {
-      const auto [px, pn, pw, pb, py, pm, pe] =
-          cfg.has_bias ? DeclareParams<NormGemmArgs>(kb)
-                       : DeclareParams<NormGemmArgs>(kb, {&NormGemmArgs::bias});
-      std::tie(x, norm_w, w, bias, y, m_rows, eps) = std::tie(px, pn, pw, pb, py, pm, pe);
-    } else {
-      const auto [px, pw, pb, py, pm] = cfg.has_bias
-                                            ? DeclareParams<GemmArgs>(kb)
-                                            : DeclareParams<GemmArgs>(kb, {&GemmArgs::bias});
-      std::tie(x, w, bias, y, m_rows) = std::tie(px, pw, pb, py, pm);
-    }
+    const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
+    const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
+              m_rows = params.m_rows, eps = params.eps;
     // q4_0 lanes read up to 4 bytes past their block (the fifth aligned word).
     const ptx::Symbol stage =
         kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes +

@@ -13,58 +13,20 @@
 #include "engine/model/hf_quant_awq.h"
 #include "engine/model/hf_quant_gptq.h"
 #include "gtest/gtest.h"
+#include "tests/model/synthetic_layer.h"
 
 namespace ptxserve {
 namespace {
 
-struct Layer {
-  int64_t rows, in, out;
-  std::vector<float> x;  // [rows, in]
-  std::vector<float> w;  // [out, in]
-};
+using Layer = testing::SyntheticLayer;
+using testing::DirectOutputError;
+using testing::InputsOf;
 
-// Inputs mixed from a few shared factors (correlated channels, as real activations are),
-// `salient` channels `boost` times larger, and Gaussian weights.
+// Correlated inputs, `salient` channels `boost` times larger.
 Layer SyntheticLayer(int64_t rows, int64_t in, int64_t out, int salient, float boost,
                      unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  Layer l{rows, in, out, std::vector<float>(rows * in), std::vector<float>(out * in)};
-  constexpr int kFactors = 8;
-  std::vector<float> mix(kFactors * in);
-  for (float& m : mix) m = normal(rng);
-  for (int64_t t = 0; t < rows; ++t) {
-    float f[kFactors];
-    for (float& v : f) v = normal(rng);
-    for (int64_t i = 0; i < in; ++i) {
-      float v = 0.3f * normal(rng);
-      for (int k = 0; k < kFactors; ++k) v += f[k] * mix[k * in + i];
-      l.x[t * in + i] = i < salient ? boost * v : v;
-    }
-  }
-  for (float& v : l.w) v = 0.05f * normal(rng);
-  return l;
-}
-
-LayerInputs InputsOf(const Layer& l) {
-  LayerInputs in(l.in);
-  in.Add(l.x.data(), l.rows, l.in);
-  return in;
-}
-
-// sum over rows of ||x W^T - x V^T||^2, directly.
-double DirectOutputError(const Layer& l, const std::vector<float>& v) {
-  double total = 0;
-  for (int64_t t = 0; t < l.rows; ++t) {
-    for (int64_t n = 0; n < l.out; ++n) {
-      double d = 0;
-      for (int64_t i = 0; i < l.in; ++i) {
-        d += static_cast<double>(l.x[t * l.in + i]) * (l.w[n * l.in + i] - v[n * l.in + i]);
-      }
-      total += d * d;
-    }
-  }
-  return total;
+  return testing::MakeSyntheticLayer(
+      rows, in, out, 8, [=](int64_t i) { return i < salient ? boost : 1.0f; }, seed);
 }
 
 double RtnError(const Layer& l, const LayerInputs& inputs) {

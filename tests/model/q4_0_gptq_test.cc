@@ -14,44 +14,21 @@
 #include "engine/model/quant.h"
 #include "engine/model/weighted_quant.h"
 #include "gtest/gtest.h"
+#include "tests/model/synthetic_layer.h"
 
 namespace ptxserve {
 namespace {
 
 constexpr int64_t kBlockBytes = 18;  // f16 scale + 16 bytes of nibbles
 
-struct Layer {
-  int64_t rows, in, out;
-  std::vector<float> x;  // [rows, in]
-  std::vector<float> w;  // [out, in]
-};
+using Layer = testing::SyntheticLayer;
+using testing::DirectOutputError;
+using testing::InputsOf;
 
-// Inputs mixed from a few shared factors (correlated channels, as activations are) and
-// Gaussian weights.
+// Correlated inputs with every 11th channel 4 times larger.
 Layer RandomLayer(int64_t rows, int64_t in, int64_t out, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  Layer l{rows, in, out, std::vector<float>(rows * in), std::vector<float>(out * in)};
-  constexpr int kFactors = 6;
-  std::vector<float> mix(kFactors * in);
-  for (float& m : mix) m = normal(rng);
-  for (int64_t t = 0; t < rows; ++t) {
-    float f[kFactors];
-    for (float& v : f) v = normal(rng);
-    for (int64_t i = 0; i < in; ++i) {
-      float v = 0.3f * normal(rng);
-      for (int k = 0; k < kFactors; ++k) v += f[k] * mix[k * in + i];
-      l.x[t * in + i] = (i % 11 == 0 ? 4.0f : 1.0f) * v;
-    }
-  }
-  for (float& v : l.w) v = 0.05f * normal(rng);
-  return l;
-}
-
-LayerInputs InputsOf(const Layer& l) {
-  LayerInputs in(l.in);
-  in.Add(l.x.data(), l.rows, l.in);
-  return in;
+  return testing::MakeSyntheticLayer(
+      rows, in, out, 6, [](int64_t i) { return i % 11 == 0 ? 4.0f : 1.0f; }, seed);
 }
 
 // q4_0 per its layout, independently of quant.cc: per block of 32 an f16 scale d, then 16
@@ -69,21 +46,6 @@ std::vector<float> DecodeQ4_0(const std::vector<uint8_t>& blocks, int64_t out, i
     }
   }
   return v;
-}
-
-// sum over the rows of ||x W^T - x V^T||^2, directly.
-double DirectOutputError(const Layer& l, const std::vector<float>& v) {
-  double total = 0;
-  for (int64_t t = 0; t < l.rows; ++t) {
-    for (int64_t n = 0; n < l.out; ++n) {
-      double d = 0;
-      for (int64_t i = 0; i < l.in; ++i) {
-        d += static_cast<double>(l.x[t * l.in + i]) * (l.w[n * l.in + i] - v[n * l.in + i]);
-      }
-      total += d * d;
-    }
-  }
-  return total;
 }
 
 // Rows encoded by the importance-weighted search alone, importance the inputs' mean square.
