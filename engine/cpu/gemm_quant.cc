@@ -149,19 +149,23 @@ struct Int4G128 {
 // x rounded to 8 bits (QuantizedX's layout, gemm_tiles.h), and for the AVX2 kernel's Dot
 // each block's corrections at corrections + (m * blocks + b) * 8: the 8 int32 lanes
 // -c * (q[4l] + ... + q[4l + 3]), c being what Dot adds to the weight codes to make them
-// unsigned (F::kOffset: 8 for q4_0's nibbles, 0 for q8_0, which needs none).
+// unsigned (F::kOffset: 8 for q4_0's nibbles, 0 for q8_0, which needs none). For the
+// AVX512-VNNI kernel the codes are stored plus 128 (its unsigned operand) and there are
+// no corrections.
 struct QuantizedRows {
   std::vector<int8_t> codes;
   std::vector<float> scales;
   std::vector<int32_t> corrections;
 };
 
-// x (M rows of K) rounded to 8 bits per block of 32, with corrections for c = offset.
-void QuantizeActivations(const float* x, int64_t M, int64_t K, int offset, QuantizedRows* out) {
+// x (M rows of K) rounded to 8 bits per block of 32: for the AVX2 kernel (vnni false)
+// with corrections for c = offset, for the AVX512-VNNI kernel as codes plus 128.
+void QuantizeActivations(const float* x, int64_t M, int64_t K, int offset, bool vnni,
+                         QuantizedRows* out) {
   const int64_t blocks = M * K / 32;
   out->codes.resize(blocks * 32);
   out->scales.resize(blocks);
-  out->corrections.resize(blocks * 8);
+  out->corrections.resize(vnni ? 0 : blocks * 8);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * 32;
@@ -182,13 +186,18 @@ void QuantizeActivations(const float* x, int64_t M, int64_t K, int offset, Quant
         _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     const __m256i ordered =
         _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->codes.data() + b * 32), ordered);
+    out->scales[b] = d;
+    __m256i* codes = reinterpret_cast<__m256i*>(out->codes.data() + b * 32);
+    if (vnni) {  // + 128: a flip of the top bit
+      _mm256_storeu_si256(codes, _mm256_xor_si256(ordered, _mm256_set1_epi8(-128)));
+      continue;
+    }
+    _mm256_storeu_si256(codes, ordered);
     // c * (q[4l] + q[4l + 1]) fits vpmaddubsw's int16 pairs for c <= 128 (|q| <= 127).
     const __m256i corrections = _mm256_madd_epi16(
         _mm256_maddubs_epi16(_mm256_set1_epi8(static_cast<char>(offset)), ordered),
         _mm256_set1_epi16(-1));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->corrections.data() + b * 8), corrections);
-    out->scales[b] = d;
   }
 }
 
@@ -396,11 +405,12 @@ void GemmBlocks(const Problem& problem, bool integer) {
   }
   const bool vnni = GemmIsa() >= Isa::kAvx512Vnni;
   thread_local QuantizedRows xq;
-  QuantizeActivations(problem.x, problem.M, problem.K, F::kOffset, &xq);
+  QuantizeActivations(problem.x, problem.M, problem.K, F::kOffset, vnni, &xq);
   Problem p = problem;
   p.xq = &xq;
   if (vnni) {
-    const QuantizedX x{xq.codes.data(), xq.scales.data(), p.K / 32};
+    const QuantizedX x{reinterpret_cast<const uint8_t*>(xq.codes.data()), xq.scales.data(),
+                       p.K / 32};
     RunPanels(p, [&](int64_t b, int64_t e) {
       IntegerPanelAvx512Vnni(F::kType, x, p.w, p.row_bytes, p.bias, p.M, p.N, b, e, p.y);
     });

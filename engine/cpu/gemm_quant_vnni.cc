@@ -1,16 +1,18 @@
 // gemm_quant.cc's integer kernel (q8_0 and q4_0 weights against x rounded to 8 bits per
 // block of 32) for CPUs with AVX512-VNNI, chosen at run time (engine/cpu/isa.h).
 //
-// vpdpbusd adds the four products of unsigned weight bytes and signed x bytes in each
-// int32 lane to that lane. The weights are made unsigned by an offset c, and the
-// accumulation starts from -c times x's codes summed four at a time (itself one vpdpbusd
-// of c against x, negated), so
-//   (w + c) . x - c sum(x) = w . x
-// lane by lane, exactly: q4_0's nibbles are already its codes plus 8 (c = 8); q8_0's codes
-// get 128 by flipping their top bit (c = 128, w + 128 in 0..255). This is the usual offset
-// trick, with the offset's cost paid once per x block and tile rather than per weight
-// block; computed here rather than read from x's blocks as the AVX2 kernel's q4_0 does, so
-// x's blocks take 36 bytes instead of 68 of the cache that holds a tile's 8 rows of x.
+// vpdpbusd adds the four products of unsigned bytes (first operand) and signed bytes
+// (second) in each int32 lane to that lane. Here the weights are the signed operand, as
+// they are (q8_0's codes) or made so (q4_0's nibbles minus 8), and x's codes the unsigned
+// one, stored offset by 128 (QuantizedX: x + 128 in 0..255). Each weight block's
+// accumulation starts from -128 times its codes summed four at a time (itself one vpdpbusd
+// of 128 against them, negated), so
+//   (x + 128) . w - 128 sum(w) = x . w
+// lane by lane, exactly. The offset's cost is paid once per weight block and tile, shared
+// by the tile's 8 rows of x, where putting the offset on the weights (the usual way round)
+// needs x's correction (a vpdpbusd and a subtraction) once per x row and weight block of
+// every tile, and x's flipped codes are stored once per GEMM (QuantizeActivations), not
+// flipped per tile.
 // The lanes are the AVX2 kernel's (lane l: elements 4l..4l+3 of the block, summed
 // exactly), and the f32 work after them is the AVX2 kernel's too, in the same order: the
 // lanes are converted to f32 and added into 8 f32 lanes per output as
@@ -62,30 +64,30 @@ __m512 ScalePair(const uint8_t* a, const uint8_t* b) {
                                           _mm_set1_epi16(static_cast<int16_t>(ha))));
 }
 
-// The two formats' blocks as vpdpbusd's unsigned operand (codes + kOffset), two rows'
-// blocks a and b per register, a's 32 in the low half, in the element order of x's codes.
+// The two formats' blocks as vpdpbusd's signed operand (their codes), two rows' blocks a
+// and b per register, a's 32 in the low half, in the element order of x's codes.
 struct Q8_0 {
   static constexpr int kBytes = 34;
-  static constexpr int kOffset = 128;
   static __m512i LoadPair(const uint8_t* a, const uint8_t* b) {
-    const __m512i v = _mm512_inserti64x4(
+    return _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
-    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));  // + 128
   }
 };
 struct Q4_0 {
   static constexpr int kBytes = 18;
-  static constexpr int kOffset = 8;
   // Elements 0..15 are the low nibbles of a block's 16 bytes, 16..31 the high ones: the
-  // 16 bytes go to 128-bit lanes [a a b b], the odd lanes shift right by 4, and the mask
-  // keeps one nibble per byte (the bits a 64-bit shift brings in from the next byte go).
+  // 16 bytes go to 128-bit lanes [a a b b], the odd lanes shift right by 4, the mask
+  // keeps one nibble per byte (the bits a 64-bit shift brings in from the next byte go),
+  // and 8 comes off each without AVX512-BW's byte subtraction: n + 0x78 stays within its
+  // byte (at most 0x87), and flipping its top bit then makes it n + 0xF8, n - 8 mod 256.
   static __m512i LoadPair(const uint8_t* a, const uint8_t* b) {
     __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2)));
     v = _mm512_mask_broadcast_i32x4(v, 0xFF00,
                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
     v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    v = _mm512_add_epi32(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(0x78));
+    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
 };
 
@@ -119,28 +121,28 @@ void Tile(const TileArgs& a) {
     for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_setzero_ps();
   }
   const int64_t blocks = a.x.blocks;
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(F::kOffset));
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));  // 128
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    __m512i wq[kPairs];
+    __m512i wq[kPairs], correction[kPairs];
     __m512 dw[kPairs];
 #pragma GCC unroll 2
     for (int p = 0; p < kPairs; ++p) {
       const uint8_t* wa = wr[2 * p] + blk * F::kBytes;
       const uint8_t* wb = wr[2 * p + 1] + blk * F::kBytes;
       wq[p] = F::LoadPair(wa, wb);
+      correction[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, wq[p]));
       dw[p] = ScalePair(wa, wb);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const int64_t xb = i * blocks + blk;
-      const __m512i xq = _mm512_broadcast_i64x4(
+      const __m512i xu = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.codes + xb * 32)));
-      const __m512i correction = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xq));
       const __m512 dx = _mm512_set1_ps(a.x.scales[xb]);
 #pragma GCC unroll 2
       for (int p = 0; p < kPairs; ++p) {
-        const __m512i dot = _mm512_dpbusd_epi32(correction, wq[p], xq);
+        const __m512i dot = _mm512_dpbusd_epi32(correction[p], xu, wq[p]);
         acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
       }
     }

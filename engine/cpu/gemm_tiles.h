@@ -49,11 +49,12 @@ void GemmPanelAvx512(const float* x, const float* w, DType wt, const float* bias
 void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* bias, int64_t M,
                      int64_t ldy, int64_t K, int64_t n_begin, int64_t n_end, float* y);
 
-// x rounded per block of 32 to int8 codes q and an f32 scale d (x ~ d * q), as the integer
-// kernels read it (gemm_quant.cc makes it): row m's block b has its codes at
-// codes + (m * blocks + b) * 32 and its d at scales[m * blocks + b].
+// x rounded per block of 32 to int8 codes q and an f32 scale d (x ~ d * q), as the
+// AVX512-VNNI integer kernel reads it (gemm_quant.cc makes it): row m's block b has its
+// codes, stored as q + 128 (0..255), at codes + (m * blocks + b) * 32 and its d at
+// scales[m * blocks + b].
 struct QuantizedX {
-  const int8_t* codes;
+  const uint8_t* codes;
   const float* scales;
   int64_t blocks;  // blocks per row: K / 32
 };
