@@ -9,10 +9,12 @@
 // of 128 against them, negated), so
 //   (x + 128) . w - 128 sum(w) = x . w
 // lane by lane, exactly. The offset's cost is paid once per weight block and tile, shared
-// by the tile's 8 rows of x, where putting the offset on the weights (the usual way round)
-// needs x's correction (a vpdpbusd and a subtraction) once per x row and weight block of
-// every tile, and x's flipped codes are stored once per GEMM (QuantizeActivations), not
-// flipped per tile.
+// by the tile's 8 rows of x, where putting the offset c on the weights (the usual way
+// round: q4_0's nibbles are its codes plus 8, q8_0's codes get 128 by a flip of their top
+// bit; then (w + c) . x - c sum(x) = w . x) needs x's correction (a vpdpbusd and a
+// subtraction) once per x row and weight block of every tile. x's flipped codes are stored
+// once per GEMM (QuantizeActivations), not flipped per tile. Tiles of few x rows, where
+// the weights' side costs more, take the usual way (kMinRowsToOffsetX); same lanes.
 // The lanes are the AVX2 kernel's (lane l: elements 4l..4l+3 of the block, summed
 // exactly), and the f32 work after them is the AVX2 kernel's too, in the same order: the
 // lanes are converted to f32 and added into 8 f32 lanes per output as
@@ -54,6 +56,12 @@ namespace {
 constexpr int kNR = 4;           // weight rows (streams) per tile, as in gemm_quant.cc
 constexpr int kMR = 8;           // x rows per tile: 8 x 2 accumulator registers
 constexpr int64_t kMBlock = 48;  // x rows whose tiles reuse the same weight rows
+// Tiles of fewer x rows (decode's 1) put the offset on the weights instead: the offset on x
+// costs a vpdpbusd and a subtraction per weight block pair and tile, on the weights the same
+// per x row and block (and an xor for x's signed codes); a one-thread L2-resident q4_0 panel
+// (256 x 2048, this Zen 5 VM) at 1 row took 9.6 us offsetting the weights, 11.2-12.0 us
+// offsetting x, and at 48 rows 219-220 us offsetting x, 232 us with the weights' offset.
+constexpr int kMinRowsToOffsetX = 4;
 
 // The f16 block scales of two weight rows' blocks as f32: a's in the low 8 lanes.
 __m512 ScalePair(const uint8_t* a, const uint8_t* b) {
@@ -64,29 +72,39 @@ __m512 ScalePair(const uint8_t* a, const uint8_t* b) {
                                           _mm_set1_epi16(static_cast<int16_t>(ha))));
 }
 
-// The two formats' blocks as vpdpbusd's signed operand (their codes), two rows' blocks a
-// and b per register, a's 32 in the low half, in the element order of x's codes.
+// The two formats' blocks, two rows' blocks a and b per register, a's 32 in the low half,
+// in the element order of x's codes: as vpdpbusd's signed operand (LoadSigned: the codes)
+// or as its unsigned one (LoadOffset: the codes plus kOffset).
 struct Q8_0 {
   static constexpr int kBytes = 34;
-  static __m512i LoadPair(const uint8_t* a, const uint8_t* b) {
+  static constexpr int kOffset = 128;
+  static __m512i LoadSigned(const uint8_t* a, const uint8_t* b) {
     return _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
   }
+  static __m512i LoadOffset(const uint8_t* a, const uint8_t* b) {
+    return _mm512_xor_si512(LoadSigned(a, b), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
 };
 struct Q4_0 {
   static constexpr int kBytes = 18;
+  static constexpr int kOffset = 8;
   // Elements 0..15 are the low nibbles of a block's 16 bytes, 16..31 the high ones: the
-  // 16 bytes go to 128-bit lanes [a a b b], the odd lanes shift right by 4, the mask
-  // keeps one nibble per byte (the bits a 64-bit shift brings in from the next byte go),
-  // and 8 comes off each without AVX512-BW's byte subtraction: n + 0x78 stays within its
-  // byte (at most 0x87), and flipping its top bit then makes it n + 0xF8, n - 8 mod 256.
-  static __m512i LoadPair(const uint8_t* a, const uint8_t* b) {
+  // 16 bytes go to 128-bit lanes [a a b b], the odd lanes shift right by 4, and the mask
+  // keeps one nibble per byte (the bits a 64-bit shift brings in from the next byte go):
+  // the codes plus 8.
+  static __m512i LoadOffset(const uint8_t* a, const uint8_t* b) {
     __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2)));
     v = _mm512_mask_broadcast_i32x4(v, 0xFF00,
                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
     v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    v = _mm512_add_epi32(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(0x78));
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+  }
+  // 8 comes off each nibble n without AVX512-BW's byte subtraction: n + 0x78 stays within
+  // its byte (at most 0x87), and flipping its top bit then makes it n + 0xF8, n - 8 mod 256.
+  static __m512i LoadSigned(const uint8_t* a, const uint8_t* b) {
+    const __m512i v = _mm512_add_epi32(LoadOffset(a, b), _mm512_set1_epi8(0x78));
     return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
 };
@@ -121,7 +139,10 @@ void Tile(const TileArgs& a) {
     for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_setzero_ps();
   }
   const int64_t blocks = a.x.blocks;
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));  // 128
+  // Below kMinRowsToOffsetX rows of x the offset goes on the weights (see the top).
+  constexpr bool kOffsetWeights = MR < kMinRowsToOffsetX;
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(kOffsetWeights ? F::kOffset : 128));
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t blk = 0; blk < blocks; ++blk) {
     __m512i wq[kPairs], correction[kPairs];
@@ -130,8 +151,12 @@ void Tile(const TileArgs& a) {
     for (int p = 0; p < kPairs; ++p) {
       const uint8_t* wa = wr[2 * p] + blk * F::kBytes;
       const uint8_t* wb = wr[2 * p + 1] + blk * F::kBytes;
-      wq[p] = F::LoadPair(wa, wb);
-      correction[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, wq[p]));
+      if constexpr (kOffsetWeights) {
+        wq[p] = F::LoadOffset(wa, wb);
+      } else {
+        wq[p] = F::LoadSigned(wa, wb);
+        correction[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, wq[p]));
+      }
       dw[p] = ScalePair(wa, wb);
     }
 #pragma GCC unroll 8
@@ -140,10 +165,20 @@ void Tile(const TileArgs& a) {
       const __m512i xu = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.codes + xb * 32)));
       const __m512 dx = _mm512_set1_ps(a.x.scales[xb]);
+      if constexpr (kOffsetWeights) {
+        const __m512i xs = _mm512_xor_si512(xu, flip);  // x's signed codes
+        const __m512i x_correction = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xs));
 #pragma GCC unroll 2
-      for (int p = 0; p < kPairs; ++p) {
-        const __m512i dot = _mm512_dpbusd_epi32(correction[p], xu, wq[p]);
-        acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
+        for (int p = 0; p < kPairs; ++p) {
+          const __m512i dot = _mm512_dpbusd_epi32(x_correction, wq[p], xs);
+          acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
+        }
+      } else {
+#pragma GCC unroll 2
+        for (int p = 0; p < kPairs; ++p) {
+          const __m512i dot = _mm512_dpbusd_epi32(correction[p], xu, wq[p]);
+          acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
+        }
       }
     }
   }
