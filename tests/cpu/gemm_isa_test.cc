@@ -74,6 +74,17 @@ TEST_F(GemmIsaTest, DTypeWeightsGiveTheSameBits) {
   }
 }
 
+// A weight matrix past the AVX-512 kernel's 4 MiB panels (f32, K = 1024: 1024 rows a
+// panel), so each thread's rows (half of 2100 on two cores, all on one) span a panel
+// boundary and a short last panel.
+TEST_F(GemmIsaTest, WeightPanelsGiveTheSameBits) {
+  const int64_t M = 17, N = 2100, K = 1024;
+  const std::vector<float> x = Random(M * K, 4), w = Random(N * K, 5);
+  ExpectSameUnderBothIsas(M, N, [&](float* y) {
+    Gemm(x.data(), WeightMatrix{w.data(), DType::kF32}, nullptr, M, N, K, y);
+  });
+}
+
 // Block formats whose rows gemm_quant.cc widens to f32 for gemm.cc's kernel.
 TEST_F(GemmIsaTest, WidenedQuantRowsGiveTheSameBits) {
   const int64_t M = 20, N = 11, K = 256;
