@@ -3,14 +3,20 @@
 // bit for bit). Shapes of the llama-3.2-1b preset's projections with f16 weights as
 // stored: decode (M = 1, bound by weight bandwidth) and prefill chunks (compute-bound).
 //
-//   build/bench/gemm_isa_bench
+//   build/bench/gemm_isa_bench [--gemm_threads=N]
+//
+// --gemm_threads=1 runs the GEMM on the calling thread alone, so the CPU column is all of
+// its work: on a machine others load, CPU time per GEMM moves far less than wall time.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
+#include "engine/util/thread_pool.h"
 
 namespace ptxserve::cpu {
 namespace {
@@ -42,10 +48,28 @@ void Shapes(benchmark::internal::Benchmark* b) {
     for (int64_t isa : {0, 1}) b->Args({isa, M, 2048, 2048});  // q_proj / o_proj
   }
   for (int64_t isa : {0, 1}) b->Args({isa, 512, 8192, 2048});  // gate or up
+  for (int64_t isa : {0, 1}) b->Args({isa, 512, 2048, 8192});  // down
 }
 BENCHMARK(BM_Gemm)->Apply(Shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ptxserve::cpu
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  constexpr std::string_view kThreads = "--gemm_threads=";
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with(kThreads)) {
+      ptxserve::ThreadPool::SetDefaultThreadCount(std::atoi(argv[i] + kThreads.size()));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

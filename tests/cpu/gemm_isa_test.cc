@@ -49,12 +49,14 @@ class GemmIsaTest : public ::testing::Test {
   }
 };
 
-// M across the 8-row AVX-512 and 3-row AVX2 tiles and the 48-row blocks, N across the
-// 4-row tiles (odd counts leave half a register pair), K with and without a tail.
+// M across the 8-row AVX-512 and 3-row AVX2 tiles, the AVX-512 kernel's packed x from 16
+// rows on (6-row tiles: 16, 17 and 19 leave 4, 5 and 1) and the 48-row blocks, N across the
+// 4-row tiles and the packed path's 8-row ones (odd counts leave half a register pair), K
+// with and without a tail.
 TEST_F(GemmIsaTest, DTypeWeightsGiveTheSameBits) {
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (int64_t M : {1, 2, 7, 9, 50, 100}) {
-      for (int64_t N : {1, 3, 6, 67}) {
+    for (int64_t M : {1, 2, 7, 9, 16, 17, 19, 50, 100}) {
+      for (int64_t N : {1, 3, 6, 13, 23, 67}) {
         for (int64_t K : {8, 13, 64, 100}) {
           SCOPED_TRACE(::testing::Message()
                        << DTypeName(dt) << " M=" << M << " N=" << N << " K=" << K);
@@ -70,6 +72,17 @@ TEST_F(GemmIsaTest, DTypeWeightsGiveTheSameBits) {
       }
     }
   }
+}
+
+// A weight matrix past the AVX-512 kernel's 4 MiB panels (f32, K = 1024: 1024 rows a
+// panel), so each thread's rows (half of 2100 on two cores, all on one) span a panel
+// boundary and a short last panel.
+TEST_F(GemmIsaTest, WeightPanelsGiveTheSameBits) {
+  const int64_t M = 17, N = 2100, K = 1024;
+  const std::vector<float> x = Random(M * K, 4), w = Random(N * K, 5);
+  ExpectSameUnderBothIsas(M, N, [&](float* y) {
+    Gemm(x.data(), WeightMatrix{w.data(), DType::kF32}, nullptr, M, N, K, y);
+  });
 }
 
 // Block formats whose rows gemm_quant.cc widens to f32 for gemm.cc's kernel.
