@@ -122,12 +122,27 @@ AttentionPlan PlanDecodeAttention(const DecodeAttentionConfig& cfg, int64_t num_
                                   int64_t max_context, int num_sms);
 
 // A mixed step (prefill chunks beside decode rows) runs its decode rows in a launch of the
-// decode kernel of their own, apart from flash attention's, from this many decode rows on;
-// fewer ride along in flash attention. Where the cost model's h100 estimates at Llama-3.2-1B's
-// shape change their pick (tests/kernels/flash_attention_estimate_test prints them): beside a
-// 512-row chunk at context 1024, flash for all rows against flash for the chunk plus decode
-// attention is 26.7 against 27.2 us at 8 decode rows, 31.5 against 31.5 at 16, 62.6 against
-// 39.0 at 24 and 123.5 against 64.8 at 64 (estimates).
-inline constexpr int kMixedDecodeRows = 16;
+// decode kernel of their own, apart from flash attention's, from kMixedDecodeRows decode rows
+// on and more than chunk rows / kMixedChunkRowsPerDecodeRow (MixedDecodeRowsApart); fewer ride
+// along in flash attention. In flash attention each decode row is a CTA per KV head that reads
+// its whole context for a sixteenth of its mma rows, a cost the chunk's own tiles dilute the
+// more the longer it is; the separate launch costs about a launch and a wave of its own. The
+// crossover of the cost model's h100 estimates at Llama-3.2-1B's shape (decode rows at context
+// 1024 beside a chunk after 512 cached tokens; tests/kernels/flash_attention_estimate_test
+// prints them, estimates) moves with the chunk: flash attention for all rows against the
+// separate launch is 36.4 against 29.0 us at 4 decode rows beside a 256-row chunk, 29.2
+// against 32.5 at 4 and 33.8 against 34.2 at 8 beside 512, 50.9 against 52.5 at 8 and 58.2
+// against 55.9 at 12 beside 1024, 101.1 against 97.1 at 16 and 146.0 against 104.6 at 20
+// beside 2048. No one count keeps every pick within 10% of the cheaper; 4 and 120 (fitted to
+// these estimates, which move by tens of percent with the tiles a sampled flash launch holds)
+// keep them all.
+inline constexpr int kMixedDecodeRows = 4;
+inline constexpr int64_t kMixedChunkRowsPerDecodeRow = 120;
+// Whether a mixed step of `decode_rows` decode rows beside `chunk_rows` prefill rows runs its
+// decode rows apart; `min_decode_rows` replaces kMixedDecodeRows (tests and benchmarks move it).
+inline bool MixedDecodeRowsApart(int64_t decode_rows, int64_t chunk_rows,
+                                 int64_t min_decode_rows = kMixedDecodeRows) {
+  return decode_rows >= min_decode_rows && decode_rows * kMixedChunkRowsPerDecodeRow > chunk_rows;
+}
 
 }  // namespace ptxserve::kernels

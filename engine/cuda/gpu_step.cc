@@ -46,12 +46,14 @@ absl::Status GpuBackend::Upload(const StepBatch& given, const std::vector<RowSam
     max_context = std::max<int64_t>(max_context, given.seq_lens[s]);
   }
   // Ragged steps run flash attention when the kernel set has it. Their decode rows ride
-  // along in the same launch up to options_.mixed_decode_rows of them; from there on the
+  // along in the same launch while they are few beside the chunks' rows; from there on the
   // step's decode sequences move last and their rows run in the decode kernel, a launch of
-  // their own (kernels::kMixedDecodeRows gives the cost model's crossover).
+  // their own (kernels::MixedDecodeRowsApart gives the cost model's crossover, at least
+  // options_.mixed_decode_rows decode rows).
   p.flash = p.ragged && kernels_->flash.used();
   p.decode_rows = 0;
-  if (p.flash && decodes >= std::max(options_.mixed_decode_rows, 1)) {
+  if (p.flash && kernels::MixedDecodeRowsApart(decodes, p.tokens - decodes,
+                                               std::max(options_.mixed_decode_rows, 1))) {
     p.decode_rows = DecodeRowsLast(given, &decode_last_);
     in = &decode_last_;
   }

@@ -167,10 +167,17 @@ Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const
   const double dram_requests_per_warp =
       std::min(requests_per_warp,
                DivOrZero(static_cast<double>(c.dram_read_bytes), bytes_per_request) / total_warps);
-  const double dram_latencies =
-      load_latencies_per_warp * DivOrZero(dram_requests_per_warp, requests_per_warp);
-  e.latency_s = e.waves * (instructions_per_warp * kDependentIssueCycles / sm_clock +
-                           dram_latencies * d.dram_latency_s);
+  const double dram_share = DivOrZero(dram_requests_per_warp, requests_per_warp);
+  const auto chain_s = [&](double instructions, double load_latencies) {
+    return instructions * kDependentIssueCycles / sm_clock +
+           load_latencies * dram_share * d.dram_latency_s;
+  };
+  // The longest warp, in the same units: its issues, and its waits in load latencies.
+  const double longest_waits = static_cast<double>(c.longest_warp_wait_steps);
+  const double longest_s = chain_s(static_cast<double>(c.longest_warp_steps) - longest_waits,
+                                   longest_waits / static_cast<double>(emu::kLoadLatencySteps));
+  e.latency_s =
+      std::max(e.waves * chain_s(instructions_per_warp, load_latencies_per_warp), longest_s);
 
   e.launch_s = in_graph ? d.launch_graph_s : d.launch_eager_s;
   const std::pair<double, const char*> limits[] = {

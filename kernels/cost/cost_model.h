@@ -16,7 +16,10 @@
 //             SFU and shared-memory wavefronts have their own, lower rates.
 //  - latency: the chain one warp cannot hide alone, once per wave: its instructions at one
 //             per 4 cycles (an ALU's dependent-issue latency) and the DRAM latencies the
-//             load-wait model says it waits out.
+//             load-wait model says it waits out; and no less than the longest warp's chain
+//             (KernelCounters::longest_warp_steps), which the launch cannot end before: the
+//             CTA that merges a split decode attention's partials runs its split, then the
+//             merge, while the mean over the grid's warps spreads that merge thin.
 // Work per SM is the grid's work scaled by the CTAs of the busiest SM (ceil(ctas / SMs)
 // over ctas), so tails and grids smaller than the SM count cost what they cost.
 #pragma once

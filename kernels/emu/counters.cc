@@ -96,6 +96,8 @@ std::string KernelCounters::ToString() const {
   s += SharedLine("stores", shared_store);
   absl::StrAppendFormat(&s, "load waits %u steps (%.2f load latencies per warp)\n", load_wait_steps,
                         LoadLatenciesPerWarp());
+  absl::StrAppendFormat(&s, "longest warp %u steps (%u of them waits)\n", longest_warp_steps,
+                        longest_warp_wait_steps);
   absl::StrAppendFormat(&s,
                         "DRAM (each 32-byte sector once per launch)\n  read %u B  written %u B\n",
                         dram_read_bytes, dram_write_bytes);
@@ -133,7 +135,9 @@ std::string KernelCounters::ToJson() const {
       R"("global_load":)", GlobalJson(global_load), R"(,"global_store":)", GlobalJson(global_store),
       R"(,"global_atomic":)", GlobalJson(global_atomic), R"(,"shared_load":)",
       SharedJson(shared_load), R"(,"shared_store":)", SharedJson(shared_store),
-      absl::StrFormat(R"(,"load_wait_steps":%u)", load_wait_steps),
+      absl::StrFormat(R"(,"load_wait_steps":%u,"longest_warp_steps":%u,)", load_wait_steps,
+                      longest_warp_steps),
+      absl::StrFormat(R"("longest_warp_wait_steps":%u)", longest_warp_wait_steps),
       absl::StrFormat(R"(,"dram_read_bytes":%u,"dram_write_bytes":%u,"buffers":[%s],)",
                       dram_read_bytes, dram_write_bytes, absl::StrJoin(bufs, ",")),
       absl::StrFormat(R"("tensor_flops":%u,"fp32_flops":%u})", tensor_flops, fp32_flops));

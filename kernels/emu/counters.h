@@ -131,6 +131,12 @@ struct KernelCounters {
   // load_wait_steps in load latencies per warp of the grid: the DRAM round trips a warp
   // does not hide.
   double LoadLatenciesPerWarp() const;
+  // The warp of the longest chain in the load-wait model (issues plus waits; of the sampled
+  // CTAs when sampled, unscaled): its steps and, of them, its waits. Longer than the mean
+  // where warps do unequal work: the CTA that merges a split decode attention's partials,
+  // the last causal tile of a sequence.
+  uint64_t longest_warp_steps = 0;
+  uint64_t longest_warp_wait_steps = 0;
 
   uint64_t dram_read_bytes = 0;
   uint64_t dram_write_bytes = 0;

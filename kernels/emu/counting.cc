@@ -249,6 +249,15 @@ void CounterSink::Clock(const Warp& w, const Instr& in, InstrClass cls, uint32_t
   }
 }
 
+void CounterSink::FoldLongestWarp() {
+  for (const WarpClock& c : clocks_) {
+    if (c.now > out_.longest_warp_steps) {
+      out_.longest_warp_steps = c.now;
+      out_.longest_warp_wait_steps = c.waited;
+    }
+  }
+}
+
 void CounterSink::Count(const Warp& w, const Instr& in, uint32_t pc, uint32_t issued, uint32_t m) {
   ++out_.warp_instructions;
   out_.thread_instructions += static_cast<uint64_t>(std::popcount(issued));
@@ -370,6 +379,11 @@ void CounterSink::Merge(const std::vector<const CounterSink*>& sinks, const CtaS
   uint64_t sampled = 0;
   for (const CounterSink* s : sinks) {
     const KernelCounters& c = s->out_;
+    // A warp's chain is not scaled: the grid's longest is (about) the sample's longest.
+    if (c.longest_warp_steps > out->longest_warp_steps) {
+      out->longest_warp_steps = c.longest_warp_steps;
+      out->longest_warp_wait_steps = c.longest_warp_wait_steps;
+    }
     sampled += c.ctas;
     out->warp_instructions += scaled(c.warp_instructions);
     out->thread_instructions += scaled(c.thread_instructions);

@@ -37,8 +37,13 @@ class CounterSink {
   void CountCta(uint16_t run_bits) {
     ++out_.ctas;
     cta_runs_ = run_bits;
+    FoldLongestWarp();
     clocks_.clear();
   }
+
+  // Takes the longest warp of the CTAs run so far (the running one's included) into
+  // KernelCounters::longest_warp_steps: at each CTA's start, and once the last has run.
+  void FoldLongestWarp();
 
   // Adds the sinks' counts, scaled from `sample` to the grid, into `out` (whose kernel and
   // launch shape the caller fills).
@@ -69,13 +74,15 @@ class CounterSink {
   std::vector<GlobalTraffic> per_alloc_;  // requests by the allocation of their first lane
   // One warp of the running CTA in the load-wait model, in steps of one issue.
   struct WarpClock {
-    uint64_t now = 0;
+    uint64_t now = 0;             // steps: one per issue, plus the waits
+    uint64_t waited = 0;          // of them, the waits
     std::vector<uint64_t> ready;  // by register slot: when its pending load arrives
     uint64_t open_group = 0;      // arrival of the last cp.async not yet committed
     std::deque<uint64_t> groups;  // arrivals of the committed cp.async groups, oldest first
-    void WaitUntil(uint64_t t, uint64_t* waited) {
+    void WaitUntil(uint64_t t, uint64_t* total_waited) {
       if (t > now) {
-        *waited += t - now;
+        *total_waited += t - now;
+        waited += t - now;
         now = t;
       }
     }

@@ -17,10 +17,10 @@ CtaSample::CtaSample(const Dim3u& grid, uint64_t max_ctas) {
   uint32_t s[3] = {n[0], n[1], n[2]};
   const auto product = [&] { return uint64_t{s[0]} * s[1] * s[2]; };
   // Cut the longest axis that can still be cut, as little as the budget allows, until the
-  // sample fits.
+  // sample fits. Never z (see the header).
   while (max_ctas != 0 && product() > max_ctas) {
     int longest = -1;
-    for (int d = 0; d < 3; ++d) {
+    for (int d = 0; d < 2; ++d) {
       if (s[d] > kMinCut && (longest < 0 || s[d] > s[longest])) longest = d;
     }
     if (longest < 0) break;

@@ -7,6 +7,11 @@
 // along each axis. Along an axis cut to s of its n values, the sample is up to three
 // contiguous runs (the start, the middle, the end), each long enough that a group of
 // neighbouring CTAs sharing data (the query heads of one KV head, say) falls inside one run.
+// The z axis is never cut: the CTAs along it may work together within the launch, as a
+// split decode attention's do (grid z = its splits; the last of a group to finish merges
+// the group's partials, kernels/decode_attention.h), and a group cut short would never see
+// its last CTA, so the merge's work would be missing from the counts. The backend's z axes
+// are short (splits, split-K slices), so a sample that keeps z whole stays small.
 // Scaling:
 //  - instructions, requests, sectors, FLOPs: by (grid CTAs / sampled CTAs); CTAs are alike
 //    except at the edges, and the runs hold both edges.
@@ -34,7 +39,7 @@ namespace ptxserve::emu {
 class CtaSample {
  public:
   // At most `max_ctas` CTAs of `grid` (0 = all of them). When an axis can no longer be cut
-  // (each at most 6 values, two runs of three), the sample may exceed max_ctas.
+  // (x and y down to 6 values, three runs of two; z never), the sample may exceed max_ctas.
   CtaSample(const Dim3u& grid, uint64_t max_ctas);
 
   uint64_t size() const { return size_; }

@@ -532,7 +532,10 @@ absl::Status ExecuteLaunch(const LaunchConfig& cfg, LaunchCounters* counters,
   const auto merge = [&](const absl::Status& st) {
     if (!st.ok() || kernel_counters == nullptr) return;
     std::vector<const CounterSink*> all;
-    for (const auto& s : sinks) all.push_back(s.get());
+    for (const auto& s : sinks) {
+      s->FoldLongestWarp();  // the last CTA each sink ran
+      all.push_back(s.get());
+    }
     CounterSink::Merge(all, sample, kernel_counters);
   };
   if (nthreads <= 1) {

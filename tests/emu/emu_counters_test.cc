@@ -397,6 +397,10 @@ TEST_F(CountersTest, DependentLoadsWaitOneLatencyEach) {
   // Each of the four loads is used by the next instruction (the store for the last).
   EXPECT_EQ(c.load_wait_steps, 2 * 4 * kLoadLatencySteps);
   EXPECT_NEAR(c.LoadLatenciesPerWarp(), 4.0, 0.02);
+  // Both warps alike: the longest chain is either's, its 21 issues and four latencies.
+  EXPECT_EQ(c.longest_warp_wait_steps, 4 * kLoadLatencySteps);
+  EXPECT_EQ(c.longest_warp_steps, 21 + 4 * kLoadLatencySteps);
+  EXPECT_NE(c.ToString().find("longest warp"), std::string::npos);
   EXPECT_NE(c.ToString().find("load waits"), std::string::npos);
   EXPECT_NE(c.ToJson().find(R"("load_wait_steps":)"), std::string::npos);
 }
@@ -497,8 +501,16 @@ TEST(CtaSample, CutsTheLongestAxisIntoThreeRuns) {
   const CtaSample y({4, 300, 2}, 64);
   EXPECT_EQ(y.size(), 64u);
   EXPECT_DOUBLE_EQ(y.CtaScale(), 2400.0 / 64);
-  // No axis is cut below 6 values, so a budget can be exceeded.
-  EXPECT_EQ(CtaSample({10, 10, 10}, 8).size(), 216u);
+  // No axis is cut below 6 values, and z not at all, so a budget can be exceeded.
+  EXPECT_EQ(CtaSample({10, 10, 10}, 8).size(), 360u);
+  // A split decode attention at batch 1 (8 KV heads, 16 splits): every split of a sampled
+  // (row, head) group runs, so the last of them merges the group.
+  const CtaSample split({8, 1, 16}, 64);
+  EXPECT_EQ(split.size(), 96u);
+  for (uint64_t i = 0; i < split.size(); i += 6) {
+    EXPECT_EQ(split.LinearBlock(i) % 8, split.LinearBlock(0) % 8) << i;  // the same x ...
+    EXPECT_EQ(split.LinearBlock(i) / 8, i / 6);                          // ... every z
+  }
 }
 
 TEST_F(CountersTest, SampledLaunchScalesPrivateAndSharedSectorsToTheGrid) {

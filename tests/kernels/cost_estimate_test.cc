@@ -5,7 +5,8 @@
 // figures: a 16-byte-vector copy of 256 MiB (a STREAM copy) against what such copies
 // measure on each GPU. Decode attention at a Llama-3-8B-like shape (32 query / 8 KV heads,
 // head_dim 128, f16 K/V) at batch 64 and context 4096 on h100, against the K/V bytes at the
-// datasheet bandwidth. The figures are estimates.
+// datasheet bandwidth; a split decode attention's in-launch merge at batch 1, sampled and
+// whole. The figures are estimates.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -74,21 +75,21 @@ int Registers(const std::string& ptx, const std::string& arch) {
   return r.ok ? std::max(r.entries.front().registers, 0) : 0;
 }
 
-// The quantized decode GEMV (batch 1) in each block format at the shapes of a Llama-3.2-1B
-// layer (q/o 2048 x 2048, k/v 512 x 2048, gate/up 16384 x 2048, down 2048 x 8192) on h100,
+// The quantized decode GEMV (batch 1) in each block format at the shapes a Llama-3.2-1B
+// layer runs (engine/cuda/kernel_set.cc: q, k and v stacked into one 3072 x 2048 product,
+// o 2048 x 2048, gate/up stacked 16384 x 2048, down 2048 x 8192) on h100,
 // registers from ptxas at sm_90 where present: per launch its time, the limit that binds
 // and its share of the roofline of the bytes it moves (the quantized weights, x and y), then
-// the layer's share (each launch's time weighted by its share, as gpu_estimate's table is
-// read). The figures are estimates. Gate/up, the layer's largest, must come within 80% of
-// its roofline bound by DRAM in every format: no format's unpacking may be what limits it.
+// the layer's share (one launch of each, as gpu_estimate's table is read). The figures are
+// estimates. Gate/up, the layer's largest, must come within 80% of its roofline bound by DRAM in
+// every format: no format's unpacking may be what limits it.
 TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
   struct Shape {
     const char* role;
     int n, k;
   };
   const Shape shapes[] = {
-      {"q/o", 2048, 2048}, {"k/v", 512, 2048}, {"gate/up", 16384, 2048}, {"down", 2048, 8192}};
-  const int per_layer[] = {2, 2, 1, 1};
+      {"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate/up", 16384, 2048}, {"down", 2048, 8192}};
   const cost::DeviceSpec& d = *cost::FindDevice("h100");
   for (BlockFormat f :
        {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
@@ -124,8 +125,8 @@ TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
       const double roofline =
           static_cast<double>(c.dram_read_bytes + c.dram_write_bytes) / d.dram_bytes_per_s;
       EXPECT_GE(e.seconds, roofline);
-      layer_s += per_layer[i] * e.seconds;
-      layer_roof_s += per_layer[i] * roofline;
+      layer_s += e.seconds;
+      layer_roof_s += roofline;
       absl::PrintF(
           "estimate (not measured): qgemm %-9s %-7s %5dx%-5d on h100: %6.2f us, bound by %-7s "
           "(dram %.2f, issue %.2f, latency %.2f us; %.1f warp instructions per 32 weights), "
@@ -226,6 +227,88 @@ TEST(CostEstimate, DecodeAttentionAtBatch64Context4096NearsTheBandwidthRoofline)
       roofline * 1e6, d.dram_bytes_per_s / 1e12, 100 * roofline / seconds);
   // Issue 12's target: K/V loads in flight together keep the launch at the bandwidth.
   EXPECT_GE(100 * roofline / seconds, 85);
+}
+
+// A split decode attention's merge (the last CTA of each row and KV head merges the group's
+// partials) is in the counts and in the estimate: Llama-3.2-1B's attention (32/8 heads,
+// head_dim 64) at batch 1 and context 1024 on h100 runs 16 splits of 64 tokens, its whole
+// grid (128 CTAs) against a sample of 64 (the emulator keeps grid z, the splits, whole so
+// every sampled group merges). The merging warp's chain (its split, then the merge) is the
+// launch's longest, which the cost model charges as a floor on its time.
+TEST(CostEstimate, DecodeAttentionSplitMergeIsCountedAndChargedWhenSampled) {
+  constexpr int kContext = 1024, kHeads = 32, kKvHeads = 8, kHeadDim = 64, kBlock = 16;
+  constexpr int kBlocks = kContext / kBlock;
+  const cost::DeviceSpec& d = *cost::FindDevice("h100");
+  DecodeAttentionConfig cfg;
+  cfg.num_heads = kHeads;
+  cfg.num_kv_heads = kKvHeads;
+  cfg.head_dim = kHeadDim;
+  cfg.block_size = kBlock;
+  cfg.target.sm = 90;
+  const AttentionPlan plan = PlanDecodeAttention(cfg, 1, kContext, d.sms);
+  ASSERT_TRUE(plan.split);
+  cfg.split = true;
+  absl::StatusOr<DecodeAttentionShape> shape = ShapeOf(cfg);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<std::string> ptx = GenerateDecodeAttention(cfg);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  const int regs = Registers(*ptx, "sm_90");
+  std::vector<int32_t> table(kBlocks);
+  for (int b = 0; b < kBlocks; ++b) table[b] = b;
+  std::mt19937 rng(7);
+  const auto count = [&](uint64_t sample) {
+    emu::EmulatorOptions options;
+    options.collect_counters = true;
+    options.sample_ctas = sample;
+    options.poison_allocations = false;
+    EmuHarness h(options);
+    const size_t kv_bytes = size_t{kBlocks} * kKvHeads * kBlock * kHeadDim * 2;
+    const size_t out_floats = size_t{kHeads} * kHeadDim;
+    const std::vector<uint64_t> bufs = {h.Upload(RandomFloats(rng, out_floats)),
+                                        h.Alloc(kv_bytes),
+                                        h.Alloc(kv_bytes),
+                                        h.Upload(table),
+                                        h.Upload(std::vector<int32_t>{kContext}),
+                                        h.Alloc(out_floats * 4),
+                                        h.Alloc(out_floats * plan.num_splits * 4),
+                                        h.Alloc(size_t{kHeads} * plan.num_splits * 4),
+                                        h.Upload(std::vector<uint32_t>(kHeads, 0))};
+    EXPECT_TRUE(h.Run(*ptx, kDecodeAttentionEntry,
+                      DecodeAttentionLaunch(*shape, kKvHeads, 1, plan.num_splits),
+                      {Ptr(bufs[0]), Ptr(bufs[1]), Ptr(bufs[2]), Ptr(bufs[3]), Ptr(bufs[4]), Ptr(0),
+                       Ptr(0), Ptr(bufs[5]), Ptr(bufs[6]), Ptr(bufs[7]), Ptr(bufs[8]), U32(kBlocks),
+                       U32(1), U32(1), F32(0.125f), U32(plan.partition_tokens)})
+                    .ok());
+    std::vector<emu::KernelCounters> c = h.emu().TakeCounters();
+    EXPECT_EQ(c.size(), 1u);
+    return c.empty() ? emu::KernelCounters{} : c[0];
+  };
+  const emu::KernelCounters whole = count(0), sampled = count(64);
+  ASSERT_EQ(whole.sampled_ctas, whole.ctas);
+  ASSERT_LT(sampled.sampled_ctas, sampled.ctas);
+  // The merging CTAs' chains: the longest warp merges, in the sample as in the grid.
+  EXPECT_NEAR(static_cast<double>(sampled.longest_warp_steps),
+              static_cast<double>(whole.longest_warp_steps), 0.02 * whole.longest_warp_steps);
+  EXPECT_NEAR(static_cast<double>(sampled.warp_instructions),
+              static_cast<double>(whole.warp_instructions), 0.05 * whole.warp_instructions);
+  const cost::Estimate w = cost::EstimateLaunch(d, whole, {regs}, /*in_graph=*/true);
+  const cost::Estimate s = cost::EstimateLaunch(d, sampled, {regs}, /*in_graph=*/true);
+  EXPECT_NEAR(s.seconds, w.seconds, 0.05 * w.seconds);
+  // Without the longest warp (every warp the mean), the merge would be spread over the grid.
+  emu::KernelCounters mean = whole;
+  mean.longest_warp_steps = mean.longest_warp_wait_steps = 0;
+  const cost::Estimate m = cost::EstimateLaunch(d, mean, {regs}, /*in_graph=*/true);
+  EXPECT_GT(w.seconds, m.seconds);
+  absl::PrintF(
+      "estimate (not measured): decode attention, batch 1 x context %d, %d/%d heads, head_dim "
+      "%d, %d splits of %d merged in the launch, on h100: %.2f us (sampled %.2f us), bound by "
+      "%s; the longest warp (a merging CTA's) %u steps against %.0f on average; %.2f us if "
+      "charged at the mean chain\n",
+      kContext, kHeads, kKvHeads, kHeadDim, plan.num_splits, plan.partition_tokens, w.seconds * 1e6,
+      s.seconds * 1e6, w.binding, whole.longest_warp_steps,
+      static_cast<double>(whole.warp_instructions + whole.load_wait_steps) /
+          static_cast<double>(whole.ctas * ((whole.block[0] + 31) / 32)),
+      m.seconds * 1e6);
 }
 
 // out[i] = in[i] for 16-byte vectors, one per thread: STREAM's copy.
