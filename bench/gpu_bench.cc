@@ -11,13 +11,18 @@
 //   bytes + KV bytes read per step) / copy bandwidth / step time; replays_per_step = graph
 //   launches per timed step (1 with graphs, 0 without). A table at the end sets the two
 //   side by side.
+// BM_Prefill: one sequence's kPrefillTokens-token prompt in one step (flash attention and
+//   the tensor-core GEMMs), the last row's token sampled on the device; tokens_per_s.
 // BM_Attention: batched decode attention alone (merged in the launch when split), batch 64, context
 //   4096, 32 query / 8 KV heads, head_dim 128, f16 KV: K+V bytes / time as a fraction of
 //   the copy bandwidth (target >= 85%).
-// Estimate: beside BM_Decode's CUDA-graph tokens/s, the tokens/s the cost model estimates
-//   for the same steps (engine/cuda/step_estimate.h) on the GPU the bench ran on (h100 or
-//   a100 by device name; an emulated profile stands for its GPU), and their ratio: how far
-//   the estimates are off on real hardware.
+// Estimate: beside BM_Decode's CUDA-graph steps and BM_Prefill, the times the cost model
+//   estimates for the same shapes (engine/cuda/step_estimate.h: the step table of the
+//   README, batches 1/16/64/256 at context ~1024 and a 2048-token prefill) on the GPU the
+//   bench ran on (h100 or a100 by device name; an emulated profile stands for its GPU),
+//   their ratio, and each one's share of the estimate's roofline (decode: bytes over DRAM
+//   bandwidth; prefill: FLOPs over the tensor-core peak): how far the estimates are off
+//   on real hardware.
 // Start-up: the first GpuBackend::Create compiles every kernel (PTX generation + JIT);
 //   a second one in the same process finds the driver's JIT cache (CUDA_CACHE_PATH)
 //   warm. Both compile times are printed.
@@ -57,6 +62,7 @@ EmulatedDeviceOptions g_profile;  // --emulated-device (small by default)
 double g_copy_bytes_per_s = 0;    // measured by BM_CopyBandwidth (runs first)
 // BM_Decode's tokens/s by batch, [0] launch by launch, [1] with CUDA graphs.
 std::map<int, double> g_decode_tokens_per_s[2];
+double g_prefill_step_s = 0;  // BM_Prefill's seconds per prompt (0 = not run)
 
 std::unique_ptr<Device> OpenDevice() {
   auto t = g_emulated ? LoadEmulatedDriver(g_profile) : LoadCudaDriver();
@@ -66,7 +72,9 @@ std::unique_ptr<Device> OpenDevice() {
 }
 
 const char* Preset() { return g_emulated ? "tiny" : "llama-3.2-1b"; }
-int Context() { return g_emulated ? 32 : 512; }
+// The README's step table: decode at context 1024, a 2048-token prefill.
+int Context() { return g_emulated ? 32 : 1024; }
+int PrefillTokens() { return g_emulated ? 64 : 2048; }
 
 const Model* BenchModel() {
   static std::unique_ptr<Model> model = [] {
@@ -196,6 +204,47 @@ void BM_Decode(benchmark::State& state) {
   }
 }
 
+// One sequence's whole prompt in one step, as a server's first step for a long prompt.
+void BM_Prefill(benchmark::State& state) {
+  const Model* model = BenchModel();
+  if (model == nullptr) return state.SkipWithError("model not written");
+  const ModelConfig& c = model->config;
+  const int tokens = PrefillTokens(), bs = 16, blocks = (tokens + bs - 1) / bs;
+  GpuBackendOptions o;
+  o.max_tokens = tokens;
+  o.max_seqs = 1;
+  o.log_progress = false;
+  auto device = OpenDevice();
+  if (device == nullptr) return state.SkipWithError("no device");
+  auto backend =
+      GpuBackend::Create(*model, KvCacheConfig{blocks, bs, DType::kF16}, std::move(device), o);
+  if (!backend.ok()) return state.SkipWithError(std::string(backend.status().message()).c_str());
+  StepBatch sb;
+  sb.query_start = {0, tokens};
+  sb.seq_lens = {tokens};
+  sb.max_blocks_per_seq = blocks;
+  sb.logits_rows = {tokens - 1};
+  for (int b = 0; b < blocks; ++b) sb.block_tables.push_back(b);
+  for (int p = 0; p < tokens; ++p) {
+    sb.token_ids.push_back(static_cast<int32_t>(3 + (p * 7) % (c.vocab_size - 3)));
+    sb.positions.push_back(p);
+    sb.slot_mapping.push_back(p);
+  }
+  std::vector<int32_t> ids;
+  const auto step = [&] { return (*backend)->StepSampled(sb, {RowSampling{}}, &ids); };
+  if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(dt);
+    seconds += dt;
+  }
+  g_prefill_step_s = seconds / static_cast<double>(state.iterations());
+  state.counters["tokens_per_s"] = tokens / g_prefill_step_s;
+}
+
 void BM_Attention(benchmark::State& state) {
   std::unique_ptr<Device> d = OpenDevice();
   if (d == nullptr) return state.SkipWithError("no device");
@@ -298,6 +347,7 @@ void PrintStartup() {
 
 BENCHMARK(BM_CopyBandwidth)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Attention)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Prefill)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)
     ->UseManualTime()
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
@@ -327,11 +377,12 @@ std::string CostDevice(std::string* device_name) {
   return "";
 }
 
-// Measured decode tokens/s (CUDA graphs) beside the estimate for the same steps.
+// Measured steps (decode with CUDA graphs, the prefill) beside the estimates for the same
+// shapes, and each one's share of the estimate's roofline.
 void PrintEstimateComparison() {
   const std::map<int, double>& measured = g_decode_tokens_per_s[1];
   const Model* model = BenchModel();
-  if (measured.empty() || model == nullptr) return;
+  if ((measured.empty() && g_prefill_step_s == 0) || model == nullptr) return;
   std::string device_name;
   const std::string kind = CostDevice(&device_name);
   if (kind.empty()) {
@@ -346,21 +397,28 @@ void PrintEstimateComparison() {
   o.decode_batches.clear();
   for (const auto& [batch, tokens_per_s] : measured) o.decode_batches.push_back(batch);
   o.context = Context() + 32;  // BM_Decode's contexts cycle over Context() .. + 64
-  o.prefill_tokens = 0;
+  o.prefill_tokens = g_prefill_step_s > 0 ? PrefillTokens() : 0;
   absl::StatusOr<ModelEstimate> m = EstimateModelSteps(*model, Preset(), o);
   if (!m.ok()) {
     std::printf("\nestimate failed: %s\n", std::string(m.status().message()).c_str());
     return;
   }
-  std::printf("\ndecode tokens/s on %s (CUDA graphs) %12s %12s %10s\n", device_name.c_str(),
-              "measured", "estimated", "meas/est");
+  std::printf("\nsteps on %s (decode with CUDA graphs)\n  %-22s %12s %12s %9s %10s %10s\n",
+              device_name.c_str(), "step", "measured ms", "estimated ms", "meas/est", "meas roof%",
+              "est roof%");
   for (const StepEstimate& s : m->steps) {
-    const double est = s.tokens / s.seconds;
-    const double got = measured.at(s.batch);
-    std::printf("  batch %-10d %12.1f %12.1f %9.2fx\n", s.batch, got, est, got / est);
+    const bool prefill = s.phase == "prefill";
+    if (!prefill && s.phase != "decode") continue;
+    const double got = prefill ? g_prefill_step_s : s.batch / measured.at(s.batch);
+    const std::string name =
+        prefill ? "prefill " + std::to_string(s.tokens) : "decode batch " + std::to_string(s.batch);
+    std::printf("  %-22s %12.3f %12.3f %8.2fx %9.1f%% %9.1f%%\n", name.c_str(), got * 1e3,
+                s.seconds * 1e3, got / s.seconds, 100.0 * s.roofline_s / got, s.RooflinePct());
   }
-  std::printf("  (estimated: the cost model for %s from the emulator's counters)\n",
-              m->device->description.c_str());
+  std::printf(
+      "  (estimated: the cost model for %s from the emulator's counters; roof%%: the estimate's "
+      "roofline time over the step's time)\n",
+      m->device->description.c_str());
 }
 
 }  // namespace
