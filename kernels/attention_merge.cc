@@ -144,8 +144,10 @@ absl::StatusOr<std::string> GenerateAttentionMerge(const AttentionMergeConfig& c
       const Reg inv =
           kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
       for (Reg& r : o) kb.EmitTo(r, Op::kMul, Type::kF32, {r, inv});
-      const Reg dst = gen::AddrAdd(kb, gen::AddrAdd(kb, out, head_row, int64_t{hd} * 4), lane, 16);
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(dst), o);
+      const int os = ElemSize(cfg.out_dtype);
+      const Reg dst =
+          gen::AddrAdd(kb, gen::AddrAdd(kb, out, head_row, int64_t{hd} * os), lane, 4 * os);
+      gen::StoreFromF32(kb, cfg.out_dtype, dst, 0, o, 4 * os);
     }
     kb.Bind(exit);
     kb.Ret();

@@ -23,11 +23,15 @@ inline constexpr char kAttentionMergeEntry[] = "attention_merge";
 struct AttentionMergeConfig : KernelConfig<AttentionMergeConfig, kAttentionMergeEntry> {
   int num_heads = 32;
   int head_dim = 128;  // a multiple of 32, at most 256
+  // The output's type: f32, or the model's f16/bf16 (the o projection's input); the weights and
+  // sums stay f32 in registers, only the store rounds.
+  ElemType out_dtype = ElemType::kF32;
   ptx::Target target;
   int Threads() const;  // per CTA
   static constexpr auto kFields =
       std::make_tuple(Field("num_heads", &AttentionMergeConfig::num_heads).Key("h").Range(1, 1024),
-                      HeadDimField(&AttentionMergeConfig::head_dim));
+                      HeadDimField(&AttentionMergeConfig::head_dim),
+                      Field("out_dtype", &AttentionMergeConfig::out_dtype).KeyUnlessF32("out"));
 };
 
 struct AttentionMergeArgs {
@@ -36,7 +40,7 @@ struct AttentionMergeArgs {
   // f32 [num_rows][num_heads][num_splits]: base-2 log-sum-exp of each split (-inf for an empty
   // split), as decode_attention writes them
   DevicePtr partial_lse;
-  // f32 [num_rows][num_heads][head_dim]
+  // out_dtype [num_rows][num_heads][head_dim]
   DevicePtr out;
   uint32_t num_splits = 0;
   uint32_t num_rows = 0;

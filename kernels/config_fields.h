@@ -46,6 +46,7 @@ struct ConfigField : NamedField<Owner, T> {
   const char* key_tag = nullptr;      // nullptr: not part of the key
   bool Owner::*key_unless = nullptr;  // left out of the key while this flag is set
   bool Owner::*key_when = nullptr;    // in the key only while this flag is set
+  bool key_unless_f32 = false;        // an ElemType left out of the key while it is f32
   int64_t lo = 0, hi = 0, step = 0;   // step 0: any value
 
   // In the key as ":<tag><value>" (bool: ":<tag>" when true), except while `unless` is set.
@@ -59,6 +60,14 @@ struct ConfigField : NamedField<Owner, T> {
   constexpr ConfigField KeyWhen(const char* tag, bool Owner::*when) const {
     ConfigField f = Key(tag);
     f.key_when = when;
+    return f;
+  }
+  // An element type in the key as Key(tag) does, except while it is f32: a type added to a
+  // kernel whose f32 form came first keeps that form's key (and golden text).
+  constexpr ConfigField KeyUnlessF32(const char* tag) const {
+    static_assert(std::is_same_v<T, ElemType>, "KeyUnlessF32 is for an element type");
+    ConfigField f = Key(tag);
+    f.key_unless_f32 = true;
     return f;
   }
   // Valid values: lo..hi, and a multiple of `multiple_of`.
@@ -88,6 +97,9 @@ struct ConfigField : NamedField<Owner, T> {
       return;
     }
     const T& v = c.*(this->member);
+    if constexpr (std::is_same_v<T, ElemType>) {
+      if (key_unless_f32 && v == ElemType::kF32) return;
+    }
     if constexpr (std::is_same_v<T, bool>) {
       if (v) absl::StrAppend(key, ":", key_tag);
     } else if constexpr (std::is_integral_v<T>) {

@@ -24,6 +24,10 @@ absl::Status DecodeAttentionConfig::CheckAcrossFields() const {
     return absl::InvalidArgumentError(
         absl::StrCat("num_warps = ", num_warps, ": want 0 (auto), 1, 2, 4 or 8"));
   }
+  if (split && out_dtype != ElemType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("out_dtype = ", ElemTypeName(out_dtype),
+                                                   " with split: the merge reads f32 partials"));
+  }
   return absl::OkStatus();
 }
 

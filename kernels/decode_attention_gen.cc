@@ -388,11 +388,12 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
         auto guard = kb.If(first);
         kb.St(Space::kGlobal, Type::kF32, Operand::Addr(la), {lse});
       } else {
-        dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4);
+        dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * ElemSize(cfg.out_dtype));
       }
-      const Reg da = gen::AddrAdd(kb, dst, d4, 16);
+      const int os = ElemSize(cfg.out_dtype);
+      const Reg da = gen::AddrAdd(kb, dst, d4, 4 * os);
       auto guard = kb.If(in_range);
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(da), o);
+      gen::StoreFromF32(kb, cfg.out_dtype, da, 0, o, 4 * os);
     }
     kb.Bind(exit);
     kb.Ret();

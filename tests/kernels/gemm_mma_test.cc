@@ -7,6 +7,9 @@
 // bounded by 2 * K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K, twice). With the SwiGLU
 // epilogue, errors e_g and e_u in gate and up give at most |silu'(g)| |u| e_g + |silu(g)| e_u
 // (|silu'| < 1.1 everywhere), plus a few f32 roundings of the epilogue (1e-5 relative).
+// With inputs in the weights' type (x_dtype, the model's activations) the reference takes
+// the same rounded inputs and the kernel rounds nothing on the way in; an f16/bf16 output
+// (y_dtype) adds its store's rounding, u |y|.
 #include <cmath>
 #include <random>
 #include <string>
@@ -30,13 +33,15 @@ struct MmaCase {
   bool bias, accumulate;
   GemmMmaTile tile = kMmaWideTile;
   bool swiglu = false;  // n output columns from 2n weight rows
+  // x in the weights' type, and y too unless accumulating (the model's activations)
+  bool half_io = false;
 };
 
 std::string CaseName(const MmaCase& c) {
   return absl::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype),
                       c.bias ? "_bias" : "", c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x",
                       c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk, "_s", c.tile.stages,
-                      c.swiglu ? "_swiglu" : "");
+                      c.swiglu ? "_swiglu" : "", c.half_io ? "_halfio" : "");
 }
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
@@ -51,6 +56,10 @@ GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
   cfg.tensor_cores = true;
   cfg.SetMmaTile(c.tile);
   cfg.swiglu = c.swiglu;
+  if (c.half_io) {
+    cfg.x_dtype = c.dtype;
+    if (!c.accumulate) cfg.y_dtype = c.dtype;
+  }
   cfg.target = target;
   return cfg;
 }
@@ -67,7 +76,7 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
 
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k);
   const int w_rows = c.swiglu ? 2 * c.n : c.n;
-  const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(c.m) * c.k, -2, 2);
+  std::vector<float> x = RandomFloats(rng, static_cast<size_t>(c.m) * c.k, -2, 2);
   std::vector<float> w = RandomFloats(rng, static_cast<size_t>(w_rows) * c.k, -1, 1);
   const std::vector<float> bias = RandomFloats(rng, c.n);
   const std::vector<float> y0 = RandomFloats(rng, static_cast<size_t>(c.m) * c.n);
@@ -75,16 +84,30 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   std::vector<uint8_t> w_bytes(w.size() * 2);
   ConvertFromFloat(dt, w.data(), w.size(), w_bytes.data());
   ConvertToFloat(dt, w_bytes.data(), w.size(), w.data());  // the weights as stored
+  std::vector<uint8_t> x_bytes(x.size() * 2);
+  if (c.half_io) {
+    ConvertFromFloat(dt, x.data(), x.size(), x_bytes.data());
+    ConvertToFloat(dt, x_bytes.data(), x.size(), x.data());  // the inputs as stored
+  }
+  const bool half_y = cfg.y_dtype != ElemType::kF32;
 
   EmuHarness h;
-  const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
-  const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * 4);
+  const uint64_t dx = c.half_io ? h.Upload(x_bytes) : h.Upload(x);
+  const uint64_t dw = h.Upload(w_bytes), db = h.Upload(bias);
+  const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * (half_y ? 2 : 4));
   ASSERT_TRUE(h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
                     {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
                   .ok());
-  const std::vector<float> got = h.Download<float>(dy, y0.size());
+  std::vector<float> got(y0.size());
+  if (half_y) {
+    const std::vector<uint8_t> y_bytes = h.Download<uint8_t>(dy, y0.size() * 2);
+    ConvertToFloat(dt, y_bytes.data(), got.size(), got.data());
+  } else {
+    got = h.Download<float>(dy, y0.size());
+  }
 
-  const double u = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double u_type = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double u = c.half_io ? 0.0 : u_type;  // the inputs' rounding in the kernel
   const double gamma = 2.0 * c.k * std::ldexp(1.0, -24);
   // Row i of x times weight row r: the exact product and its error bound.
   auto dot = [&](int i, int r) {
@@ -107,7 +130,7 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
       }
       if (c.bias) want += bias[j];
       if (c.accumulate) want += y0[i * c.n + j];
-      tol += 1e-5 * std::fabs(want) + 1e-30;
+      tol += (half_y ? u_type : 0.0) * std::fabs(want) + 1e-5 * std::fabs(want) + 1e-30;
       const double err = std::fabs(got[i * c.n + j] - want);
       if (!(err <= tol) && ++misses <= 5) {
         ADD_FAILURE() << "y[" << i << "][" << j << "] = " << got[i * c.n + j] << ", want " << want
@@ -147,7 +170,18 @@ INSTANTIATE_TEST_SUITE_P(
         MmaCase{70, 45, 88, ElemType::kF16, false, false, kMmaWideTile, true},
         MmaCase{17, 44, 72, ElemType::kF16, false, false, GemmMmaTile{16, 64, 1, 4, 1}, true},
         MmaCase{40, 60, 96, ElemType::kBF16, false, false, GemmMmaTile{32, 64, 2, 2, 1, 3}, true},
-        MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true}),
+        MmaCase{20, 72, 40, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true},
+        // Inputs (and outputs, unless accumulating) in the weights' type: the wide, narrow
+        // (k over warps), large and eight-warp tiles, k tails, odd n, SwiGLU.
+        MmaCase{20, 80, 136, ElemType::kF16, true, false, kMmaWideTile, false, true},
+        MmaCase{70, 72, 40, ElemType::kBF16, false, true, kMmaWideTile, false, true},
+        MmaCase{3, 40, 136, ElemType::kF16, true, false, kMmaNarrowTile, false, true},
+        MmaCase{130, 200, 200, ElemType::kBF16, true, true, kMmaLargeTile, false, true},
+        MmaCase{20, 75, 72, ElemType::kF16, true, true, kMmaLargeTile, false, true},  // odd n
+        MmaCase{140, 260, 104, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3},
+                false, true},
+        MmaCase{130, 100, 200, ElemType::kBF16, false, false, kMmaLargeTile, true, true},
+        MmaCase{9, 20, 264, ElemType::kF16, false, false, kMmaNarrowTile, true, true}),
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
 TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
@@ -177,6 +211,26 @@ TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
   GemmConfig fma_swiglu = ConfigOf({16, 64, 64, ElemType::kF16, false, false, kMmaWideTile, true});
   fma_swiglu.tensor_cores = false;
   EXPECT_FALSE(GenerateGemm(fma_swiglu).ok());
+  // Activations other than the weights' type cannot feed the mma as they are; a half output
+  // is not read back for the residual add.
+  GemmConfig mixed = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
+  mixed.x_dtype = ElemType::kBF16;
+  absl::StatusOr<std::string> refused = GenerateGemm(mixed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("x_dtype bf16"), std::string::npos) << refused.status();
+  GemmConfig half_acc = ConfigOf({16, 64, 64, ElemType::kF16, false, true});
+  half_acc.y_dtype = ElemType::kF16;
+  refused = GenerateGemm(half_acc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("y_dtype f16"), std::string::npos) << refused.status();
+  GemmConfig odd_n = ConfigOf({16, 75, 64, ElemType::kF16, false, false});
+  odd_n.y_dtype = ElemType::kF16;
+  EXPECT_FALSE(GenerateGemm(odd_n).ok());
+  // The fused RMSNorm reads the f32 residual.
+  GemmConfig normed;
+  normed.norm = true;
+  normed.x_dtype = ElemType::kF16;
+  EXPECT_FALSE(GenerateGemm(normed).ok());
 }
 
 TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
@@ -193,18 +247,21 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
             std::pair{kMmaLargeTile, false}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, false},
             std::pair{kMmaLargeTile, true}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, true},
             std::pair{kMmaNarrowTile, true}}) {
-        const GemmConfig cfg =
-            ConfigOf({64, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu}, ptx::Target{sm, 78});
-        absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
-        ASSERT_TRUE(ptx.ok()) << ptx.status();
-        const std::string what =
-            absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
-        const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
-        ASSERT_TRUE(r.ok) << what << ":\n" << r.log;
-        ASSERT_EQ(r.entries.size(), 1u);
-        EXPECT_EQ(r.entries[0].spill_stores, 0) << what;
-        EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
-        std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
+        // f32 inputs, and inputs (with SwiGLU outputs) in the weights' type.
+        for (bool half_io : {false, true}) {
+          const GemmConfig cfg = ConfigOf(
+              {64, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu, half_io}, ptx::Target{sm, 78});
+          absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          const std::string what =
+              absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
+          const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
+          ASSERT_TRUE(r.ok) << what << ":\n" << r.log;
+          ASSERT_EQ(r.entries.size(), 1u);
+          EXPECT_EQ(r.entries[0].spill_stores, 0) << what;
+          EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
+          std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
+        }
       }
     }
   }
