@@ -108,7 +108,14 @@ absl::Status DeviceForwardOps::RmsNorm(Act in, WeightRef weight, Act out) {
     pending_ = {.out = out, .in = Buffer(in), .weight = w};
     return absl::OkStatus();
   }
-  return LaunchSlot(cache_, kernels_.norm, kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
+  // The GEMM that reads the output: in act_dtype when its form runs on tensor cores.
+  const GemmSlots& reader = weight.role == Weight::kAttnNorm ? kernels_.qkv
+                            : weight.role == Weight::kMlpNorm
+                                ? (kernels_.fused_gate_up ? kernels_.gate_up : kernels_.gate)
+                                : kernels_.lm_head;
+  const bool half = reader.HalfInput(GemmForm(rows));
+  return LaunchSlot(cache_, half ? kernels_.norm_half : kernels_.norm,
+                    kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
                     kernels::RmsNormArgs{.x = Buffer(in),
                                          .w = w,
                                          .out = Buffer(out),
@@ -197,9 +204,12 @@ absl::Status DeviceForwardOps::Attention(int layer) {
   const DeviceStep& p = step_;
   const CUdeviceptr attn = buffers_.attn.ptr();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  // The output in act_dtype when the o projection's form runs on tensor cores.
+  const bool half = kernels_.o.HalfInput(GemmForm(p.tokens));
   if (p.flash) {
     return LaunchSlot(
-        cache_, kernels_.flash, kernels::FlashAttentionLaunch(kernels_.flash_cfg, p.tokens, p.seqs),
+        cache_, half ? kernels_.flash_half : kernels_.flash,
+        kernels::FlashAttentionLaunch(kernels_.flash_cfg, p.tokens, p.seqs),
         kernels::FlashAttentionArgs{.q = buffers_.q.ptr(),
                                     .k_pool = kv_.k[layer].ptr(),
                                     .v_pool = kv_.v[layer].ptr(),
@@ -226,13 +236,14 @@ absl::Status DeviceForwardOps::Attention(int layer) {
                                           .num_rows = static_cast<uint32_t>(p.tokens),
                                           .scale = scale,
                                           .partition = static_cast<uint32_t>(p.partition)};
-  absl::Status s = LaunchSlot(cache_, kernels_.attn[p.ragged][p.split],
-                              kernels::DecodeAttentionLaunch(kernels_.attn_shape[p.ragged][p.split],
-                                                             static_cast<int>(config_.num_kv_heads),
-                                                             p.tokens, p.num_splits),
-                              args);
+  absl::Status s = LaunchSlot(
+      cache_, half && !p.split ? kernels_.attn_half[p.ragged] : kernels_.attn[p.ragged][p.split],
+      kernels::DecodeAttentionLaunch(kernels_.attn_shape[p.ragged][p.split],
+                                     static_cast<int>(config_.num_kv_heads), p.tokens,
+                                     p.num_splits),
+      args);
   if (!s.ok() || !p.split) return s;
-  return LaunchSlot(cache_, kernels_.merge,
+  return LaunchSlot(cache_, half ? kernels_.merge_half : kernels_.merge,
                     kernels::AttentionMergeLaunch(kernels_.merge_cfg, p.tokens),
                     kernels::AttentionMergeArgs{.partial_out = args.out,
                                                 .partial_lse = args.partial_lse,
@@ -246,7 +257,9 @@ absl::Status DeviceForwardOps::SiluMul() {
     return absl::OkStatus();  // the gate/up GEMM wrote kMlp (Linear)
   }
   const uint32_t n = static_cast<uint32_t>(step_.tokens * config_.intermediate_size);
-  return LaunchSlot(cache_, kernels_.silu, kernels::SiluMulLaunch(kernels_.silu_cfg, n),
+  const bool half = kernels_.down.HalfInput(GemmForm(step_.tokens));
+  return LaunchSlot(cache_, half ? kernels_.silu_half : kernels_.silu,
+                    kernels::SiluMulLaunch(kernels_.silu_cfg, n),
                     kernels::SiluMulArgs{.gate = Buffer(Act::kGate),
                                          .up = kernels_.fused_gate_up ? 0 : Buffer(Act::kUp),
                                          .out = Buffer(Act::kMlp),
