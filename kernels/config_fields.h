@@ -48,6 +48,7 @@ struct ConfigField : NamedField<Owner, T> {
   bool Owner::*key_when = nullptr;    // in the key only while this flag is set
   bool key_omit_default = false;      // left out of the key at the value `key_default`
   int64_t key_default = 0;
+  bool key_unless_f32 = false;       // an ElemType left out of the key while it is f32
   int64_t lo = 0, hi = 0, step = 0;  // step 0: any value
 
   // In the key as ":<tag><value>" (bool: ":<tag>" when true), except while `unless` is set.
@@ -69,6 +70,14 @@ struct ConfigField : NamedField<Owner, T> {
     ConfigField f = Key(tag);
     f.key_omit_default = true;
     f.key_default = value;
+    return f;
+  }
+  // An element type in the key as Key(tag) does, except while it is f32: a type added to a
+  // kernel whose f32 form came first keeps that form's key (and golden text).
+  constexpr ConfigField KeyUnlessF32(const char* tag) const {
+    static_assert(std::is_same_v<T, ElemType>, "KeyUnlessF32 is for an element type");
+    ConfigField f = Key(tag);
+    f.key_unless_f32 = true;
     return f;
   }
   // Valid values: lo..hi, and a multiple of `multiple_of`.
@@ -100,6 +109,9 @@ struct ConfigField : NamedField<Owner, T> {
     const T& v = c.*(this->member);
     if constexpr (std::is_integral_v<T>) {
       if (key_omit_default && static_cast<int64_t>(v) == key_default) return;
+    }
+    if constexpr (std::is_same_v<T, ElemType>) {
+      if (key_unless_f32 && v == ElemType::kF32) return;
     }
     if constexpr (std::is_same_v<T, bool>) {
       if (v) absl::StrAppend(key, ":", key_tag);

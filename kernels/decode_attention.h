@@ -34,6 +34,10 @@ struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttent
   bool split = false;   // split the context over CTAs (grid z); the last CTA merges
   bool ragged = false;  // rows are arbitrary tokens with causal limits (prefill)
   int num_warps = 0;  // warps per CTA: 1, 2, 4 or 8; 0 picks 4 (fewer when shared memory is short)
+  // The output's type: f32, or the model's f16/bf16 (the o projection's input); softmax and
+  // accumulation stay f32 in registers, only the store to `out` rounds (split: the partials
+  // and log-sum-exps stay f32, the merging CTA's store rounds).
+  ElemType out_dtype = ElemType::kF32;
   ptx::Target target;
   using C = DecodeAttentionConfig;
   static constexpr auto kFields = std::make_tuple(
@@ -41,7 +45,8 @@ struct DecodeAttentionConfig : KernelConfig<DecodeAttentionConfig, kDecodeAttent
       Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
       Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
       Field("kv_dtype", &C::kv_dtype).Key(""), Field("split", &C::split).Key("split"),
-      Field("ragged", &C::ragged).Key("ragged"), Field("num_warps", &C::num_warps).Key("w"));
+      Field("ragged", &C::ragged).Key("ragged"), Field("num_warps", &C::num_warps).Key("w"),
+      Field("out_dtype", &C::out_dtype).KeyUnlessF32("out"));
 
   absl::Status CheckAcrossFields() const;
 };
@@ -78,7 +83,7 @@ struct DecodeAttentionArgs {
   DevicePtr query_start;
   // s32 [num_rows] (ragged mode; unused in decode mode, may be 0)
   DevicePtr positions;
-  // f32 [num_rows][num_heads][head_dim]
+  // out_dtype [num_rows][num_heads][head_dim]
   DevicePtr out;
   // f32 [num_rows][num_heads][num_splits][head_dim] (split = true: each split's normalised
   // partial output). Unused otherwise (may be 0).

@@ -133,7 +133,8 @@ constexpr int kMergeUnroll = 4;
 // Split mode, after the CTA's partial stores: count the CTA done in its group's counter;
 // the CTA that completes the group merges the group's partials into `out` and resets the
 // counter, and every other CTA leaves for `exit`. The merge takes the splits in order
-// 0, 1, .. with an online rescale, whichever CTA runs it, so the output is deterministic.
+// 0, 1, .. with an online rescale, whichever CTA runs it, so the output is deterministic;
+// only its store to `out` rounds to out_dtype.
 void MergeIfLast(KernelBuilder& kb, const DecodeAttentionConfig& cfg,
                  const DecodeAttentionShape& sh, const Params& p, Reg ml_base, Reg out_head0,
                  ptx::Label exit) {
@@ -216,9 +217,11 @@ void MergeIfLast(KernelBuilder& kb, const DecodeAttentionConfig& cfg,
     const Reg inv =
         kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
     for (Reg& r : o) kb.EmitTo(r, Op::kMul, Type::kF32, {r, inv});
-    const Reg dst = gen::AddrAdd(kb, gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4), d4, 16);
+    const int os = ElemSize(cfg.out_dtype);
+    const Reg dst =
+        gen::AddrAdd(kb, gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * os), d4, 4 * os);
     auto guard = kb.If(in_range);
-    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(dst), o);
+    gen::StoreFromF32(kb, cfg.out_dtype, dst, 0, o, 4 * os);
   }
 }
 
@@ -481,7 +484,9 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
           kb.Selp(Type::kF32, kb.Emit(Op::kRcp, Type::kF32, {sum}), Operand::F32(0.0f), nonempty);
       for (int i = 0; i < 4; ++i) kb.EmitTo(o[i], Op::kMul, Type::kF32, {o[i], inv});
       const Reg head_row = gen::UAdd(kb, out_head0, g);  // row * num_heads + head
+      // Split: the partials stay f32 for the merge, which rounds to out_dtype when it stores.
       Reg dst;
+      ElemType dst_dtype = ElemType::kF32;
       if (cfg.split) {
         const Reg hs = kb.Emit(Op::kMadLo, Type::kU32, {head_row, nsplit, split});
         dst = gen::AddrAdd(kb, p.partial_out, hs, int64_t{hd} * 4);
@@ -493,11 +498,13 @@ absl::StatusOr<std::string> GenerateDecodeAttention(const DecodeAttentionConfig&
         auto guard = kb.If(first);
         kb.St(Space::kGlobal, Type::kF32, Operand::Addr(la), {lse});
       } else {
-        dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * 4);
+        dst_dtype = cfg.out_dtype;
+        dst = gen::AddrAdd(kb, p.out, head_row, int64_t{hd} * ElemSize(dst_dtype));
       }
-      const Reg da = gen::AddrAdd(kb, dst, d4, 16);
+      const int os = ElemSize(dst_dtype);
+      const Reg da = gen::AddrAdd(kb, dst, d4, 4 * os);
       auto guard = kb.If(in_range);
-      kb.St(Space::kGlobal, Type::kF32, Operand::Addr(da), o);
+      gen::StoreFromF32(kb, dst_dtype, da, 0, o, 4 * os);
     }
     if (cfg.split) MergeIfLast(kb, cfg, sh, p, ml_base, out_head0, exit);
     kb.Bind(exit);

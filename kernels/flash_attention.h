@@ -35,6 +35,9 @@ struct FlashAttentionConfig : KernelConfig<FlashAttentionConfig, kFlashAttention
   int head_dim = 128;  // a multiple of 32, at most 128 (the output tile lives in registers)
   int block_size = 16;
   ElemType kv_dtype = ElemType::kF16;  // f16 or bf16: the mma operand type
+  // The output's type: f32, or the model's f16/bf16 (the o projection's input); softmax and
+  // accumulation stay f32 in registers, only the store rounds.
+  ElemType out_dtype = ElemType::kF32;
   ptx::Target target;
   int Threads() const { return 128; }  // four warps
   // Query tokens per CTA: the 64 mma rows of the CTA over the query heads of a group.
@@ -47,7 +50,8 @@ struct FlashAttentionConfig : KernelConfig<FlashAttentionConfig, kFlashAttention
       Field("num_heads", &C::num_heads).Key("h").Range(1, 1024),
       Field("num_kv_heads", &C::num_kv_heads).Key("kvh").Range(1, 256), HeadDimField(&C::head_dim),
       Field("block_size", &C::block_size).Key("bs").Range(1, 1024),
-      Field("kv_dtype", &C::kv_dtype).Key(""));
+      Field("kv_dtype", &C::kv_dtype).Key(""),
+      Field("out_dtype", &C::out_dtype).KeyUnlessF32("out"));
 };
 
 struct FlashAttentionArgs {
@@ -63,7 +67,7 @@ struct FlashAttentionArgs {
   DevicePtr query_start;
   // s32 [num_rows]: each row's position in its sequence
   DevicePtr positions;
-  // f32 [num_rows][num_heads][head_dim]
+  // out_dtype [num_rows][num_heads][head_dim]
   DevicePtr out;
   uint32_t max_blocks_per_seq = 0;
   uint32_t num_seqs = 0;

@@ -154,7 +154,7 @@ absl::StatusOr<std::string> GenerateFlashAttention(const FlashAttentionConfig& c
           kb.Emit(Op::kMadLo, Type::kU32,
                   {kb.Emit(Op::kMadLo, Type::kU32, {grow, cfg.num_heads, head}), hd, t2});
       q_at[h] = gen::AddrAdd(kb, p.q, elem, 4);
-      out_at[h] = gen::AddrAdd(kb, p.out, elem, 4);
+      out_at[h] = gen::AddrAdd(kb, p.out, elem, ElemSize(cfg.out_dtype));
     }
 
     // q as A fragments: per 16-wide k step, (row g, k 2t), (row g + 8, k 2t), (row g, k 8 + 2t),
@@ -349,7 +349,8 @@ absl::StatusOr<std::string> GenerateFlashAttention(const FlashAttentionConfig& c
         vals.push_back({gen::FMul(kb, v[2 * h], inv), gen::FMul(kb, v[2 * h + 1], inv)});
       auto guard = kb.If(valid[h]);
       for (int d = 0; d < hd / 8; ++d) {
-        kb.St(Space::kGlobal, Type::kF32, Operand::Addr(out_at[h], int64_t{d} * 32), vals[d]);
+        gen::StoreFromF32(kb, cfg.out_dtype, out_at[h], int64_t{d} * 8 * ElemSize(cfg.out_dtype),
+                          vals[d], 2 * ElemSize(cfg.out_dtype));
       }
     }
     kb.Bind(exit);

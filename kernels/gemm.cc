@@ -37,6 +37,17 @@ absl::Status GemmConfig::CheckAcrossFields() const {
     return absl::InvalidArgumentError(
         absl::StrCat("gemm config ", Key(), ": the fused RMSNorm is a GEMV form (not tiled)"));
   }
+  if (x_dtype != ElemType::kF32 && (norm || (tensor_cores && x_dtype != weight_dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm config ", Key(), ": x_dtype ", ElemTypeName(x_dtype),
+        " is for unfused inputs, of the weights' type on tensor cores (the fused RMSNorm reads "
+        "the f32 residual)"));
+  }
+  if (y_dtype != ElemType::kF32 && (!tensor_cores || accumulate || n % 2 != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm config ", Key(), ": y_dtype ", ElemTypeName(y_dtype),
+                     " is for tensor-core forms that do not accumulate, with n even"));
+  }
   if (swiglu && (!tensor_cores || has_bias || accumulate)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gemm config ", Key(),
@@ -220,6 +231,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     if (cfg.tiled) return gen::GemmTiled(kb, cfg);
     const int ve = Vec(cfg);
     const int es = ElemSize(cfg.weight_dtype);
+    const int xs = ElemSize(cfg.x_dtype);
     const int mt = cfg.m_tile;
     const int64_t chunk = int64_t{32} * ve;  // K elements per warp-wide load
     const int64_t full = cfg.k / chunk;
@@ -249,7 +261,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     for (int m = 0; m < mt; ++m) {
       const Reg row = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
       x_lane[m] =
-          gen::AddrAdd(kb, gen::AddrAdd(kb, x, row, int64_t{cfg.k} * 4), lane, int64_t{ve} * 4);
+          gen::AddrAdd(kb, gen::AddrAdd(kb, x, row, int64_t{cfg.k} * xs), lane, int64_t{ve} * xs);
     }
     std::vector<Reg> acc(mt);
     for (Reg& a : acc) a = kb.Mov(Type::kF32, Operand::F32(0.0f));
@@ -261,7 +273,8 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
       for (Reg& q : sq) q = kb.Mov(Type::kF32, Operand::F32(0.0f));
     }
 
-    // One chunk at element offset `off` (bytes: off * es for w, off * 4 for x and norm_w).
+    // One chunk at element offset `off` (bytes: off * es for w, off * xs for x, off * 4 for
+    // norm_w).
     auto step = [&](Reg wa, const std::vector<Reg>& xa, int64_t off) {
       std::vector<Reg> wv = gen::LoadAsF32(kb, cfg.weight_dtype, wa, off * es, ve, ve * es,
                                            ptx::CacheOp::kNonCoherent);
@@ -272,7 +285,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
         for (int e = 0; e < ve; ++e) wv[e] = gen::FMul(kb, wv[e], nv[e]);
       }
       for (int m = 0; m < mt; ++m) {
-        const std::vector<Reg> xv = gen::LoadAsF32(kb, ElemType::kF32, xa[m], off * 4, ve, ve * 4);
+        const std::vector<Reg> xv = gen::LoadAsF32(kb, cfg.x_dtype, xa[m], off * xs, ve, ve * xs);
         for (int e = 0; e < ve; ++e)
           kb.EmitTo(acc[m], Op::kFma, Type::kF32, {xv[e], wv[e], acc[m]});
         if (cfg.norm) {
@@ -289,7 +302,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
       kb.Bind(loop);
       for (int u = 0; u < kUnroll; ++u) step(w_lane, x_lane, u * chunk);
       kb.EmitTo(w_lane, Op::kAdd, Type::kU64, {w_lane, kUnroll * chunk * es});
-      for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * 4});
+      for (Reg& xa : x_lane) kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, kUnroll * chunk * xs});
       if (cfg.norm) kb.EmitTo(nw_lane, Op::kAdd, Type::kU64, {nw_lane, kUnroll * chunk * 4});
       kb.EmitTo(t, Op::kAdd, Type::kU32, {t, 1});
       kb.BraIf(kb.Setp(Cmp::kLt, Type::kU32, t, trips), loop);

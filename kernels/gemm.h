@@ -44,6 +44,12 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   int n = 4096;  // output features
   int k = 4096;  // input features
   ElemType weight_dtype = ElemType::kF16;
+  // The input rows' type: f32, or the model's f16/bf16 between kernels (the tensor-core form
+  // then copies them into shared memory as they are, so there it must be the weights' type).
+  ElemType x_dtype = ElemType::kF32;
+  // The output's type: f32, or f16/bf16 for a tensor-core form that does not accumulate (the
+  // SwiGLU epilogue writing the down projection's input in the model's dtype).
+  ElemType y_dtype = ElemType::kF32;
   bool has_bias = false;
   bool accumulate = false;  // y += x w^T (fuses the residual add)
   // GEMV only: the input rows' RMSNorm fused (NormGemmArgs): x is the un-normalised rows.
@@ -62,8 +68,8 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   // into split_k slices of equal steps (the last may be shorter), and each slice writes its
   // raw f32 partial sums to y as a workspace [split_k][M][cols] (cols = n, or 2n with swiglu:
   // the gate sums then the up sums of a row); a gemm_reduce launch (gemm_reduce.h) adds the
-  // slices in order and applies the bias, accumulate and SwiGLU epilogues once. For grids
-  // short of a wave of CTAs.
+  // slices in order and applies the bias, accumulate and SwiGLU epilogues once, storing y in
+  // y_dtype (the partial sums stay f32 whatever y_dtype is). For grids short of a wave of CTAs.
   int split_k = 1;
   ptx::Target target;
   int Threads() const {  // per CTA
@@ -76,6 +82,9 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
   // of whole 16x16 blocks, activation tiles a whole number of float4 per thread, the shared
   // memory within an h100's opt-in limit; swiglu: tensor cores, no bias, no accumulate;
   // split_k > 1: tensor cores, one k slice per warp, every slice at least one k step.
+  // x_dtype f16/bf16: not norm (which reads the f32 residual), the weights' type on tensor
+  // cores; y_dtype f16/bf16: tensor cores, no accumulate, n even (each lane stores whole
+  // 4-byte pairs, never a half of a word another warp writes).
   absl::Status CheckAcrossFields() const;
   using C = GemmConfig;
   static constexpr auto kFields = std::make_tuple(
@@ -92,17 +101,20 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
       Field("warps_k", &C::warps_k).KeyWhen("wk", &C::tensor_cores).Range(1, 4),
       Field("stages", &C::stages).KeyWhen("st", &C::tensor_cores).Range(2, 4),
       Field("swiglu", &C::swiglu).Key("swiglu"),
-      Field("split_k", &C::split_k).KeyUnlessValue("sk", 1).Range(1, 64));
+      Field("split_k", &C::split_k).KeyUnlessValue("sk", 1).Range(1, 64),
+      Field("x_dtype", &C::x_dtype).KeyUnlessF32("x"),
+      Field("y_dtype", &C::y_dtype).KeyUnlessF32("y"));
 };
 
 struct GemmArgs {
-  // f32 [M][K]
+  // x_dtype [M][K]
   DevicePtr x;
   // weight_dtype [N][K] (the Hugging Face linear layout)
   DevicePtr w;
   // f32 [N] (has_bias; unused otherwise, may be 0)
   DevicePtr bias;
-  // f32 [M][N]; read first when accumulate (fused residual add)
+  // y_dtype [M][N]; read first when accumulate (fused residual add). Split-K: the f32
+  // workspace instead (split_k).
   DevicePtr y;
   // M, the rows
   uint32_t m = 0;
@@ -169,7 +181,7 @@ struct GemvParams {
 };
 GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias);
 // Write the tiled forms into GenerateGemm's builder and return their header notes: f32 FMA
-// (gemm_tiled.cc) and tensor cores (gemm_mma.cc; activations rounded to the weights' type).
+// (gemm_tiled.cc) and tensor cores (gemm_mma.cc; f32 activations rounded to the weights' type).
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);
 std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg);
 }  // namespace gen

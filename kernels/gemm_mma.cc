@@ -7,10 +7,12 @@
 // larger the part, the fewer shared-memory wavefronts per mma (what bounds these tiles).
 //
 // K goes in steps of 32 wk. The weights come by cp.async (16-byte chunks, zero-filled past N
-// and K) into `stages` shared stages, stages - 1 steps ahead of the one multiplied; the f32
-// activations come through registers one step ahead, rounded to the weights' type on their
-// way into one of two shared stages (the one rounding this form adds; gemm_mma_test derives
-// its tolerance from it). Both tiles are read with ldmatrix from rows of (32 wk + 8) halves:
+// and K) into `stages` shared stages, stages - 1 steps ahead of the one multiplied; the
+// activations come through registers one step ahead into one of two shared stages: f32 ones
+// rounded to the weights' type on their way (the one rounding this form adds; gemm_mma_test
+// derives its tolerance from it), f16/bf16 ones (x_dtype, the model's type between kernels)
+// as they are, four halves a chunk. The output is f32, or with y_dtype f16/bf16 rounded as
+// it is stored. Both tiles are read with ldmatrix from rows of (32 wk + 8) halves:
 // 80, 144 or 272 bytes, so the eight 16-byte rows of each 8x8 matrix fall in distinct bank
 // groups; with one k slice a warp stores rows r, r + 4, r + 2, r + 6 of the activation tile
 // (20-word rows: 0, 16, 8 and 24 words apart mod 32), so its stores take the ideal two
@@ -142,6 +144,8 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   // matrix are never loaded (activations: their registers stay zero) or zero-filled
   // (weights); they only reach outputs that are never stored.
   const int es = ElemSize(cfg.weight_dtype);
+  const bool x_half = cfg.x_dtype != ElemType::kF32;
+  const int xs = ElemSize(cfg.x_dtype), ys = ElemSize(cfg.y_dtype);
   struct Round {
     Reg ptr;                   // global pointer (advanced by a step's k bytes after each use)
     int64_t off;               // bytes from ptr
@@ -149,7 +153,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
                                // has a chunk this round (unset: always)
     Reg size;                  // weights: 16, or 0 to zero-fill a row past the matrix
   };
-  // Activations, a float4 a chunk (every thread has one each round: CheckAcrossFields). With
+  // Activations, four elements a chunk (every thread has one each round: CheckAcrossFields). With
   // 8 chunks a row a warp covers 4 rows: rows 8 (f / 64) + (f / 32) % 2 + {0, 4, 2, 6}, whose
   // 20-word rows start 16 words apart mod 32 pairwise (no bank conflicts in the stores);
   // round i's row is round 0's + i threads / 8 either way.
@@ -176,10 +180,10 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
       kb.Emit(Op::kMadLo, Type::kU32,
               {a_r0, sh.row_bytes, kb.Emit(Op::kMadLo, Type::kU32, {a_k, 2, a_tile})});
   const Reg a_g0 = gen::UAdd(kb, m0, a_r0);
-  const Reg a_ptr = gen::AddrAdd(kb, gen::AddrAdd(kb, x, a_g0, int64_t{cfg.k} * 4), a_k, 4);
+  const Reg a_ptr = gen::AddrAdd(kb, gen::AddrAdd(kb, x, a_g0, int64_t{cfg.k} * xs), a_k, xs);
   std::vector<Round> a_round;
   for (int i = 0; i < a_rounds; ++i) {
-    a_round.push_back({a_ptr, int64_t{i} * a_row_step * cfg.k * 4,
+    a_round.push_back({a_ptr, int64_t{i} * a_row_step * cfg.k * xs,
                        kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, a_g0, i * a_row_step), m_rows),
                        Reg()});
   }
@@ -298,9 +302,12 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
                  Operand::Addr(r.ptr, r.off), 16, size);
     }
   };
-  std::vector<std::vector<Reg>> a_regs(a_rounds, std::vector<Reg>(4));
+  // A chunk's registers: four f32, or two b32 words of half pairs (zero bits are 0.0 too).
+  const Type a_type = x_half ? Type::kB32 : Type::kF32;
+  const Operand a_zero = x_half ? Operand(0) : Operand::F32(0.0f);
+  std::vector<std::vector<Reg>> a_regs(a_rounds, std::vector<Reg>(x_half ? 2 : 4));
   for (auto& v : a_regs) {
-    for (Reg& r : v) r = kb.Mov(Type::kF32, Operand::F32(0.0f));  // rows never loaded stay 0
+    for (Reg& r : v) r = kb.Mov(a_type, a_zero);  // rows never loaded stay 0
   }
   auto load_activations = [&](bool tail, const std::function<Reg()>& k0) {
     Reg k_ok;
@@ -308,13 +315,13 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
       k_ok = kb.Setp(Cmp::kLt, Type::kU32, gen::UAdd(kb, k0(), a_k), cfg.k);
       auto g = kb.If(k_ok, /*negate=*/true);
       for (const auto& v : a_regs) {
-        for (Reg r : v) kb.MovTo(r, Operand::F32(0.0f));
+        for (Reg r : v) kb.MovTo(r, a_zero);
       }
     }
     for (int i = 0; i < a_rounds; ++i) {
       const Round& r = a_round[i];
       auto g = kb.If(tail ? kb.Emit(Op::kAnd, Type::kPred, {*r.guard, k_ok}) : *r.guard);
-      kb.LdTo(Space::kGlobal, Type::kF32, Operand::Addr(r.ptr, r.off), a_regs[i]);
+      kb.LdTo(Space::kGlobal, a_type, Operand::Addr(r.ptr, r.off), a_regs[i]);
     }
   };
   auto advance = [&](const std::vector<Reg>& ptrs, int64_t bytes) {
@@ -325,7 +332,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     const Reg off = kb.Emit(Op::kMulWide, Type::kU32, {count, bytes});
     for (Reg p : ptrs) kb.EmitTo(p, Op::kAdd, Type::kU64, {p, off});
   };
-  const int64_t a_step_bytes = int64_t{sh.bk} * 4, b_step_bytes = int64_t{sh.bk} * es;
+  const int64_t a_step_bytes = int64_t{sh.bk} * xs, b_step_bytes = int64_t{sh.bk} * es;
   // Step s + ahead (s a register): full while s + ahead < full_steps, the tail at
   // s + ahead == steps - 1 (when there is one), and nothing after; split, both bounded by
   // the slice's end.
@@ -403,7 +410,9 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     for (int i = 0; i < a_rounds; ++i) {
       const std::vector<Reg>& v = a_regs[i];
       kb.St(Space::kShared, Type::kB32, Operand::Addr(a_st, int64_t{i} * a_row_step * sh.row_bytes),
-            {kb.CvtPack(half2, v[1], v[0]), kb.CvtPack(half2, v[3], v[2])});
+            x_half
+                ? v
+                : std::vector<Reg>{kb.CvtPack(half2, v[1], v[0]), kb.CvtPack(half2, v[3], v[2])});
     }
     kb.CpAsyncWait(tile.stages - 2);
     kb.BarSync();
@@ -469,9 +478,9 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
           kb, v,
           kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(gen::AddrAdd(kb, bias, gcol, 4))));
     }
-    const Reg ya = gen::AddrAdd(kb, gen::AddrAdd(kb, y, grow, int64_t{cfg.n} * 4), gcol, 4);
+    const Reg ya = gen::AddrAdd(kb, gen::AddrAdd(kb, y, grow, int64_t{cfg.n} * ys), gcol, ys);
     if (cfg.accumulate) v = gen::FAdd(kb, kb.Ld1(Space::kGlobal, Type::kF32, Operand::Addr(ya)), v);
-    kb.St(Space::kGlobal, Type::kF32, Operand::Addr(ya), {v});
+    gen::StoreFromF32(kb, cfg.y_dtype, ya, 0, {v}, ys);
   };
   if (split) {
     StoreSplitPartials(
@@ -487,7 +496,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     const Reg warp_col =
         kb.Emit(Op::kMadLo, Type::kU32, {wn, sh.warp_cols / (cfg.swiglu ? 2 : 1), t2});
     const Reg row0 = gen::UAdd(kb, m0, warp_row), col0 = gen::UAdd(kb, n0, warp_col);
-    const Reg y0 = gen::AddrAdd(kb, gen::AddrAdd(kb, y, row0, int64_t{cfg.n} * 4), col0, 4);
+    const Reg y0 = gen::AddrAdd(kb, gen::AddrAdd(kb, y, row0, int64_t{cfg.n} * ys), col0, ys);
     const int width = cfg.n % 2 == 0 ? 2 : 1;  // columns an access
     // col_ok[j][c]: the lane's column c of output tile j is in the matrix (with pairs, one
     // predicate for both: n and the column are even).
@@ -532,7 +541,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
                                    : acc[i][j][e]);
             if (cfg.has_bias) v.back() = gen::FAdd(kb, v.back(), bias_v[j][e - 2 * h]);
           }
-          outs.push_back({(int64_t{16 * i + 8 * h} * cfg.n + 8 * j + c) * 4,
+          outs.push_back({(int64_t{16 * i + 8 * h} * cfg.n + 8 * j + c) * ys,
                           kb.Emit(Op::kAnd, Type::kPred, {row_ok, col_pred(j, c)}), v});
         });
         std::vector<std::vector<Reg>> old(outs.size());
@@ -549,7 +558,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
           if (cfg.accumulate) {
             for (size_t e = 0; e < v.size(); ++e) v[e] = gen::FAdd(kb, old[o][e], v[e]);
           }
-          kb.St(Space::kGlobal, Type::kF32, Operand::Addr(y0, outs[o].off), v);
+          gen::StoreFromF32(kb, cfg.y_dtype, y0, outs[o].off, v, width * ys);
         }
       }
     }

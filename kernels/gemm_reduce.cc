@@ -8,6 +8,15 @@
 
 namespace ptxserve::kernels {
 
+absl::Status GemmReduceConfig::CheckAcrossFields() const {
+  if (y_dtype != ElemType::kF32 && accumulate) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm_reduce config ", Key(), ": y_dtype ",
+                                                   ElemTypeName(y_dtype),
+                                                   " with accumulate: the residual stream is f32"));
+  }
+  return absl::OkStatus();
+}
+
 GemmReduceConfig GemmReduceFor(const GemmConfig& gemm) {
   GemmReduceConfig r;
   r.n = gemm.n;
@@ -15,6 +24,7 @@ GemmReduceConfig GemmReduceFor(const GemmConfig& gemm) {
   r.has_bias = gemm.has_bias;
   r.accumulate = gemm.accumulate;
   r.swiglu = gemm.swiglu;
+  r.y_dtype = gemm.y_dtype;
   r.target = gemm.target;
   return r;
 }
@@ -66,12 +76,13 @@ absl::StatusOr<std::string> GenerateGemmReduce(const GemmReduceConfig& cfg) {
             gen::LoadAsF32(kb, ElemType::kF32, gen::AddrAdd(kb, bias, col, 4), 0, count, count * 4);
         for (int e = 0; e < count; ++e) v[e] = gen::FAdd(kb, v[e], b[e]);
       }
-      const Reg ya = gen::AddrAdd(kb, y, first, 4);
+      const int ys = ElemSize(cfg.y_dtype);
+      const Reg ya = gen::AddrAdd(kb, y, first, ys);
       if (cfg.accumulate) {
         const std::vector<Reg> old = gen::LoadAsF32(kb, ElemType::kF32, ya, 0, count, count * 4);
         for (int e = 0; e < count; ++e) v[e] = gen::FAdd(kb, old[e], v[e]);
       }
-      gen::StoreFromF32(kb, ElemType::kF32, ya, 0, v, count * 4);
+      gen::StoreFromF32(kb, cfg.y_dtype, ya, 0, v, count * ys);
     };
     const Reg total = kb.Emit(Op::kMulLo, Type::kU32, {m, cfg.n});
     gen::ForChunk(kb, gen::ChunkIndex(kb), total, [&](Reg first, int count) {

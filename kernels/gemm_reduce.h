@@ -26,13 +26,17 @@ struct GemmReduceConfig : KernelConfig<GemmReduceConfig, kGemmReduceEntry> {
   bool has_bias = false;
   bool accumulate = false;
   bool swiglu = false;  // partial rows hold 2n sums: n gate, then n up
+  // The output's type (GemmConfig::y_dtype): f32, or f16/bf16 without accumulate; the sums and
+  // epilogues stay f32, only the store rounds.
+  ElemType y_dtype = ElemType::kF32;
   ptx::Target target;
   using C = GemmReduceConfig;
-  static constexpr auto kFields = std::make_tuple(Field("n", &C::n).Key("n").Range(1, 1 << 24),
-                                                  Field("splits", &C::splits).Key("s").Range(2, 64),
-                                                  Field("has_bias", &C::has_bias).Key("bias"),
-                                                  Field("accumulate", &C::accumulate).Key("acc"),
-                                                  Field("swiglu", &C::swiglu).Key("swiglu"));
+  static constexpr auto kFields = std::make_tuple(
+      Field("n", &C::n).Key("n").Range(1, 1 << 24),
+      Field("splits", &C::splits).Key("s").Range(2, 64),
+      Field("has_bias", &C::has_bias).Key("bias"), Field("accumulate", &C::accumulate).Key("acc"),
+      Field("swiglu", &C::swiglu).Key("swiglu"), Field("y_dtype", &C::y_dtype).KeyUnlessF32("y"));
+  absl::Status CheckAcrossFields() const;
 };
 
 struct GemmReduceArgs {
@@ -40,7 +44,7 @@ struct GemmReduceArgs {
   DevicePtr partial;
   // f32 [N] (has_bias; unused otherwise, may be 0)
   DevicePtr bias;
-  // f32 [M][N]; read first when accumulate
+  // y_dtype [M][N]; read first when accumulate (f32 then)
   DevicePtr y;
   // M, the rows
   uint32_t m = 0;

@@ -1,8 +1,9 @@
 // Shared-memory tiled form of the gemm kernel (GemmConfig::tiled) for many token rows
 // (prefill): a 64x64 output tile per CTA of 256 threads, each thread a 4x4 block, K in
-// steps of 16 staged through shared memory as f32 (weights converted on the way in),
-// stored k-major so the inner loop reads 128-bit rows of both tiles. Out-of-range rows,
-// columns and k are loaded as zeros, so every thread reaches every barrier.
+// steps of 16 staged through shared memory as f32 (weights and f16/bf16 inputs converted on
+// the way in), stored k-major so the inner loop reads 128-bit rows of both tiles.
+// Out-of-range rows, columns and k are loaded as zeros, so every thread reaches every
+// barrier.
 #include "absl/strings/str_cat.h"
 #include "kernels/gemm.h"
 #include "kernels/generator.h"
@@ -19,6 +20,7 @@ namespace gen {
 
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg) {
   const int es = ElemSize(cfg.weight_dtype);
+  const int xs = ElemSize(cfg.x_dtype);
   const auto [x, w, bias, y, m_rows] = DeclareGemmParams(kb, cfg);
   const ptx::Symbol as = kb.Shared("a", kBK * kBM * 4);  // [k][m]
   const ptx::Symbol bs = kb.Shared("b", kBK * kBN * 4);  // [k][n]
@@ -38,7 +40,7 @@ std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg) {
   const Reg b_row = gen::UAdd(kb, n0, lr);
   const Reg a_ok = kb.Setp(Cmp::kLt, Type::kU32, a_row, m_rows);
   const Reg b_ok = kb.Setp(Cmp::kLt, Type::kU32, b_row, cfg.n);
-  const Reg a_src = gen::AddrAdd(kb, x, kb.Selp(Type::kU32, a_row, 0, a_ok), int64_t{cfg.k} * 4);
+  const Reg a_src = gen::AddrAdd(kb, x, kb.Selp(Type::kU32, a_row, 0, a_ok), int64_t{cfg.k} * xs);
   const Reg b_src = gen::AddrAdd(kb, w, kb.Selp(Type::kU32, b_row, 0, b_ok), int64_t{cfg.k} * es);
   // Shared destinations [k][r]: column lr of rows lk .. lk + 3.
   const Reg a_dst = kb.Emit(Op::kMadLo, Type::kU32,
@@ -65,8 +67,8 @@ std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg) {
       std::vector<Reg> v(4);
       for (Reg& r : v) r = kb.Mov(Type::kF32, Operand::F32(0.0f));
       const Reg src = is_a ? a_src : b_src;
-      const int size = is_a ? 4 : es;
-      const ElemType et = is_a ? ElemType::kF32 : cfg.weight_dtype;
+      const int size = is_a ? xs : es;
+      const ElemType et = is_a ? cfg.x_dtype : cfg.weight_dtype;
       const Reg row_ok = is_a ? a_ok : b_ok;
       if (cfg.k % 4 == 0) {
         // Whole 4-vectors: in range or not as a unit.

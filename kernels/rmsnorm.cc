@@ -19,6 +19,14 @@ int Vec(int dim) {
 
 }  // namespace
 
+absl::Status RmsNormConfig::CheckAcrossFields() const {
+  if (out_dtype != ElemType::kF32 && dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rmsnorm config ", Key(), ": out_dtype ",
+                                                   ElemTypeName(out_dtype), " needs an even dim"));
+  }
+  return absl::OkStatus();
+}
+
 int RmsNormConfig::Threads() const {
   return static_cast<int>(std::clamp<int64_t>(CeilDiv(dim / Vec(dim), 32) * 32, 32, 256));
 }
@@ -31,6 +39,7 @@ absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
     const int warps = threads / 32;
     const int iters = static_cast<int>(CeilDiv(nvec, threads));
     const int wes = ElemSize(cfg.weight_dtype);
+    const int os = ElemSize(cfg.out_dtype);
     const auto [x, w, out, num_rows, eps] = DeclareParams<RmsNormArgs>(kb);
     const ptx::Symbol scratch = kb.Shared("reduce", (warps + 1) * 4);
 
@@ -39,7 +48,7 @@ absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
     const Reg lane = kb.Emit(Op::kAnd, Type::kB32, {tid, 31});
     const Reg warp = kb.Emit(Op::kShr, Type::kU32, {tid, 5});
     const Reg xrow = gen::AddrAdd(kb, x, row, int64_t{cfg.dim} * 4);
-    const Reg orow = gen::AddrAdd(kb, out, row, int64_t{cfg.dim} * 4);
+    const Reg orow = gen::AddrAdd(kb, out, row, int64_t{cfg.dim} * os);
 
     // Each thread's vectors: i = tid + it * threads; the last step may be partial.
     std::vector<std::vector<Reg>> vals(iters);
@@ -70,8 +79,8 @@ absl::StatusOr<std::string> GenerateRmsNorm(const RmsNormConfig& cfg) {
         std::vector<Reg> o;
         for (int e = 0; e < vec; ++e)
           o.push_back(gen::FMul(kb, gen::FMul(kb, vals[it][e], inv), wv[e]));
-        gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, orow, i, int64_t{vec} * 4), 0, o,
-                          vec * 4);
+        gen::StoreFromF32(kb, cfg.out_dtype, gen::AddrAdd(kb, orow, i, int64_t{vec} * os), 0, o,
+                          vec * os);
       };
       if ((it + 1) * threads > nvec) {
         auto g = kb.If(in_range[it]);

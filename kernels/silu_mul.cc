@@ -34,7 +34,8 @@ absl::StatusOr<std::string> GenerateSiluMul(const SiluMulConfig& cfg) {
       const std::vector<Reg> u = gen::LoadAsF32(kb, ElemType::kF32, ua, 0, count, count * 4);
       std::vector<Reg> o;
       for (int e = 0; e < count; ++e) o.push_back(gen::SiluTimes(kb, g[e], u[e]));
-      gen::StoreFromF32(kb, ElemType::kF32, gen::AddrAdd(kb, out, first, 4), 0, o, count * 4);
+      const int os = ElemSize(cfg.out_dtype);
+      gen::StoreFromF32(kb, cfg.out_dtype, gen::AddrAdd(kb, out, first, os), 0, o, count * os);
     });
     kb.Ret();
   });

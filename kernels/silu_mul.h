@@ -19,9 +19,12 @@ inline constexpr char kSiluMulEntry[] = "silu_mul";
 
 struct SiluMulConfig : KernelConfig<SiluMulConfig, kSiluMulEntry> {
   int fused_inter = 0;  // 0: separate gate/up arrays; I > 0 (a multiple of 4): gate_up rows of 2*I
+  // The output's type: f32, or the model's f16/bf16 (the down projection's input).
+  ElemType out_dtype = ElemType::kF32;
   ptx::Target target;
   static constexpr auto kFields = std::make_tuple(
-      Field("fused_inter", &SiluMulConfig::fused_inter).Key("fused").Range(0, 1 << 24, 4));
+      Field("fused_inter", &SiluMulConfig::fused_inter).Key("fused").Range(0, 1 << 24, 4),
+      Field("out_dtype", &SiluMulConfig::out_dtype).KeyUnlessF32("out"));
 };
 
 struct SiluMulArgs {
@@ -30,7 +33,7 @@ struct SiluMulArgs {
   DevicePtr gate;
   // f32 [n] (fused_inter = 0; unused otherwise, may be 0)
   DevicePtr up;
-  // f32 [n] (row-major [n / I][I] when fused); may alias gate when not fused
+  // out_dtype [n] (row-major [n / I][I] when fused); may alias gate when f32 and not fused
   DevicePtr out;
   // number of outputs
   uint32_t n = 0;

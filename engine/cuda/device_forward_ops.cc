@@ -122,7 +122,14 @@ absl::Status DeviceForwardOps::RmsNorm(Act in, WeightRef weight, Act out) {
     pending_ = {.out = out, .in = Buffer(in), .weight = w};
     return absl::OkStatus();
   }
-  return LaunchSlot(cache_, kernels_.norm, kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
+  // The GEMM that reads the output: in act_dtype when its form runs on tensor cores.
+  const GemmSlots& reader = weight.role == Weight::kAttnNorm ? kernels_.qkv
+                            : weight.role == Weight::kMlpNorm
+                                ? (kernels_.fused_gate_up ? kernels_.gate_up : kernels_.gate)
+                                : kernels_.lm_head;
+  const bool half = reader.HalfInput(GemmForm(rows));
+  return LaunchSlot(cache_, half ? kernels_.norm_half : kernels_.norm,
+                    kernels::RmsNormLaunch(kernels_.norm_cfg, rows),
                     kernels::RmsNormArgs{.x = Buffer(in),
                                          .w = w,
                                          .out = Buffer(out),
@@ -211,21 +218,26 @@ absl::Status DeviceForwardOps::Attention(int layer) {
   const DeviceStep& p = step_;
   const CUdeviceptr attn = buffers_.attn.ptr();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  // The output in act_dtype when the o projection's form runs on tensor cores: flash
+  // attention's rows and a mixed step's decode rows apart alike, since one o GEMM reads them.
+  const bool half = kernels_.o.HalfInput(GemmForm(p.tokens));
+  const kernels::DecodeAttentionConfig& shape = kernels_.attn_cfg[0][0];
+  const CUdeviceptr row_elems = static_cast<CUdeviceptr>(shape.num_heads) * shape.head_dim;
+  const CUdeviceptr q_row_bytes = row_elems * 4;
+  const CUdeviceptr attn_row_bytes = row_elems * (half ? kernels::ElemSize(kernels_.act_dtype) : 4);
   // The decode kernel over `rows` rows from token row `row0` and sequence `seq0` on: views
   // into the step's buffers (decode mode: the rows are sequences seq0.., a token each).
   auto decode_attention = [&](bool ragged, int64_t row0, int64_t seq0, int64_t rows) {
-    const kernels::DecodeAttentionConfig& cfg = kernels_.attn_cfg[ragged][p.split];
-    const CUdeviceptr row_bytes = static_cast<CUdeviceptr>(cfg.num_heads) * cfg.head_dim * 4;
     const CUdeviceptr r0 = static_cast<CUdeviceptr>(row0), s0 = static_cast<CUdeviceptr>(seq0);
     const kernels::DecodeAttentionArgs args{
-        .q = buffers_.q.ptr() + r0 * row_bytes,
+        .q = buffers_.q.ptr() + r0 * q_row_bytes,
         .k_pool = kv_.k[layer].ptr(),
         .v_pool = kv_.v[layer].ptr(),
         .block_tables = p.block_tables + s0 * static_cast<CUdeviceptr>(p.max_blocks) * 4,
         .seq_lens = p.seq_lens + s0 * 4,
         .query_start = ragged ? p.query_start : 0,
         .positions = ragged ? p.positions : 0,
-        .out = attn + r0 * row_bytes,
+        .out = attn + r0 * attn_row_bytes,
         .partial_out = p.split ? buffers_.partial.ptr() : 0,
         .partial_lse = p.split ? buffers_.lse.ptr() : 0,
         .split_counters = p.split ? buffers_.split_counters.ptr() : 0,
@@ -235,7 +247,7 @@ absl::Status DeviceForwardOps::Attention(int layer) {
         .scale = scale,
         .partition = static_cast<uint32_t>(p.partition)};
     return LaunchSlot(
-        cache_, kernels_.attn[ragged][p.split],
+        cache_, half ? kernels_.attn_half[ragged][p.split] : kernels_.attn[ragged][p.split],
         kernels::DecodeAttentionLaunch(kernels_.attn_shape[ragged][p.split],
                                        static_cast<int>(config_.num_kv_heads), rows, p.num_splits),
         args);
@@ -244,7 +256,7 @@ absl::Status DeviceForwardOps::Attention(int layer) {
   // Flash attention takes the sequences before the decode rows (DeviceStep::decode_rows).
   const int64_t flash_rows = p.tokens - p.decode_rows, flash_seqs = p.seqs - p.decode_rows;
   absl::Status s = LaunchSlot(
-      cache_, kernels_.flash,
+      cache_, half ? kernels_.flash_half : kernels_.flash,
       kernels::FlashAttentionLaunch(kernels_.flash_cfg, flash_rows, flash_seqs),
       kernels::FlashAttentionArgs{.q = buffers_.q.ptr(),
                                   .k_pool = kv_.k[layer].ptr(),
@@ -266,7 +278,9 @@ absl::Status DeviceForwardOps::SiluMul() {
     return absl::OkStatus();  // the gate/up GEMM wrote kMlp (Linear)
   }
   const uint32_t n = static_cast<uint32_t>(step_.tokens * config_.intermediate_size);
-  return LaunchSlot(cache_, kernels_.silu, kernels::SiluMulLaunch(kernels_.silu_cfg, n),
+  const bool half = kernels_.down.HalfInput(GemmForm(step_.tokens));
+  return LaunchSlot(cache_, half ? kernels_.silu_half : kernels_.silu,
+                    kernels::SiluMulLaunch(kernels_.silu_cfg, n),
                     kernels::SiluMulArgs{.gate = Buffer(Act::kGate),
                                          .up = kernels_.fused_gate_up ? 0 : Buffer(Act::kUp),
                                          .out = Buffer(Act::kMlp),

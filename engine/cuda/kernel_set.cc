@@ -17,9 +17,10 @@ KernelSlot MakeSlot(const Config& cfg) {
 
 // `swiglu`: n = 2 I stacked gate/up rows; the tensor-core forms then apply SwiGLU in their
 // epilogue and write I columns (GemmConfig::swiglu), the others write the 2 I products.
+// `xt`: the input rows' type of the tensor-core forms (KernelSet::act_dtype).
 GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k,
                    kernels::ElemType wt, std::optional<kernels::BlockFormat> blocks, bool bias,
-                   bool accumulate, bool swiglu = false) {
+                   bool accumulate, kernels::ElemType xt, bool swiglu = false) {
   kernels::GemmConfig base;
   base.n = static_cast<int>(n);
   base.k = static_cast<int>(k);
@@ -30,6 +31,7 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
   GemmSlots g;
   for (int f = 0; f < kGemmForms; ++f) {
     g.cfg[f] = kernels::GemmConfigFor(base, kGemmFormRows[f], sm_count);
+    if (g.cfg[f].tensor_cores && !blocks) g.cfg[f].x_dtype = xt;
     if (swiglu && g.cfg[f].tensor_cores) {
       g.cfg[f].swiglu = true;
       g.cfg[f].n = base.n / 2;
@@ -148,10 +150,13 @@ absl::StatusOr<ptx::Target> KernelTarget(int cc_major, int cc_minor, int ptx_ver
 }
 
 std::vector<KernelSlot*> KernelSet::All() {
-  std::vector<KernelSlot*> all = {&embed, &gather, &norm,     &rope_kv,  &flash,
-                                  &silu,  &argmax, &sampling, &logprobs, &penalties};
-  for (auto& by_ragged : attn) {
-    for (KernelSlot& s : by_ragged) all.push_back(&s);
+  std::vector<KernelSlot*> all = {&embed,    &gather,     &norm,     &norm_half, &rope_kv,
+                                  &flash,    &flash_half, &silu,     &silu_half, &argmax,
+                                  &sampling, &logprobs,   &penalties};
+  for (auto* by_ragged : {&attn, &attn_half}) {
+    for (auto& by_split : *by_ragged) {
+      for (KernelSlot& s : by_split) all.push_back(&s);
+    }
   }
   for (GemmSlots* g :
        {&qkv, &qkv_norm, &o, &gate_up, &gate_up_norm, &gate, &up, &down, &lm_head, &lm_head_norm})
@@ -188,20 +193,41 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
     return absl::InvalidArgumentError(
         "q, k and v weights of different types: the GPU backend stacks them into one matrix");
   }
-  k.qkv = MakeGemm(target, sm_count, qd + 2 * kd, H, w.q, w.q_blocks, c.attention_bias, false);
+  const bool blocks = w.q_blocks || w.o_blocks || w.gate_up_blocks || w.down_blocks;
+  // Even sizes: the producers store f16/bf16 as whole 4-byte pairs (kernels/rmsnorm.h).
+  const bool one_half_type = w.q != kernels::ElemType::kF32 && w.o == w.q && w.gate_up == w.q &&
+                             w.down == w.q && H % 2 == 0 && I % 2 == 0;
+  k.act_dtype = !blocks && one_half_type ? w.q : kernels::ElemType::kF32;
+  const kernels::ElemType xt = k.act_dtype;
+  if (xt != kernels::ElemType::kF32) {
+    k.norm_half_cfg = k.norm_cfg;
+    k.norm_half_cfg.out_dtype = xt;
+    k.norm_half = MakeSlot(k.norm_half_cfg);
+  }
+  k.qkv = MakeGemm(target, sm_count, qd + 2 * kd, H, w.q, w.q_blocks, c.attention_bias, false, xt);
   k.qkv_norm = WithNorm(k.qkv);
-  k.o = MakeGemm(target, sm_count, H, qd, w.o, w.o_blocks, false, /*accumulate=*/true);
+  k.o = MakeGemm(target, sm_count, H, qd, w.o, w.o_blocks, false, /*accumulate=*/true, xt);
   k.fused_gate_up = I % 4 == 0;  // silu_mul's fused form reads 4-element chunks of a row
   if (k.fused_gate_up) {
-    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, w.gate_up_blocks, false, false,
+    k.gate_up = MakeGemm(target, sm_count, 2 * I, H, w.gate_up, w.gate_up_blocks, false, false, xt,
                          /*swiglu=*/true);
     k.gate_up_norm = WithNorm(k.gate_up);
   } else {
-    k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, w.gate_up_blocks, false, false);
+    k.gate = MakeGemm(target, sm_count, I, H, w.gate_up, w.gate_up_blocks, false, false, xt);
     k.up = k.gate;  // same shape and dtype: the same kernels
   }
-  k.down = MakeGemm(target, sm_count, H, I, w.down, w.down_blocks, false, /*accumulate=*/true);
-  k.lm_head = MakeGemm(target, sm_count, V, H, w.lm_head, w.lm_head_blocks, false, false);
+  k.down = MakeGemm(target, sm_count, H, I, w.down, w.down_blocks, false, /*accumulate=*/true, xt);
+  // The SwiGLU epilogue writes act in the type the down projection's form at the same rows
+  // reads (its n = I is even: fused_gate_up).
+  for (int f = 0; f < kGemmForms && k.fused_gate_up; ++f) {
+    if (k.gate_up.Swiglu(f) && k.down.HalfInput(f)) {
+      k.gate_up.cfg[f].y_dtype = xt;
+      k.gate_up.slot[f] = MakeSlot(k.gate_up.cfg[f]);
+    }
+  }
+  // The LM head reads the f32 logits rows (the final norm's output, in place).
+  k.lm_head = MakeGemm(target, sm_count, V, H, w.lm_head, w.lm_head_blocks, false, false,
+                       kernels::ElemType::kF32);
   k.lm_head_norm = WithNorm(k.lm_head);
 
   k.rope_kv_cfg.num_heads = static_cast<int>(c.num_heads);
@@ -221,6 +247,11 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
   k.flash_cfg.target = target;
   const bool flash = k.flash_cfg.Validate().ok();
   if (flash) k.flash = MakeSlot(k.flash_cfg);
+  if (flash && xt != kernels::ElemType::kF32) {
+    k.flash_half_cfg = k.flash_cfg;
+    k.flash_half_cfg.out_dtype = xt;
+    k.flash_half = MakeSlot(k.flash_half_cfg);
+  }
   for (int ragged = 0; ragged < 2; ++ragged) {
     for (int split = 0; split < 2; ++split) {
       kernels::DecodeAttentionConfig& a = k.attn_cfg[ragged][split];
@@ -236,11 +267,22 @@ absl::StatusOr<KernelSet> BuildKernelSet(const ModelConfig& c, const WeightTypes
       if (!shape.ok()) return shape.status();
       k.attn_shape[ragged][split] = *shape;
       if (!(ragged == 1 && flash)) k.attn[ragged][split] = MakeSlot(a);
+      if (k.attn[ragged][split].used() && xt != kernels::ElemType::kF32) {
+        kernels::DecodeAttentionConfig& h = k.attn_half_cfg[ragged][split];
+        h = a;
+        h.out_dtype = xt;
+        k.attn_half[ragged][split] = MakeSlot(h);
+      }
     }
   }
   k.silu_cfg.fused_inter = k.fused_gate_up ? static_cast<int>(I) : 0;
   k.silu_cfg.target = target;
   k.silu = MakeSlot(k.silu_cfg);
+  if (xt != kernels::ElemType::kF32) {
+    k.silu_half_cfg = k.silu_cfg;
+    k.silu_half_cfg.out_dtype = xt;
+    k.silu_half = MakeSlot(k.silu_half_cfg);
+  }
   k.argmax_cfg.target = target;
   k.argmax = MakeSlot(k.argmax_cfg);
   k.sampling_cfg.target = target;

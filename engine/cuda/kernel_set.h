@@ -104,6 +104,8 @@ struct GemmSlots {
   bool Accumulates(int form) const;
   // Form `form` writes silu(gate) * up itself (the stacked gate/up GEMM's tensor-core forms).
   bool Swiglu(int form) const { return !quant && cfg[form].swiglu; }
+  // Form `form` reads its input rows in the model's f16/bf16 (KernelSet::act_dtype).
+  bool HalfInput(int form) const { return !quant && cfg[form].x_dtype != kernels::ElemType::kF32; }
   const std::string& Key(int form) const { return slot[form].spec.key; }
   kernels::LaunchDims Launch(int form, int64_t m) const;
   // Bytes of one weight row (k elements or their blocks).
@@ -115,8 +117,18 @@ struct GemmSlots {
 struct KernelSet {
   kernels::EmbeddingConfig embed_cfg, gather_cfg;
   KernelSlot embed, gather;
-  kernels::RmsNormConfig norm_cfg;
-  KernelSlot norm;
+  // The activations that only GEMMs read (h, attn, act) are in act_dtype where the GEMM form
+  // that reads them runs on tensor cores (GemmSlots::HalfInput): the model's f16/bf16 when all
+  // of q/k/v, o, gate/up and down hold it as elements, f32 otherwise (f32 weights take the
+  // FMA forms; block-quantized GEMMs read f32). The GEMV forms (up to 8 rows, and 8-row tiles)
+  // read f32: they convert their input once per output column, which the cost model finds
+  // issue-bound (Llama-3.2-1B f16, h100, batch 16: 1425 -> 2017 us a step, estimated), while
+  // tensor-core forms copy f16/bf16 rows into shared memory as they are. Each producer has an
+  // f32 slot and, with act_dtype f16/bf16, a *_half slot writing act_dtype, picked per step by
+  // its consumer's form. The residual stream, qkv/q, logits rows and sampling stay f32.
+  kernels::ElemType act_dtype = kernels::ElemType::kF32;
+  kernels::RmsNormConfig norm_cfg, norm_half_cfg;
+  KernelSlot norm, norm_half;
   // q, k and v as one product over the stacked matrix (DeviceWeights::Layer::wqkv).
   GemmSlots qkv, o, gate_up, gate, up, down, lm_head;
   bool fused_gate_up = true;
@@ -133,10 +145,14 @@ struct KernelSet {
   KernelSlot attn[2][2];
   // Ragged steps (prefill chunks, mixed) on tensor cores: f16/bf16 K/V pools and head_dim
   // (padded) up to 128; unused otherwise (f32 caches keep the ragged decode kernel).
-  kernels::FlashAttentionConfig flash_cfg;
-  KernelSlot flash;
-  kernels::SiluMulConfig silu_cfg;
-  KernelSlot silu;
+  kernels::FlashAttentionConfig flash_cfg, flash_half_cfg;
+  KernelSlot flash, flash_half;
+  // The decode kernels writing act_dtype, [ragged][split] (split: the partials stay f32, the
+  // merging CTA's store rounds); used where attn[ragged][split] is.
+  kernels::DecodeAttentionConfig attn_half_cfg[2][2];
+  KernelSlot attn_half[2][2];
+  kernels::SiluMulConfig silu_cfg, silu_half_cfg;
+  KernelSlot silu, silu_half;
   kernels::ArgmaxConfig argmax_cfg;
   KernelSlot argmax;
   kernels::SamplingConfig sampling_cfg;

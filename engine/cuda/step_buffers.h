@@ -49,7 +49,9 @@ class StepBuffers {
             gemm_split.ptr(), meta.ptr()};
   }
 
-  DeviceBuffer x;          // f32 [tokens][hidden] residual stream
+  DeviceBuffer x;  // f32 [tokens][hidden] residual stream
+  // h, attn and act: f32, or KernelSet::act_dtype when the step's reading GEMM form runs on
+  // tensor cores (sized for f32 either way).
   DeviceBuffer h;          // f32 [tokens][hidden] normed input
   DeviceBuffer qkv;        // f32 [tokens][(heads + 2 kv_heads) * padded]: q, k, v heads
   DeviceBuffer q;          // f32 [tokens][heads][padded] rotated (K/V go to the pools)

@@ -96,7 +96,10 @@ int32_t ArgMax(const float* v, int64_t n);
 // the weights' type here) rounds q and the softmax weights P the same way. A model of L
 // layers rounds at 6 L + 1 such points on the way to the logits (the q/k/v, attention q and
 // P, o, gate/up, down and LM-head inputs); norms keep each error's scale, so to first order
-// the logits are off by at most (6 L + 1) u. 0 for f32 weights, which take the FMA forms.
+// the logits are off by at most (6 L + 1) u. With the model's f16/bf16 activations
+// (KernelSet::act_dtype) the q/k/v, o, gate/up and down inputs are rounded once by their
+// producer's store instead (u each, the tensor-core GEMM then adding none): the same points,
+// so the same bound. 0 for f32 weights, which take the FMA forms.
 double TensorCoreLogitsTolerance(const Model& model);
 // The same for q8_0/q4_0 weights. Both backends read the same blocks, and the GPU's GEMV
 // is the f32 GEMM over their decoded values up to f32 rounding, but the CPU's integer kernel

@@ -7,6 +7,9 @@
 // bounded by 2 * K * 2^-24 * sum_k |x_k w_k| (Higham's gamma_K, twice). With the SwiGLU
 // epilogue, errors e_g and e_u in gate and up give at most |silu'(g)| |u| e_g + |silu(g)| e_u
 // (|silu'| < 1.1 everywhere), plus a few f32 roundings of the epilogue (1e-5 relative).
+// With inputs in the weights' type (x_dtype, the model's activations) the reference takes
+// the same rounded inputs and the kernel rounds nothing on the way in; an f16/bf16 output
+// (y_dtype) adds its store's rounding, u |y|.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -33,14 +36,16 @@ struct MmaCase {
   GemmMmaTile tile = kMmaWideTile;
   bool swiglu = false;  // n output columns from 2n weight rows
   int split_k = 1;      // > 1: partial sums in a workspace, then gemm_reduce
+  // x in the weights' type, and y too unless accumulating (the model's activations)
+  bool half_io = false;
 };
 
 std::string CaseName(const MmaCase& c) {
-  return absl::StrCat("m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype),
-                      c.bias ? "_bias" : "", c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x",
-                      c.tile.bn, "_w", c.tile.wm, c.tile.wn, c.tile.wk, "_s", c.tile.stages,
-                      c.swiglu ? "_swiglu" : "",
-                      c.split_k > 1 ? absl::StrCat("_sk", c.split_k) : "");
+  return absl::StrCat(
+      "m", c.m, "_n", c.n, "_k", c.k, "_", ElemTypeName(c.dtype), c.bias ? "_bias" : "",
+      c.accumulate ? "_acc" : "", "_tile", c.tile.bm, "x", c.tile.bn, "_w", c.tile.wm, c.tile.wn,
+      c.tile.wk, "_s", c.tile.stages, c.swiglu ? "_swiglu" : "",
+      c.split_k > 1 ? absl::StrCat("_sk", c.split_k) : "", c.half_io ? "_halfio" : "");
 }
 void PrintTo(const MmaCase& c, std::ostream* os) { *os << CaseName(c); }
 
@@ -56,6 +61,10 @@ GemmConfig ConfigOf(const MmaCase& c, ptx::Target target = {}) {
   cfg.SetMmaTile(c.tile);
   cfg.swiglu = c.swiglu;
   cfg.split_k = c.split_k;
+  if (c.half_io) {
+    cfg.x_dtype = c.dtype;
+    if (!c.accumulate) cfg.y_dtype = c.dtype;
+  }
   cfg.target = target;
   return cfg;
 }
@@ -72,7 +81,7 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
 
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k);
   const int w_rows = c.swiglu ? 2 * c.n : c.n;
-  const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(c.m) * c.k, -2, 2);
+  std::vector<float> x = RandomFloats(rng, static_cast<size_t>(c.m) * c.k, -2, 2);
   std::vector<float> w = RandomFloats(rng, static_cast<size_t>(w_rows) * c.k, -1, 1);
   const std::vector<float> bias = RandomFloats(rng, c.n);
   const std::vector<float> y0 = RandomFloats(rng, static_cast<size_t>(c.m) * c.n);
@@ -80,10 +89,17 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
   std::vector<uint8_t> w_bytes(w.size() * 2);
   ConvertFromFloat(dt, w.data(), w.size(), w_bytes.data());
   ConvertToFloat(dt, w_bytes.data(), w.size(), w.data());  // the weights as stored
+  std::vector<uint8_t> x_bytes(x.size() * 2);
+  if (c.half_io) {
+    ConvertFromFloat(dt, x.data(), x.size(), x_bytes.data());
+    ConvertToFloat(dt, x_bytes.data(), x.size(), x.data());  // the inputs as stored
+  }
+  const bool half_y = cfg.y_dtype != ElemType::kF32;
 
   EmuHarness h;
-  const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
-  const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * 4);
+  const uint64_t dx = c.half_io ? h.Upload(x_bytes) : h.Upload(x);
+  const uint64_t dw = h.Upload(w_bytes), db = h.Upload(bias);
+  const uint64_t dy = c.accumulate ? h.Upload(y0) : h.Alloc(y0.size() * (half_y ? 2 : 4));
   if (c.split_k > 1) {
     // The slices' partial sums into a workspace, then the reduction and the epilogues.
     const GemmReduceConfig rc = GemmReduceFor(cfg);
@@ -101,9 +117,16 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
                       {Ptr(dx), Ptr(dw), Ptr(c.bias ? db : 0), Ptr(dy), U32(c.m)})
                     .ok());
   }
-  const std::vector<float> got = h.Download<float>(dy, y0.size());
+  std::vector<float> got(y0.size());
+  if (half_y) {
+    const std::vector<uint8_t> y_bytes = h.Download<uint8_t>(dy, y0.size() * 2);
+    ConvertToFloat(dt, y_bytes.data(), got.size(), got.data());
+  } else {
+    got = h.Download<float>(dy, y0.size());
+  }
 
-  const double u = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double u_type = c.dtype == ElemType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double u = c.half_io ? 0.0 : u_type;  // the inputs' rounding in the kernel
   const double gamma = 2.0 * c.k * std::ldexp(1.0, -24);
   // Row i of x times weight row r: the exact product and its error bound.
   auto dot = [&](int i, int r) {
@@ -126,7 +149,7 @@ TEST_P(GemmMma, MatchesTheCpuGemmWithinItsRounding) {
       }
       if (c.bias) want += bias[j];
       if (c.accumulate) want += y0[i * c.n + j];
-      tol += 1e-5 * std::fabs(want) + 1e-30;
+      tol += (half_y ? u_type : 0.0) * std::fabs(want) + 1e-5 * std::fabs(want) + 1e-30;
       const double err = std::fabs(got[i * c.n + j] - want);
       if (!(err <= tol) && ++misses <= 5) {
         ADD_FAILURE() << "y[" << i << "][" << j << "] = " << got[i * c.n + j] << ", want " << want
@@ -178,7 +201,26 @@ INSTANTIATE_TEST_SUITE_P(
         MmaCase{20, 60, 520, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3}, true,
                 4},
         MmaCase{17, 48, 512, ElemType::kF16, true, true, GemmMmaTile{64, 128, 2, 2, 1, 4}, false,
-                16}),
+                16},
+        // Inputs (and outputs, unless accumulating) in the weights' type: the wide, narrow
+        // (k over warps), large and eight-warp tiles, k tails, odd n, SwiGLU.
+        MmaCase{20, 80, 136, ElemType::kF16, true, false, kMmaWideTile, false, 1, true},
+        MmaCase{70, 72, 40, ElemType::kBF16, false, true, kMmaWideTile, false, 1, true},
+        MmaCase{3, 40, 136, ElemType::kF16, true, false, kMmaNarrowTile, false, 1, true},
+        MmaCase{130, 200, 200, ElemType::kBF16, true, true, kMmaLargeTile, false, 1, true},
+        MmaCase{20, 75, 72, ElemType::kF16, true, true, kMmaLargeTile, false, 1, true},  // odd n
+        MmaCase{140, 260, 104, ElemType::kF16, false, false, GemmMmaTile{128, 256, 2, 4, 1, 3},
+                false, 1, true},
+        MmaCase{130, 100, 200, ElemType::kBF16, false, false, kMmaLargeTile, true, 1, true},
+        MmaCase{9, 20, 264, ElemType::kF16, false, false, kMmaNarrowTile, true, 1, true},
+        // Split-K with inputs in the weights' type: gemm_reduce rounds the summed (and SwiGLU)
+        // outputs to y_dtype as it stores them, n not a multiple of 4 one column at a time;
+        // accumulating, y stays f32.
+        MmaCase{70, 72, 200, ElemType::kBF16, true, false, kMmaLargeTile, false, 3, true},
+        MmaCase{33, 74, 264, ElemType::kF16, false, false, GemmMmaTile{64, 128, 2, 2, 1, 3}, false,
+                2, true},
+        MmaCase{40, 38, 168, ElemType::kF16, false, false, kMmaLargeTile, true, 2, true},
+        MmaCase{130, 100, 136, ElemType::kBF16, false, true, kMmaWideTile, false, 5, true}),
     [](const ::testing::TestParamInfo<MmaCase>& i) { return CaseName(i.param); });
 
 TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
@@ -222,6 +264,26 @@ TEST(GemmMma, RefusesF32WeightsKNotAMultipleOf8AndBadTiles) {
   GemmConfig fma_swiglu = ConfigOf({16, 64, 64, ElemType::kF16, false, false, kMmaWideTile, true});
   fma_swiglu.tensor_cores = false;
   EXPECT_FALSE(GenerateGemm(fma_swiglu).ok());
+  // Activations other than the weights' type cannot feed the mma as they are; a half output
+  // is not read back for the residual add.
+  GemmConfig mixed = ConfigOf({16, 64, 64, ElemType::kF16, false, false});
+  mixed.x_dtype = ElemType::kBF16;
+  absl::StatusOr<std::string> refused = GenerateGemm(mixed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("x_dtype bf16"), std::string::npos) << refused.status();
+  GemmConfig half_acc = ConfigOf({16, 64, 64, ElemType::kF16, false, true});
+  half_acc.y_dtype = ElemType::kF16;
+  refused = GenerateGemm(half_acc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("y_dtype f16"), std::string::npos) << refused.status();
+  GemmConfig odd_n = ConfigOf({16, 75, 64, ElemType::kF16, false, false});
+  odd_n.y_dtype = ElemType::kF16;
+  EXPECT_FALSE(GenerateGemm(odd_n).ok());
+  // The fused RMSNorm reads the f32 residual.
+  GemmConfig normed;
+  normed.norm = true;
+  normed.x_dtype = ElemType::kF16;
+  EXPECT_FALSE(GenerateGemm(normed).ok());
 }
 
 TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
@@ -238,38 +300,46 @@ TEST(GemmMma, AssemblesWithPtxasWithoutSpills) {
             std::pair{kMmaLargeTile, false}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, false},
             std::pair{kMmaLargeTile, true}, std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, true},
             std::pair{kMmaNarrowTile, true}}) {
-        const GemmConfig cfg =
-            ConfigOf({64, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu}, ptx::Target{sm, 78});
-        absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
-        ASSERT_TRUE(ptx.ok()) << ptx.status();
-        const std::string what =
-            absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
-        const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
-        ASSERT_TRUE(r.ok) << what << ":\n" << r.log;
-        ASSERT_EQ(r.entries.size(), 1u);
-        EXPECT_EQ(r.entries[0].spill_stores, 0) << what;
-        EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
-        std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
+        // f32 inputs, and inputs (with SwiGLU outputs) in the weights' type.
+        for (bool half_io : {false, true}) {
+          const GemmConfig cfg =
+              ConfigOf({64, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu, 1, half_io},
+                       ptx::Target{sm, 78});
+          absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          const std::string what =
+              absl::StrCat(cfg.Key(), " tile ", tile.bm, "x", tile.bn, " ", arch);
+          const PtxasResult r = AssembleAll(ptxas, {{cfg.Key(), *ptx}}, arch);
+          ASSERT_TRUE(r.ok) << what << ":\n" << r.log;
+          ASSERT_EQ(r.entries.size(), 1u);
+          EXPECT_EQ(r.entries[0].spill_stores, 0) << what;
+          EXPECT_EQ(r.entries[0].spill_loads, 0) << what;
+          std::printf("%s: %d registers\n", what.c_str(), r.entries[0].registers);
+        }
       }
-      // Split-K: the prefill tiles with step bounds in registers, and the reduction.
+      // Split-K: the prefill tiles with step bounds in registers, and the reduction; f32
+      // inputs, and inputs (with SwiGLU outputs) in the weights' type.
       for (const auto& [tile, swiglu] :
            {std::pair{kMmaLargeTile, false}, std::pair{GemmMmaTile{64, 128, 2, 2, 1, 3}, false},
             std::pair{GemmMmaTile{128, 256, 2, 4, 1, 3}, true}}) {
-        const GemmConfig cfg = ConfigOf({1024, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu, 4},
-                                        ptx::Target{sm, 78});
-        absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
-        ASSERT_TRUE(ptx.ok()) << ptx.status();
-        absl::StatusOr<std::string> reduce = GenerateGemmReduce(GemmReduceFor(cfg));
-        ASSERT_TRUE(reduce.ok()) << reduce.status();
-        const PtxasResult r =
-            AssembleAll(ptxas, {{cfg.Key(), *ptx}, {GemmReduceFor(cfg).Key(), *reduce}}, arch);
-        ASSERT_TRUE(r.ok) << cfg.Key() << ":\n" << r.log;
-        ASSERT_EQ(r.entries.size(), 2u);
-        const std::string keys[] = {cfg.Key(), GemmReduceFor(cfg).Key()};
-        for (int e = 0; e < 2; ++e) {
-          EXPECT_EQ(r.entries[e].spill_stores, 0) << keys[e] << " " << arch;
-          EXPECT_EQ(r.entries[e].spill_loads, 0) << keys[e] << " " << arch;
-          std::printf("%s %s: %d registers\n", keys[e].c_str(), arch, r.entries[e].registers);
+        for (bool half_io : {false, true}) {
+          const GemmConfig cfg =
+              ConfigOf({1024, 2048, 2048, dt, !swiglu, !swiglu, tile, swiglu, 4, half_io},
+                       ptx::Target{sm, 78});
+          absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          absl::StatusOr<std::string> reduce = GenerateGemmReduce(GemmReduceFor(cfg));
+          ASSERT_TRUE(reduce.ok()) << reduce.status();
+          const PtxasResult r =
+              AssembleAll(ptxas, {{cfg.Key(), *ptx}, {GemmReduceFor(cfg).Key(), *reduce}}, arch);
+          ASSERT_TRUE(r.ok) << cfg.Key() << ":\n" << r.log;
+          ASSERT_EQ(r.entries.size(), 2u);
+          const std::string keys[] = {cfg.Key(), GemmReduceFor(cfg).Key()};
+          for (int e = 0; e < 2; ++e) {
+            EXPECT_EQ(r.entries[e].spill_stores, 0) << keys[e] << " " << arch;
+            EXPECT_EQ(r.entries[e].spill_loads, 0) << keys[e] << " " << arch;
+            std::printf("%s %s: %d registers\n", keys[e].c_str(), arch, r.entries[e].registers);
+          }
         }
       }
     }

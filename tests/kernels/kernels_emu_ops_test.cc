@@ -33,6 +33,19 @@ std::vector<float> Quantised(ElemType t, std::vector<float> v, std::vector<uint8
 
 const ElemType kAllTypes[] = {ElemType::kF32, ElemType::kF16, ElemType::kBF16};
 
+// The n values of type `t` at device address d, as f32.
+std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n) {
+  if (t == ElemType::kF32) return h.Download<float>(d, n);
+  const std::vector<uint8_t> bytes = h.Download<uint8_t>(d, n * 2);
+  std::vector<float> v(n);
+  ConvertToFloat(ToDType(t), bytes.data(), n, v.data());
+  return v;
+}
+// Unit roundoff of `t` (0 for f32: the tests' own f32 tolerances cover it).
+float UnitRoundoff(ElemType t) {
+  return t == ElemType::kF32 ? 0.0f : t == ElemType::kF16 ? 0x1p-11f : 0x1p-8f;
+}
+
 TEST(KernelsEmuOps, EmbeddingMatchesCpu) {
   std::mt19937 rng(3);
   for (ElemType dt : kAllTypes) {
@@ -89,6 +102,25 @@ TEST(KernelsEmuOps, RmsNormMatchesCpu) {
                                     {Ptr(dx), Ptr(dw), Ptr(dx), U32(rows), F32(eps)});
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_TRUE(Near(h.Download<float>(dx, x.size()), want, 1e-5f, 1e-5f));
+      // The model's f16/bf16 activations (h): the same values rounded once as stored, so
+      // within the type's unit roundoff u (relative) of the reference, plus the f32 tolerance.
+      for (ElemType out : {ElemType::kF16, ElemType::kBF16}) {
+        SCOPED_TRACE(absl::StrCat("out ", ElemTypeName(out)));
+        RmsNormConfig oc = cfg;
+        oc.out_dtype = out;
+        absl::StatusOr<std::string> optx = GenerateRmsNorm(oc);
+        if (dim % 2 != 0) {  // whole pairs per thread only
+          EXPECT_FALSE(optx.ok());
+          continue;
+        }
+        ASSERT_TRUE(optx.ok()) << optx.status();
+        const uint64_t dx2 = h.Upload(x), dout = h.Alloc(x.size() * 2);
+        const absl::Status ost = h.Run(*optx, kRmsNormEntry, RmsNormLaunch(oc, rows),
+                                       {Ptr(dx2), Ptr(dw), Ptr(dout), U32(rows), F32(eps)});
+        ASSERT_TRUE(ost.ok()) << ost;
+        EXPECT_TRUE(
+            Near(DownloadAs(h, out, dout, x.size()), want, 1e-5f, UnitRoundoff(out) + 2e-5f));
+      }
     }
   }
 }
@@ -136,6 +168,20 @@ TEST(KernelsEmuOps, SiluMulAndResidualAddMatchCpu) {
                                 {Ptr(dgu), Ptr(0), Ptr(dout), U32(rows * inter)});
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Near(h.Download<float>(dout, rows * inter), want, 1e-6f, 2e-6f));
+  // Writing the model's f16/bf16 activations (act): rounded once as stored.
+  for (ElemType out : {ElemType::kF16, ElemType::kBF16}) {
+    SCOPED_TRACE(absl::StrCat("out ", ElemTypeName(out)));
+    SiluMulConfig oc = fc;
+    oc.out_dtype = out;
+    absl::StatusOr<std::string> optx = GenerateSiluMul(oc);
+    ASSERT_TRUE(optx.ok()) << optx.status();
+    const uint64_t dhalf = h.Alloc(rows * inter * 2);
+    const absl::Status ost = h.Run(*optx, kSiluMulEntry, SiluMulLaunch(oc, rows * inter),
+                                   {Ptr(dgu), Ptr(0), Ptr(dhalf), U32(rows * inter)});
+    ASSERT_TRUE(ost.ok()) << ost;
+    EXPECT_TRUE(
+        Near(DownloadAs(h, out, dhalf, rows * inter), want, 1e-6f, UnitRoundoff(out) + 4e-6f));
+  }
 }
 
 struct GemmCase {
@@ -143,6 +189,7 @@ struct GemmCase {
   ElemType dt;
   int m_tile;  // 0: the tiled form
   bool bias, accumulate;
+  ElemType x_dt = ElemType::kF32;  // the input rows' type (the model's activations)
 };
 
 TEST(KernelsEmuOps, GemmMatchesCpu) {
@@ -159,12 +206,21 @@ TEST(KernelsEmuOps, GemmMatchesCpu) {
       {17, 130, 37, ElemType::kF16, 0, false, true},
       {64, 64, 64, ElemType::kBF16, 0, true, true},
       {9, 7, 1000, ElemType::kF16, 0, false, false},
+      // f16/bf16 input rows: GEMV (K off the chunk grid, odd K) and tiled forms.
+      {1, 33, 128, ElemType::kF16, 1, false, false, ElemType::kF16},
+      {5, 31, 1000, ElemType::kBF16, 4, false, true, ElemType::kBF16},
+      {3, 17, 101, ElemType::kF16, 4, true, false, ElemType::kF16},
+      {8, 64, 4096, ElemType::kBF16, 8, true, true, ElemType::kF16},
+      {17, 130, 37, ElemType::kF16, 0, false, true, ElemType::kF16},
+      {100, 33, 100, ElemType::kBF16, 0, true, false, ElemType::kBF16},
   };
   std::mt19937 rng(7);
   for (const GemmCase& c : cases) {
-    SCOPED_TRACE(
-        absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", ElemTypeName(c.dt), " mt ", c.m_tile));
-    const std::vector<float> x = RandomFloats(rng, c.m * c.k);
+    SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", ElemTypeName(c.dt), " mt ",
+                              c.m_tile, " x ", ElemTypeName(c.x_dt)));
+    // The inputs as stored in their type (the reference takes the same values).
+    std::vector<uint8_t> x_bytes;
+    const std::vector<float> x = Quantised(c.x_dt, RandomFloats(rng, c.m * c.k), &x_bytes);
     std::vector<uint8_t> w_bytes;
     const std::vector<float> w = Quantised(c.dt, RandomFloats(rng, c.n * c.k), &w_bytes);
     const std::vector<float> bias = RandomFloats(rng, c.n);
@@ -182,10 +238,11 @@ TEST(KernelsEmuOps, GemmMatchesCpu) {
     cfg.accumulate = c.accumulate;
     cfg.m_tile = c.m_tile == 0 ? 4 : c.m_tile;
     cfg.tiled = c.m_tile == 0;
+    cfg.x_dtype = c.x_dt;
     absl::StatusOr<std::string> ptx = GenerateGemm(cfg);
     ASSERT_TRUE(ptx.ok()) << ptx.status();
     EmuHarness h;
-    const uint64_t dx = h.Upload(x), dw = h.Upload(w_bytes), db = h.Upload(bias);
+    const uint64_t dx = h.Upload(x_bytes), dw = h.Upload(w_bytes), db = h.Upload(bias);
     const uint64_t dy = h.Upload(y0);
     const absl::Status st = h.Run(*ptx, kGemmEntry, GemmLaunch(cfg, c.m),
                                   {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});

@@ -39,6 +39,19 @@ std::vector<uint8_t> Convert(ElemType t, const std::vector<float>& v) {
   return out;
 }
 
+// The n values of type `t` at device address d, as f32.
+std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n) {
+  if (t == ElemType::kF32) return h.Download<float>(d, n);
+  const std::vector<uint8_t> bytes = h.Download<uint8_t>(d, n * 2);
+  std::vector<float> v(n);
+  ConvertToFloat(ToDType(t), bytes.data(), n, v.data());
+  return v;
+}
+// The unit roundoff an output of type `t` adds as it is stored (f32's is in the tolerances).
+float StoreRoundoff(ElemType t) {
+  return t == ElemType::kF32 ? 0.0f : t == ElemType::kF16 ? 0x1p-11f : 0x1p-8f;
+}
+
 // ---------------------------------------------------------------- attention
 
 // A ragged batch in the StepBatch layout with scattered (non-contiguous) blocks.
@@ -86,12 +99,15 @@ struct AttnCase {
   int kv_heads = 2;
   int num_warps = 0;
   int partition = 64;  // tokens per split
+  // The output's type (the model's activations): softmax and sums stay f32, the store rounds.
+  ElemType out = ElemType::kF32;
 };
 
 std::string Name(const AttnCase& c) {
   return absl::StrCat("hd", c.head_dim, "_g", c.group, "_bs", c.block_size, "_",
                       ElemTypeName(c.dtype), c.split ? "_split" : "", c.ragged ? "_ragged" : "",
-                      "_w", c.num_warps);
+                      "_w", c.num_warps, c.out == ElemType::kF32 ? "" : "_out",
+                      c.out == ElemType::kF32 ? "" : ElemTypeName(c.out));
 }
 
 void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
@@ -121,6 +137,7 @@ void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
   cfg.split = c.split;
   cfg.ragged = c.ragged;
   cfg.num_warps = c.num_warps;
+  cfg.out_dtype = c.out;  // split: the partials stay f32, the merge's store rounds
   absl::StatusOr<std::string> ptx = GenerateDecodeAttention(cfg);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   absl::StatusOr<DecodeAttentionShape> shape = ShapeOf(cfg);
@@ -131,7 +148,7 @@ void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
   const uint64_t dbt = h.Upload(b.block_tables), dlen = h.Upload(b.seq_lens);
   const uint64_t dqs = c.ragged ? h.Upload(b.query_start) : 0;
   const uint64_t dpos = c.ragged ? h.Upload(b.positions) : 0;
-  const uint64_t dout = h.Alloc(q.size() * 4);
+  const uint64_t dout = h.Alloc(q.size() * ElemSize(c.out));
   const int max_ctx = *std::max_element(lens.begin(), lens.end());
   // Splits of c.partition tokens: several for long sequences, and empty ones for short.
   const int partition = c.partition;
@@ -149,8 +166,9 @@ void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
   };
   const absl::Status st = run();
   ASSERT_TRUE(st.ok()) << st;
-  const std::vector<float> got = h.Download<float>(dout, q.size());
-  EXPECT_TRUE(Near(got, want, 2e-5f, 2e-4f));
+  EXPECT_TRUE(
+      Near(DownloadAs(h, c.out, dout, q.size()), want, 2e-5f, 2e-4f + StoreRoundoff(c.out)));
+  const std::vector<uint8_t> got = h.Download<uint8_t>(dout, q.size() * ElemSize(c.out));
   if (c.split) {
     // The merging CTAs left every count zero, so a second launch (a graph replay) merges
     // again; blocks run on several host threads, so another CTA may merge, in the same
@@ -158,8 +176,8 @@ void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
     EXPECT_EQ(h.Download<uint32_t>(dcount, groups), std::vector<uint32_t>(groups, 0));
     const absl::Status again_st = run();
     ASSERT_TRUE(again_st.ok()) << again_st;
-    const std::vector<float> again = h.Download<float>(dout, q.size());
-    EXPECT_EQ(std::memcmp(again.data(), got.data(), got.size() * 4), 0);
+    const std::vector<uint8_t> again = h.Download<uint8_t>(dout, got.size());
+    EXPECT_EQ(again, got);
   }
 }
 
@@ -180,12 +198,18 @@ TEST(KernelsEmu, DecodeAttentionMatrix) {
 
 // Flash-decoding: per-split partials (including empty splits of short sequences, 10
 // splits of the longest) merged by the last CTA of each group with log-sum-exp weights must
-// equal the unsplit result, and leave the split counters zero.
+// equal the unsplit result, and leave the split counters zero; with an f16/bf16 output (the
+// model's activations) the partials stay f32 and only the merge's store rounds.
 TEST(KernelsEmu, SplitAttentionWithMergeMatrix) {
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 8}) {
       for (ElemType dt : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
         AttnCase c{hd, group, 16, dt, /*split=*/true};
+        RunAttention(c, kDecodeLens, std::vector<int32_t>(6, 1));
+      }
+      for (ElemType out : {ElemType::kF16, ElemType::kBF16}) {
+        AttnCase c{hd, group, 16, ElemType::kF16, /*split=*/true};
+        c.out = out;
         RunAttention(c, kDecodeLens, std::vector<int32_t>(6, 1));
       }
     }
@@ -194,6 +218,24 @@ TEST(KernelsEmu, SplitAttentionWithMergeMatrix) {
   AttnCase odd{128, 4, 32, ElemType::kF16, true};
   odd.partition = 100;
   RunAttention(odd, kDecodeLens, std::vector<int32_t>(6, 1));
+}
+
+// The model's f16/bf16 activations: decode, split (the merge stores them) and ragged
+// attention writing their output in that type.
+TEST(KernelsEmu, AttentionWritesHalfOutputs) {
+  for (ElemType out : {ElemType::kF16, ElemType::kBF16}) {
+    for (bool split : {false, true}) {
+      AttnCase c{128, 4, 16, ElemType::kF16, split};
+      c.out = out;
+      RunAttention(c, kDecodeLens, std::vector<int32_t>(6, 1));
+    }
+    AttnCase ragged{64, 2, 16, ElemType::kBF16, false, /*ragged=*/true};
+    ragged.out = out;
+    RunAttention(ragged, {5, 40, 17, 100}, {5, 1, 17, 33});
+    AttnCase split_ragged{64, 4, 16, ElemType::kF16, true, /*ragged=*/true};
+    split_ragged.out = out;
+    RunAttention(split_ragged, {5, 40, 17, 300}, {5, 1, 17, 3});
+  }
 }
 
 // Ragged (prefill / mixed) rows: several query rows per sequence, causal limits.
@@ -274,6 +316,7 @@ struct FlashCase {
   int head_dim, group, block_size;
   ElemType dtype;
   int kv_heads = 2;
+  ElemType out = ElemType::kF32;  // the output's type (the model's activations)
 };
 
 // Whole prompts, chunks after a cached prefix and decode rows, none a tile multiple: the
@@ -287,7 +330,7 @@ const std::vector<int32_t> kFlashRows = {40, 70, 17, 1, 1, 45};
 emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& lens,
                              const std::vector<int32_t>& rows) {
   SCOPED_TRACE(absl::StrCat("flash hd", c.head_dim, "_g", c.group, "_bs", c.block_size, "_",
-                            ElemTypeName(c.dtype)));
+                            ElemTypeName(c.dtype), "_out", ElemTypeName(c.out)));
   std::mt19937 rng(c.head_dim * 131 + c.group * 7 + c.block_size);
   const Batch b = MakeBatch(rng, lens, rows, c.block_size);
   const int heads = c.kv_heads * c.group;
@@ -308,6 +351,7 @@ emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& len
   cfg.head_dim = c.head_dim;
   cfg.block_size = c.block_size;
   cfg.kv_dtype = c.dtype;
+  cfg.out_dtype = c.out;
   absl::StatusOr<std::string> ptx = GenerateFlashAttention(cfg);
   EXPECT_TRUE(ptx.ok()) << ptx.status();
   if (!ptx.ok()) return {};
@@ -316,7 +360,7 @@ emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& len
   EmuHarness h(options);
   const uint64_t dq = h.Upload(q), dk = h.Upload(kp), dv = h.Upload(vp);
   const uint64_t dbt = h.Upload(b.block_tables), dqs = h.Upload(b.query_start);
-  const uint64_t dpos = h.Upload(b.positions), dout = h.Alloc(q.size() * 4);
+  const uint64_t dpos = h.Upload(b.positions), dout = h.Alloc(q.size() * ElemSize(c.out));
   const absl::Status st =
       h.Run(*ptx, kFlashAttentionEntry, FlashAttentionLaunch(cfg, b.num_rows(), b.num_seqs()),
             {Ptr(dq), Ptr(dk), Ptr(dv), Ptr(dbt), Ptr(dqs), Ptr(dpos), Ptr(dout), U32(b.max_blocks),
@@ -324,7 +368,7 @@ emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& len
   EXPECT_TRUE(st.ok()) << st;
   if (!st.ok()) return {};
   const float tol = c.dtype == ElemType::kF16 ? 2e-3f : 1.5e-2f;
-  EXPECT_TRUE(Near(h.Download<float>(dout, q.size()), want, tol, tol));
+  EXPECT_TRUE(Near(DownloadAs(h, c.out, dout, q.size()), want, tol, tol + StoreRoundoff(c.out)));
   std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
   EXPECT_EQ(counters.size(), 1u);
   return counters.empty() ? emu::KernelCounters{} : counters[0];
@@ -352,6 +396,12 @@ TEST(KernelsEmu, FlashAttentionMatchesCpu) {
 TEST(KernelsEmu, FlashAttentionOddGroupsAndLongChunks) {
   RunFlash({64, 3, 16, ElemType::kF16}, kFlashLens, kFlashRows);
   RunFlash({128, 1, 16, ElemType::kF16, /*kv_heads=*/1}, {333}, {200});
+}
+
+// The output in the model's f16/bf16 (the o projection's input): only the store rounds.
+TEST(KernelsEmu, FlashAttentionWritesHalfOutputs) {
+  RunFlash({64, 4, 16, ElemType::kF16, 2, ElemType::kF16}, kFlashLens, kFlashRows);
+  RunFlash({128, 1, 32, ElemType::kBF16, 2, ElemType::kBF16}, kFlashLens, kFlashRows);
 }
 
 }  // namespace

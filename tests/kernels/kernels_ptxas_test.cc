@@ -78,6 +78,11 @@ TEST_F(PtxasTest, AttentionHeadDim128DoesNotSpill) {
           absl::StatusOr<std::string> ptx = GenerateDecodeAttention(c);
           ASSERT_TRUE(ptx.ok()) << ptx.status();
           modules.push_back({c.Key(), *ptx});
+          if (split || dt == ElemType::kF32) continue;
+          c.out_dtype = dt;  // the model's activations: the store rounds
+          ptx = GenerateDecodeAttention(c);
+          ASSERT_TRUE(ptx.ok()) << ptx.status();
+          modules.push_back({c.Key(), *ptx});
         }
       }
     }
@@ -99,9 +104,12 @@ TEST_F(PtxasTest, FlashAttentionDoesNotSpill) {
           c.head_dim = hd;
           c.kv_dtype = dt;
           c.target = ptx::Target{sm, 78};
-          absl::StatusOr<std::string> ptx = GenerateFlashAttention(c);
-          ASSERT_TRUE(ptx.ok()) << ptx.status();
-          modules.push_back({c.Key(), *ptx});
+          for (ElemType out : {ElemType::kF32, dt}) {
+            c.out_dtype = out;
+            absl::StatusOr<std::string> ptx = GenerateFlashAttention(c);
+            ASSERT_TRUE(ptx.ok()) << ptx.status();
+            modules.push_back({c.Key(), *ptx});
+          }
         }
       }
     }
