@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/gemm_quant_decode.h"
 #include "kernels/generator.h"
 
 namespace ptxserve::kernels {
@@ -15,16 +16,6 @@ namespace {
 // flight.
 constexpr int kStepUnits = 64;
 constexpr int kUnitBytes = 16;
-
-// 32 elements decoded from their block's staging in shared memory at `blk` + `off` (2-byte
-// aligned; 4-byte for fp8 and int4): the scale d and the 32 codes as f32 such that the
-// weights are d * code, exactly (q for q8_0, nibble - 8 for q4_0, the E4M3 value times 2^-8
-// for fp8 with d = 256 s, (q - z) 2^-24 for int4 with d = 2^24 s). `codes` is where an
-// int4_g128 lane's quarter of the block's nibbles starts, less `off` (unused otherwise).
-struct LaneUnit {
-  Reg d;
-  std::vector<Reg> codes;
-};
 
 // Two f16 codes packed in `h` as f32 registers, into codes[lo] and codes[hi].
 void WidenCodePair(KernelBuilder& kb, Reg h, std::vector<Reg>& codes, int lo, int hi) {
@@ -46,6 +37,10 @@ Reg E4M3PairToF16x2(KernelBuilder& kb, Reg w, int shift) {
   const Reg rest = kb.Emit(Op::kAnd, Type::kB32, {s7, 0x3F803F80});
   return kb.Emit(Op::kOr, Type::kB32, {sign, rest});
 }
+
+}  // namespace
+
+namespace gen {
 
 LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg codes, int64_t off) {
   LaneUnit u;
@@ -110,6 +105,10 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, Reg blk, Reg codes, in
   return u;
 }
 
+}  // namespace gen
+
+namespace {
+
 constexpr BlockFormat kAllFormats[] = {BlockFormat::kQ8_0, BlockFormat::kQ4_0,
                                        BlockFormat::kFp8E4M3, BlockFormat::kInt4G128};
 
@@ -140,6 +139,7 @@ bool ParseBlockFormat(absl::string_view s, BlockFormat* out) {
 }
 
 absl::Status QuantGemmConfig::CheckAcrossFields() const {
+  if (tensor_cores) return CheckQuantGemmMma(*this);
   if ((split & (split - 1)) != 0 || warps % split != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("qgemm: split = ", split, " must be 1, 2 or 4 and divide warps = ", warps));
@@ -157,6 +157,7 @@ absl::Status QuantGemmConfig::CheckAcrossFields() const {
 }
 
 LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m) {
+  if (cfg.tensor_cores) return QuantGemmMmaLaunch(cfg, m);
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.Columns())),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
@@ -185,6 +186,7 @@ QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m) {
 
 absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
+    if (cfg.tensor_cores) return gen::QuantGemmMma(kb, cfg);
     const int bb = BlockBytes(cfg.format);
     const int be = BlockElems(cfg.format);
     // Lane units per block (1, or 4 for int4_g128) as a shift.
@@ -313,8 +315,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       // x is loaded once for the warp's columns.
       std::vector<std::vector<Reg>> xv(mt);
       for (int c = 0; c < nc; ++c) {
-        const LaneUnit block = DecodeLaneUnit(kb, cfg.format, cols[c].blk0, cols[c].codes0,
-                                              int64_t{32 * p >> upb_log2} * bb);
+        const gen::LaneUnit block = gen::DecodeLaneUnit(
+            kb, cfg.format, cols[c].blk0, cols[c].codes0, int64_t{32 * p >> upb_log2} * bb);
         for (int m = 0; m < mt; ++m) {
           if (c == 0) {
             xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m],
