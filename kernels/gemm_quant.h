@@ -130,8 +130,13 @@ QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m);
 // 48 CTAs per SM; beyond, the tensor-core form with the largest of 128x256, 128x128,
 // 64x128, 64x64 and 32x64 tiles that the batch fills and that gives at least 1.9 CTAs per
 // SM, else 16x64. Rules fitted to the cost model's estimates, which cost_estimate_test
-// prints at the Llama-3.2-1B shapes on h100 (4 warps a GEMV CTA, 132 SMs): q/o (2048
-// columns) switches at 128 rows (GEMV 37.4 us, tensor cores 28.6), gate/up (16384) at 32.
+// prints at the Llama-3.2-1B shapes on h100 (4 warps a GEMV CTA, 132 SMs). The switch
+// point is the same for every format, since both sides read the same blocks: q/o (2048
+// columns) switches at 128 rows, gate/up (16384) at 32 (q8_0: q/o GEMV 36.1 us against
+// 16x64 tiles 18.3 at 128 rows, GEMV 18.3 against 19.4 at 64; gate/up GEMV 71.7 against
+// 32x64 25.5 at 32; int4_g128 alike, 35.2/18.1, 17.8/18.8, 69.9/22.4; fp8's 36 bytes
+// per 32 weights and q4_0's 18 are within 6% of q8_0's 34 and int4_g128's 17). Never
+// split-K (gemm_mma_source.h).
 inline constexpr int64_t kQuantMmaMinRows = 32;
 QuantGemmConfig QuantGemmFormFor(QuantGemmConfig base, int64_t m, int sm_count);
 
