@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/gemm_mma_source.h"
 #include "kernels/generator.h"
 
 namespace ptxserve::kernels {
@@ -82,9 +83,7 @@ absl::Status GemmConfig::CheckAcrossFields() const {
                                                    " k steps do not split into ", split_k,
                                                    " slices of at least one step each"));
   }
-  // The opt-in dynamic shared memory per block: 163 KiB on sm_80, 227 KiB on sm_90, 99 KiB
-  // on sm_86/sm_89 (CUDA C++ Programming Guide, compute capabilities table).
-  const int limit_kib = target.sm == 80 ? 163 : target.sm >= 90 ? 227 : 99;
+  const int limit_kib = gen::MmaSharedLimitKiB(target);
   if (GemmMmaSharedBytes(*this) > limit_kib * 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor-core tile ", tile_m, "x", tile_n, " in ", stages, " stages needs ",

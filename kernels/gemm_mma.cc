@@ -35,6 +35,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_mma_source.h"
 #include "kernels/generator.h"
 
 namespace ptxserve::kernels {
@@ -116,9 +117,18 @@ void StoreSplitPartials(ptx::KernelBuilder& kb, const GemmConfig& cfg,
 
 namespace gen {
 
-std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
+int GemmMmaSharedBytes(const GemmConfig& cfg, int staging_bytes) {
+  const Shape sh(cfg.MmaTile());
+  return sh.a_bytes + 2 * sh.b_stage_bytes + staging_bytes;
+}
+
+std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) { return GemmMma(kb, cfg, nullptr); }
+
+std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg, MmaWeightSource* source) {
   const GemmMmaTile tile = cfg.MmaTile();
   const Shape sh(tile);
+  // A source's f16 tiles take two stages, written before each step's barrier.
+  const int b_stages = source ? 2 : tile.stages;
   const int threads = sh.threads;
   const Type half = cfg.weight_dtype == ElemType::kF16 ? Type::kF16 : Type::kBF16;
   const Type half2 = cfg.weight_dtype == ElemType::kF16 ? Type::kF16x2 : Type::kBF16x2;
@@ -220,7 +230,8 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   const int b_ptr_rows = cfg.swiglu ? b_row_step / 2 : b_row_step;  // global rows a round
   std::vector<Round> b_round;
   std::vector<Reg> b_ptrs;
-  for (int i = 0; i < b_rounds; ++i) {
+  if (source) source->Begin(kb, w, gen::UAdd(kb, b_tile, 2 * sh.b_stage_bytes), n0);
+  for (int i = 0; i < (source ? 0 : b_rounds); ++i) {
     const Reg r = gen::UAdd(kb, b_r0, i * b_row_step);
     auto [grow, ok] = b_global_row(r);
     if (i == 0 || !b_shared_ptr) b_ptrs.push_back(b_pointer(grow));
@@ -378,7 +389,9 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
   }
   // Statically known step t: its copies or loads, or nothing past the last step.
   for (int t = 0; !split && t + 1 < tile.stages; ++t) {
-    if (t < steps) {
+    if (t < steps && source) {
+      source->Copy(kb, kb.Mov(Type::kU32, t));
+    } else if (t < steps) {
       copy_weights(gen::UAdd(kb, b_dst, t * sh.b_stage_bytes), t >= full_steps,
                    [&] { return kb.Mov(Type::kU32, t * sh.bk); });
       advance(b_ptrs, b_step_bytes);
@@ -415,9 +428,11 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
                 : std::vector<Reg>{kb.CvtPack(half2, v[1], v[0]), kb.CvtPack(half2, v[3], v[2])});
     }
     kb.CpAsyncWait(tile.stages - 2);
+    if (source) source->Decode(kb, step, gen::UAdd(kb, b_tile, b_off), sh.row_bytes);
     kb.BarSync();
     const Reg refill_dst = gen::UAdd(kb, b_dst, b_refill);
     by_step(tile.stages - 1, [&](bool tail) {
+      if (source) return source->Copy(kb, gen::UAdd(kb, step, tile.stages - 1));
       copy_weights(refill_dst, tail, [&] {
         return kb.Emit(Op::kMadLo, Type::kU32, {step, sh.bk, (tile.stages - 1) * sh.bk});
       });
@@ -452,7 +467,7 @@ std::string GemmMma(KernelBuilder& kb, const GemmConfig& cfg) {
     kb.MovTo(b_refill, b_off);
     const Reg b_next = gen::UAdd(kb, b_off, sh.b_stage_bytes);
     kb.MovTo(b_off, kb.Selp(Type::kU32, 0, b_next,
-                            kb.Setp(Cmp::kEq, Type::kU32, b_next, tile.stages * sh.b_stage_bytes)));
+                            kb.Setp(Cmp::kEq, Type::kU32, b_next, b_stages * sh.b_stage_bytes)));
   }
   kb.EmitTo(step, Op::kAdd, Type::kU32, {step, 1});
   if (split) {

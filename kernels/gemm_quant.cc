@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/gemm_quant_decode.h"
 #include "kernels/generator.h"
 
 namespace ptxserve::kernels {
@@ -18,20 +19,6 @@ namespace {
 // flight.
 constexpr int kStepUnits = 64;
 constexpr int kUnitBytes = 16;
-
-// 32 elements decoded from their block's staging in shared memory at `blk` + `off` (2-byte
-// aligned; 4-byte for fp8 and int4): the scale d and the 32 codes as f32 such that the
-// weights are d * code, exactly (q for q8_0, nibble - 8 for q4_0, the E4M3 value times 2^-8
-// for fp8 with d = 256 s, q - z for int4). `codes` is where an int4_g128 lane's quarter of
-// the block's nibbles starts, or the 4-byte aligned word at or below a q4_0 block's nibbles
-// with `sel` the prmt selector that realigns them, less `off` (unused otherwise).
-struct LaneUnit {
-  Reg d;
-  std::vector<Reg> codes;
-};
-struct LaneUnitAddr {
-  Reg blk, codes, sel;
-};
 
 // Two f16 codes packed in `h` as f32 registers, into codes[lo] and codes[hi].
 void WidenCodePair(KernelBuilder& kb, Reg h, std::vector<Reg>& codes, int lo, int hi) {
@@ -73,6 +60,10 @@ Reg MagicCode(KernelBuilder& kb, Reg nibbles, int b, const Operand& zero) {
   return kb.Emit(Op::kSub, Type::kF32,
                  {kb.Emit(Op::kPrmt, Type::kB32, {nibbles, kMagicBits, kMagicSelect + b}), zero});
 }
+
+}  // namespace
+
+namespace gen {
 
 LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
   LaneUnit u;
@@ -141,6 +132,19 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a,
   return u;
 }
 
+LaneUnitAddr Q4_0LaneUnitAddr(KernelBuilder& kb, Reg blk) {
+  // The aligned word at or below the nibbles (2 bytes in), and the selector that takes
+  // bytes 0..3 of a word pair when they are aligned, 2..5 when not.
+  const Reg nibbles = gen::UAdd(kb, blk, 2);
+  return {blk, kb.Emit(Op::kAnd, Type::kB32, {nibbles, ~int64_t{3} & 0xFFFFFFFF}),
+          kb.Emit(Op::kMadLo, Type::kU32,
+                  {kb.Emit(Op::kAnd, Type::kB32, {nibbles, 2}), 0x1111, 0x3210})};
+}
+
+}  // namespace gen
+
+namespace {
+
 constexpr BlockFormat kAllFormats[] = {BlockFormat::kQ8_0, BlockFormat::kQ4_0,
                                        BlockFormat::kFp8E4M3, BlockFormat::kInt4G128};
 
@@ -171,6 +175,7 @@ bool ParseBlockFormat(absl::string_view s, BlockFormat* out) {
 }
 
 absl::Status QuantGemmConfig::CheckAcrossFields() const {
+  if (tensor_cores) return CheckQuantGemmMma(*this);
   if ((split & (split - 1)) != 0 || warps % split != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("qgemm: split = ", split, " must be 1, 2 or 4 and divide warps = ", warps));
@@ -188,6 +193,7 @@ absl::Status QuantGemmConfig::CheckAcrossFields() const {
 }
 
 LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m) {
+  if (cfg.tensor_cores) return QuantGemmMmaLaunch(cfg, m);
   LaunchDims d;
   d.grid = {static_cast<uint32_t>(CeilDiv(cfg.n, cfg.Columns())),
             static_cast<uint32_t>(std::max<int64_t>(CeilDiv(m, cfg.m_tile), 1)), 1};
@@ -216,6 +222,7 @@ QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m) {
 
 absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
   return GenerateKernel(cfg, [&](KernelBuilder& kb) -> std::string {
+    if (cfg.tensor_cores) return gen::QuantGemmMma(kb, cfg);
     const int bb = BlockBytes(cfg.format);
     const int be = BlockElems(cfg.format);
     // Lane units per block (1, or 4 for int4_g128) as a shift.
@@ -266,7 +273,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     // holds their first byte; `src` is the step's first unit, `region` its staging.
     struct Column {
       Reg ok, col, head, src, dst;
-      LaneUnitAddr unit0;  // the lane's first unit of a step
+      gen::LaneUnitAddr unit0;  // the lane's first unit of a step
     };
     std::vector<Column> cols(nc);
     for (int c = 0; c < nc; ++c) {
@@ -284,7 +291,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       k.dst = kb.Emit(Op::kMadLo, Type::kU32, {lane, kUnitBytes, region});
       // Lane's units in a step: `lane` and 32 + lane, in blocks lane / upb and (32 + lane) /
       // upb at head + j * bb in the staging, quarter lane % upb of an int4_g128 block.
-      LaneUnitAddr& a = k.unit0;
+      gen::LaneUnitAddr& a = k.unit0;
       a.blk = kb.Emit(Op::kMadLo, Type::kU32,
                       {upb_log2 == 0 ? lane : kb.Emit(Op::kShr, Type::kU32, {lane, upb_log2}), bb,
                        gen::UAdd(kb, region, k.head)});
@@ -294,13 +301,9 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
                           {kb.Emit(Op::kAnd, Type::kB32, {lane, (1 << upb_log2) - 1}), 16,
                            gen::UAdd(kb, a.blk, 4)});
       } else if (cfg.format == BlockFormat::kQ4_0) {
-        // The aligned word at or below the nibbles (2 bytes in), and the selector that takes
-        // bytes 0..3 of a word pair when they are aligned, 2..5 when not. Blocks move by
-        // multiples of 4 bytes from unit to unit, so this holds for all of the lane's.
-        const Reg nibbles = gen::UAdd(kb, a.blk, 2);
-        a.codes = kb.Emit(Op::kAnd, Type::kB32, {nibbles, ~int64_t{3} & 0xFFFFFFFF});
-        a.sel = kb.Emit(Op::kMadLo, Type::kU32,
-                        {kb.Emit(Op::kAnd, Type::kB32, {nibbles, 2}), 0x1111, 0x3210});
+        // Blocks move by multiples of 4 bytes from unit to unit, so the first unit's nibble
+        // word and selector hold for all of the lane's.
+        a = gen::Q4_0LaneUnitAddr(kb, a.blk);
       }
     }
     // x of unit `lane` of the step, for each row of the tile; rows past M read the last
@@ -429,8 +432,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
         }
       }
       for (int c = 0; c < nc; ++c) {
-        LaneUnit block =
-            DecodeLaneUnit(kb, cfg.format, cols[c].unit0, int64_t{32 * p >> upb_log2} * bb);
+        gen::LaneUnit block =
+            gen::DecodeLaneUnit(kb, cfg.format, cols[c].unit0, int64_t{32 * p >> upb_log2} * bb);
         if (cfg.norm && !norm_x) {
           for (int e = 0; e < kQuantLaneElems; ++e)
             block.codes[e] = gen::FMul(kb, block.codes[e], nv[e]);

@@ -35,6 +35,11 @@
 // order): each lane sums its rows' squares as it loads x (the split slices' sums meet in
 // shared memory with the products'), norm_w scales x or the codes as they load, and the
 // sums are scaled by 1 / sqrt(mean + eps) at the end.
+//
+// The tensor-core form (tensor_cores, gemm_quant_mma.cc) for batches and prefill: the f16
+// tensor-core GEMM (gemm_mma.cc) whose CTAs stage their weight tile's blocks raw by cp.async
+// and dequantize them to f16 into its shared tiles, so a CTA's weight rows are read once
+// per bm rows instead of once per 8.
 #pragma once
 
 #include <cstdint>
@@ -85,8 +90,12 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   int warps = 4;   // warps per CTA, 1..16
   int split = 1;   // warps per output column, each a slice of K: 1, 2 or 4
   int cols = 1;    // output columns per warp (with split 1): 1 or 2
+  // The tensor-core form, its CTA tile in the fields after it (GemmMmaTile's, one k slice;
+  // the GEMV fields above unused).
+  bool tensor_cores = false;
+  int tile_m = 64, tile_n = 64, warps_m = 2, warps_n = 2, stages = 2;
   ptx::Target target;
-  int Threads() const { return warps * 32; }
+  int Threads() const { return 32 * (tensor_cores ? warps_m * warps_n : warps); }
   int Columns() const { return warps * cols / split; }  // output columns per CTA
   using C = QuantGemmConfig;
   static constexpr auto kFields = std::make_tuple(
@@ -96,7 +105,13 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
       Field("accumulate", &C::accumulate).Key("acc"), Field("norm", &C::norm).Key("norm"),
       Field("m_tile", &C::m_tile).Key("mt").Range(1, 8),
       Field("warps", &C::warps).Key("w").Range(1, 16),
-      Field("split", &C::split).Key("s").Range(1, 4), Field("cols", &C::cols).Key("c").Range(1, 2));
+      Field("split", &C::split).Key("s").Range(1, 4), Field("cols", &C::cols).Key("c").Range(1, 2),
+      Field("tensor_cores", &C::tensor_cores).Key("tc"),
+      Field("tile_m", &C::tile_m).KeyWhen("bm", &C::tensor_cores).Range(16, 256, 16),
+      Field("tile_n", &C::tile_n).KeyWhen("bn", &C::tensor_cores).Range(16, 256, 16),
+      Field("warps_m", &C::warps_m).KeyWhen("wm", &C::tensor_cores).Range(1, 4),
+      Field("warps_n", &C::warps_n).KeyWhen("wn", &C::tensor_cores).Range(1, 4),
+      Field("stages", &C::stages).KeyWhen("st", &C::tensor_cores).Range(2, 8));
   absl::Status CheckAcrossFields() const;
 };
 
@@ -110,5 +125,29 @@ LaunchDims QuantGemmLaunch(const QuantGemmConfig& cfg, int64_t m);
 // partial sums meet in shared memory, added in slice order); for many columns at m <= 2,
 // two columns per warp.
 QuantGemmConfig QuantGemmConfigFor(QuantGemmConfig base, int64_t m);
+// The form for batches of up to `m` rows on a device of `sm_count` SMs: the GEMV
+// (QuantGemmConfigFor) below kQuantMmaMinRows rows and while its 8-row tiles give at most
+// 48 CTAs per SM; beyond, the tensor-core form with the largest of 128x256, 128x128,
+// 64x128, 64x64 and 32x64 tiles that the batch fills and that gives at least 1.9 CTAs per
+// SM, else 16x64. Rules fitted to the cost model's estimates, which cost_estimate_test
+// prints at the Llama-3.2-1B shapes on h100 (4 warps a GEMV CTA, 132 SMs). The switch
+// point is the same for every format, since both sides read the same blocks: q/o (2048
+// columns) switches at 128 rows, gate/up (16384) at 32 (q8_0: q/o GEMV 36.1 us against
+// 16x64 tiles 18.3 at 128 rows, GEMV 18.3 against 19.4 at 64; gate/up GEMV 71.7 against
+// 32x64 25.5 at 32; int4_g128 alike, 35.2/18.1, 17.8/18.8, 69.9/22.4; fp8's 36 bytes
+// per 32 weights and q4_0's 18 are within 6% of q8_0's 34 and int4_g128's 17). Never
+// split-K (gemm_mma_source.h).
+inline constexpr int64_t kQuantMmaMinRows = 32;
+QuantGemmConfig QuantGemmFormFor(QuantGemmConfig base, int64_t m, int sm_count);
+
+// The tensor-core form (gemm_quant_mma.cc): the f16 GemmConfig whose pipeline it runs, its
+// checks (four or eight warps of whole 16x16 blocks, shared memory within the target's
+// limit), launch (GemmLaunch's grid and threads, its own shared bytes) and generator.
+GemmConfig QuantMmaGemmConfig(const QuantGemmConfig& cfg);
+absl::Status CheckQuantGemmMma(const QuantGemmConfig& cfg);
+LaunchDims QuantGemmMmaLaunch(const QuantGemmConfig& cfg, int64_t m);
+namespace gen {
+std::string QuantGemmMma(KernelBuilder& kb, const QuantGemmConfig& cfg);
+}  // namespace gen
 
 }  // namespace ptxserve::kernels

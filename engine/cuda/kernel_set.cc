@@ -52,7 +52,7 @@ GemmSlots MakeGemm(const ptx::Target& target, int sm_count, int64_t n, int64_t k
   qbase.target = target;
   g.quant.emplace();
   for (int f = 0; f < kGemmForms; ++f) {
-    (*g.quant)[f] = kernels::QuantGemmConfigFor(qbase, kGemmFormRows[f]);
+    (*g.quant)[f] = kernels::QuantGemmFormFor(qbase, kGemmFormRows[f], sm_count);
     g.slot[f] = MakeSlot((*g.quant)[f]);
     g.reduce[f] = KernelSlot{};
   }

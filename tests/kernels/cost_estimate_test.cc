@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cost/cost_model.h"
@@ -377,6 +378,86 @@ TEST(CostEstimate, StreamingCopyDrawsWhatPublicCopyFiguresMeasure) {
         "(%.1f us), public %.2f TB/s: error %+.1f%%\n",
         d.description, estimated / 1e12, e.seconds * 1e6, p.measured_bytes_per_s / 1e12,
         100 * error);
+  }
+}
+
+// The quantized forms for batches at the Llama-3.2-1B q/o and gate/up shapes on h100: the
+// GEMV (QuantGemmConfigFor, its weights re-read per 8-row tile) against the tensor-core
+// form (gemm_quant_mma.cc) in each of its CTA tiles, 32 to 256 rows, for q8_0 and int4_g128
+// (the most bytes, the longest decode), with
+// QuantGemmFormFor's pick, which must come within 1.35x of the cheapest listed (as
+// GemmConfigFor's picks do for f16, gemm_mma_test). The figures are estimates.
+TEST(CostEstimate, QuantGemmFormsForBatchesAndPrefill) {
+  struct Shape {
+    const char* role;
+    int n, k;
+  };
+  const Shape shapes[] = {{"q/o", 2048, 2048}, {"gate/up", 16384, 2048}};
+  const cost::DeviceSpec& d = *cost::FindDevice("h100");
+  constexpr GemmMmaTile kTiles[] = {{16, 64, 1, 4, 1, 3},   {32, 64, 2, 2, 1, 3},
+                                    {64, 64, 2, 2, 1, 3},   {64, 128, 2, 2, 1, 3},
+                                    {128, 128, 2, 2, 1, 3}, {128, 256, 2, 4, 1, 3}};
+  auto estimate = [&](const QuantGemmConfig& cfg, int m) -> double {
+    absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
+    EXPECT_TRUE(ptx.ok()) << ptx.status();
+    if (!ptx.ok()) return 0;
+    emu::EmulatorOptions options;
+    options.collect_counters = true;
+    options.sample_ctas = 6;
+    options.poison_allocations = false;
+    EmuHarness h(options);
+    const size_t w_bytes =
+        (static_cast<size_t>(cfg.n) * (cfg.k / BlockElems(cfg.format)) * BlockBytes(cfg.format) +
+         15) /
+        16 * 16;
+    const uint64_t dx = h.Alloc(static_cast<size_t>(m) * cfg.k * 4);
+    const uint64_t dw = h.Alloc(w_bytes);
+    const uint64_t dy = h.Alloc(static_cast<size_t>(m) * cfg.n * 4);
+    EXPECT_TRUE(h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, m),
+                      {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(m)})
+                    .ok());
+    std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
+    EXPECT_EQ(counters.size(), 1u);
+    if (counters.size() != 1) return 0;
+    return cost::EstimateLaunch(d, counters[0], {Registers(*ptx, "sm_90")}, /*in_graph=*/true)
+        .seconds;
+  };
+  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kInt4G128}) {
+    for (const Shape& sh : shapes) {
+      for (int m : {32, 64, 128, 256}) {
+        SCOPED_TRACE(absl::StrFormat("%s %s m %d", BlockFormatName(f), sh.role, m));
+        QuantGemmConfig base;
+        base.n = sh.n;
+        base.k = sh.k;
+        base.format = f;
+        base.target = ptx::Target{90, 78};
+        const double gemv = estimate(QuantGemmConfigFor(base, m), m);
+        std::string line = absl::StrFormat("gemv %.1f", gemv * 1e6);
+        double best = gemv;
+        for (const GemmMmaTile& t : kTiles) {
+          if (t.bm > std::max(m, 16)) continue;
+          QuantGemmConfig tc = base;
+          tc.tensor_cores = true;
+          tc.tile_m = t.bm;
+          tc.tile_n = t.bn;
+          tc.warps_m = t.wm;
+          tc.warps_n = t.wn;
+          tc.stages = t.stages;
+          const double s = estimate(tc, m);
+          best = std::min(best, s);
+          absl::StrAppendFormat(&line, ", %dx%d %.1f", t.bm, t.bn, s * 1e6);
+        }
+        const QuantGemmConfig pick = QuantGemmFormFor(base, m, d.sms);
+        const double picked = estimate(pick, m);
+        absl::PrintF(
+            "estimate (not measured): qgemm %-9s %-7s %5dx%-5d m %4d on h100, us: %s; picks "
+            "%s %.1f (%.2fx the best)\n",
+            BlockFormatName(f), sh.role, sh.n, sh.k, m, line,
+            pick.tensor_cores ? absl::StrFormat("tc %dx%d", pick.tile_m, pick.tile_n) : "gemv",
+            picked * 1e6, picked / best);
+        EXPECT_LE(picked, 1.35 * best);
+      }
+    }
   }
 }
 

@@ -305,3 +305,137 @@ TEST(QuantGemm, KeyNamesFormatAndRejectsPartialBlocks) {
 
 }  // namespace
 }  // namespace ptxserve::kernels::testing
+
+namespace ptxserve::kernels::testing {
+namespace {
+
+// The tensor-core form (QuantGemmConfig::tensor_cores) with `tile` on `w`'s blocks against
+// the CPU backend's quantized GEMM. Its error bound: the activations and the dequantized
+// weights are each rounded once to f16 (relative u = 2^-11, or absolute 2^-25 below f16's
+// normals, 2^-14) and their products add in f32, so per output
+// |got - want| <= (2 u + u^2) S + 2^-24 (sum |x| + sum |w|) + k 2^-23 S, with S =
+// sum_k |x_k w_k| over the dequantized weights (the last term both sides' f32 sums).
+void ExpectMmaMatchesCpu(std::mt19937& rng, const QuantGemmCase& c, const GemmMmaTile& tile,
+                         const std::vector<uint8_t>& w) {
+  SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", BlockFormatName(c.format),
+                            " tile ", tile.bm, "x", tile.bn, " stages ", tile.stages));
+  const std::vector<float> x = RandomFloats(rng, c.m * c.k);
+  const std::vector<float> bias = RandomFloats(rng, c.n);
+  const std::vector<float> y0 = RandomFloats(rng, c.m * c.n);
+  std::vector<float> want(c.m * c.n);
+  cpu::GemmQuantized(x.data(), {w.data(), DType::kF32, ToQuantType(c.format)},
+                     c.bias ? bias.data() : nullptr, c.m, c.n, c.k, want.data(),
+                     cpu::BlockKernel::kWidenedRows);
+  if (c.accumulate) {
+    for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+  }
+  QuantGemmConfig cfg;
+  cfg.n = c.n;
+  cfg.k = c.k;
+  cfg.format = c.format;
+  cfg.has_bias = c.bias;
+  cfg.accumulate = c.accumulate;
+  cfg.tensor_cores = true;
+  cfg.tile_m = tile.bm;
+  cfg.tile_n = tile.bn;
+  cfg.warps_m = tile.wm;
+  cfg.warps_n = tile.wn;
+  cfg.stages = tile.stages;
+  ASSERT_TRUE(cfg.Validate().ok()) << cfg.Validate();
+  absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EmuHarness h;
+  const uint64_t dx = h.Upload(x), dw = h.Upload(w), db = h.Upload(bias);
+  const uint64_t dy = h.Upload(y0);
+  const absl::Status st = h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, c.m),
+                                {Ptr(dx), Ptr(dw), Ptr(db), Ptr(dy), U32(c.m)});
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<float> got = h.Download<float>(dy, want.size());
+  const int64_t row_bytes = QuantRowBytes(ToQuantType(c.format), c.k);
+  std::vector<float> wrow(c.k);
+  const double u = 0x1p-11;
+  int misses = 0;
+  for (int n = 0; n < c.n; ++n) {
+    DequantizeRow(ToQuantType(c.format), w.data() + n * row_bytes, c.k, wrow.data());
+    for (int m = 0; m < c.m; ++m) {
+      double s = 0, sx = 0, sw = 0;
+      for (int k = 0; k < c.k; ++k) {
+        s += std::abs(double{x[m * c.k + k]} * wrow[k]);
+        sx += std::abs(x[m * c.k + k]);
+        sw += std::abs(wrow[k]);
+      }
+      const double bound = (2 * u + u * u + c.k * 0x1p-23) * s + 0x1p-24 * (sx + sw) +
+                           0x1p-23 * std::abs(want[m * c.n + n]);
+      const double err = std::abs(double{got[m * c.n + n]} - want[m * c.n + n]);
+      if (!(err <= bound) && ++misses <= 5) {
+        ADD_FAILURE() << "y[" << m << "][" << n << "] = " << got[m * c.n + n] << ", want "
+                      << want[m * c.n + n] << " within " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(misses, 0);
+}
+
+TEST(QuantGemmMma, MatchesCpuQuantizedGemm) {
+  using enum BlockFormat;
+  constexpr GemmMmaTile kWide = kMmaWideTile, kLarge = kMmaLargeTile;
+  constexpr GemmMmaTile kEight{128, 256, 2, 4, 1, 3}, kHalf{64, 128, 2, 2, 1, 3};
+  constexpr GemmMmaTile kFourStages{64, 64, 2, 2, 1, 4};
+  struct Case {
+    QuantGemmCase c;
+    GemmMmaTile tile;
+  };
+  // Rows 9..300 past the tile's, N and K off tile multiples (K a multiple of the blocks),
+  // bias and accumulate, each format at 2, 3 and 4 stages.
+  const Case cases[] = {
+      {{9, 33, 32, kQ8_0, 0, 4, false, false}, kWide},
+      {{70, 65, 96, kQ8_0, 0, 4, true, true}, kLarge},
+      {{300, 100, 160, kQ8_0, 0, 4, false, true}, kEight},
+      {{17, 71, 224, kQ4_0, 0, 4, true, false}, kHalf},
+      {{129, 40, 96, kQ4_0, 0, 4, false, true}, kFourStages},
+      {{33, 9, 288, kFp8E4M3, 0, 4, true, true}, kWide},
+      {{130, 130, 64, kFp8E4M3, 0, 4, false, false}, kLarge},
+      {{65, 31, 384, kInt4G128, 0, 4, true, true}, kHalf},
+      {{200, 67, 256, kInt4G128, 0, 4, false, false}, kEight},
+      {{11, 17, 640, kInt4G128, 0, 4, true, false}, kFourStages},
+  };
+  std::mt19937 rng(160);
+  for (const Case& k : cases) {
+    ExpectMmaMatchesCpu(rng, k.c, k.tile, RandomBlocks(rng, k.c.format, k.c.n, k.c.k));
+  }
+}
+
+// The tensor-core form has no fused RMSNorm: a config asking for both is refused by name.
+TEST(QuantGemmMma, RejectsFusedNorm) {
+  QuantGemmConfig c;
+  c.tensor_cores = true;
+  c.norm = true;
+  const absl::Status s = c.CheckAcrossFields();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("norm"), std::string::npos) << s;
+  c.norm = false;
+  EXPECT_TRUE(c.CheckAcrossFields().ok());
+}
+
+// The form choice: the GEMV below kQuantMmaMinRows rows, the tensor-core form from there at
+// Llama-3.2-1B's gate/up projection, with a valid config and launch either way.
+TEST(QuantGemmMma, FormForPicksTensorCoresForManyRows) {
+  QuantGemmConfig base;
+  base.n = 16384;
+  base.k = 2048;
+  base.format = BlockFormat::kQ4_0;
+  for (int64_t m : {1, 8, 31, 32, 64, 256, 2048}) {
+    const QuantGemmConfig cfg = QuantGemmFormFor(base, m, 132);
+    SCOPED_TRACE(absl::StrCat("m ", m, ": ", cfg.Key()));
+    EXPECT_TRUE(cfg.Validate().ok()) << cfg.Validate();
+    EXPECT_EQ(cfg.tensor_cores, m >= kQuantMmaMinRows);
+    const LaunchDims d = QuantGemmLaunch(cfg, m);
+    EXPECT_GT(d.grid[0] * d.grid[1] * d.block[0], 0u);
+  }
+  QuantGemmConfig bad = QuantGemmFormFor(base, 2048, 132);
+  bad.tile_m = 48;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
+}  // namespace
+}  // namespace ptxserve::kernels::testing

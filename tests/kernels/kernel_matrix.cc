@@ -131,6 +131,16 @@ std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
         Add(&out, normed);
       }
     }
+    QuantGemmConfig tc;  // the tensor-core form of the down projection, 128x128 tiles
+    tc.n = 2048;
+    tc.k = 8192;
+    tc.format = f;
+    tc.accumulate = true;
+    tc.tensor_cores = true;
+    tc.tile_m = tc.tile_n = 128;
+    tc.stages = 3;
+    tc.target = target;
+    Add(&out, tc);
   }
   for (int hd : head_dims) {
     for (RopeLayout layout : {RopeLayout::kRotateHalf, RopeLayout::kInterleaved}) {

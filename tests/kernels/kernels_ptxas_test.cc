@@ -148,6 +148,37 @@ TEST_F(PtxasTest, QuantGemmDoesNotSpill) {
   }
 }
 
+// The quantized tensor-core form: a thread's decoded row (32 weights) beside a 64x64 warp
+// part's 128 accumulators, in each format and tile, 2 to 4 stages.
+TEST_F(PtxasTest, QuantGemmMmaDoesNotSpill) {
+  for (int sm : {80, 90}) {
+    std::vector<PtxModule> modules;
+    for (BlockFormat f :
+         {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
+      for (const GemmMmaTile& t :
+           {GemmMmaTile{64, 64, 2, 2, 1, 2}, GemmMmaTile{64, 128, 2, 2, 1, 4},
+            GemmMmaTile{128, 128, 2, 2, 1, 3}, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+        QuantGemmConfig c;
+        c.n = 2048;
+        c.k = 8192;
+        c.format = f;
+        c.accumulate = true;
+        c.tensor_cores = true;
+        c.tile_m = t.bm;
+        c.tile_n = t.bn;
+        c.warps_m = t.wm;
+        c.warps_n = t.wn;
+        c.stages = t.stages;
+        c.target = ptx::Target{sm, 78};
+        absl::StatusOr<std::string> ptx = GenerateQuantGemm(c);
+        ASSERT_TRUE(ptx.ok()) << ptx.status();
+        modules.push_back({c.Key(), *ptx});
+      }
+    }
+    ExpectNoSpills(ptxas_, modules, sm);
+  }
+}
+
 // The embedding gather decodes a whole block (32 values) per thread step in registers.
 TEST_F(PtxasTest, EmbeddingBlocksDoNotSpill) {
   for (int sm : {80, 90}) {
