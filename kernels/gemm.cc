@@ -222,6 +222,8 @@ GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias) {
   return p;
 }
 
+bool GemvDependentLaunch(const KernelBuilder& kb) { return kb.target().sm >= 90; }
+
 }  // namespace gen
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
@@ -240,6 +242,8 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
     const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
               m_rows = params.m_rows, eps = params.eps;
+    const bool dependent = gen::GemvDependentLaunch(kb);
+    if (dependent) kb.GridDepLaunchDependents();
 
     // No barriers: a warp past the last column leaves as a whole.
     const ptx::Label done = kb.NewLabel("done");
@@ -294,6 +298,13 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
       }
     };
 
+    if (dependent) {
+      // The first loop trip's weights stream into L2 while the previous kernel finishes.
+      for (int64_t c = 0; c < std::min<int64_t>(full, kUnroll); ++c) {
+        kb.PrefetchL2(Operand::Addr(w_lane, c * chunk * es));
+      }
+      kb.GridDepWait();
+    }
     const int64_t trips = full / kUnroll;
     if (trips > 0) {
       const Reg t = kb.Mov(Type::kU32, 0);

@@ -180,6 +180,12 @@ struct GemvParams {
   ptx::Reg x, norm_w, w, bias, y, m_rows, eps;
 };
 GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias);
+// Whether a GEMV form (gemm's, qgemm's) is a programmatic dependent launch: on sm_90 it
+// starts with griddepcontrol.launch_dependents (the next kernel's launch overlaps this one)
+// and waits (griddepcontrol.wait) for the previous kernel only after its prologue, which
+// reads parameters and weights and prefetches the first weights into L2; every read of x
+// (and of y when accumulating) follows the wait. Older targets have neither instruction.
+bool GemvDependentLaunch(const KernelBuilder& kb);
 // Write the tiled forms into GenerateGemm's builder and return their header notes: f32 FMA
 // (gemm_tiled.cc) and tensor cores (gemm_mma.cc; f32 activations rounded to the weights' type).
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);

@@ -245,6 +245,8 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
     const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
               m_rows = params.m_rows, eps = params.eps;
+    const bool dependent = gen::GemvDependentLaunch(kb);
+    if (dependent) kb.GridDepLaunchDependents();
     // q4_0 lanes read up to 4 bytes past their block (the fifth aligned word).
     const ptx::Symbol stage =
         kb.Shared("blocks", int64_t{cfg.warps} * nc * region_bytes +
@@ -347,6 +349,15 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const bool early_x = mt <= 2 && pass_full(0);
     std::vector<Reg> src_lane(nc);  // the lane's unit in the first round
     for (int c = 0; c < nc; ++c) src_lane[c] = gen::AddrAdd(kb, cols[c].src, lane, kUnitBytes);
+    if (dependent) {
+      // The first step's blocks stream into L2 while the previous kernel finishes.
+      for (int c = 0; c < nc; ++c) {
+        for (int r = 0; r < free_rounds; ++r) {
+          kb.PrefetchL2(Operand::Addr(src_lane[c], int64_t{r} * 32 * kUnitBytes));
+        }
+      }
+      kb.GridDepWait();
+    }
     Reg left, t;
     std::optional<ptx::Label> loop;
     if (steps > 1) {

@@ -322,8 +322,20 @@ absl::StatusOr<CUfunction> Device::GetFunction(const ModuleHandle& module, const
 }
 
 absl::Status Device::Launch(CUfunction fn, absl::string_view kernel,
-                            const kernels::LaunchDims& dims, void** params) {
+                            const kernels::LaunchDims& dims, void** params, bool grid_dependent) {
   if (absl::Status st = MakeCurrent(); !st.ok()) return st;
+  if (grid_dependent && driver_->cuLaunchKernelEx != nullptr) {
+    // Only sm_90 PTX has griddepcontrol, so the device supports the attribute.
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    const CUlaunchConfig config{
+        dims.grid[0],  dims.grid[1],      dims.grid[2], dims.block[0], dims.block[1],
+        dims.block[2], dims.shared_bytes, stream_,      &attr,         1};
+    const CUresult r = driver_->cuLaunchKernelEx(&config, fn, params, nullptr);
+    if (r != CUDA_SUCCESS) return Error(r, "cuLaunchKernelEx", kernel);
+    return absl::OkStatus();
+  }
   const CUresult r = driver_->cuLaunchKernel(fn, dims.grid[0], dims.grid[1], dims.grid[2],
                                              dims.block[0], dims.block[1], dims.block[2],
                                              dims.shared_bytes, stream_, params, nullptr);

@@ -183,8 +183,11 @@ class Device {
                                          absl::string_view kernel);
   // cuLaunchKernel on the stream; `params[i]` points at parameter i's value. Dynamic
   // shared memory above the function's MaxDynamicShared needs SetMaxDynamicShared first.
+  // `grid_dependent` (the kernel waits on griddepcontrol.wait): cuLaunchKernelEx with
+  // programmatic stream serialization where the driver has it, so the launch overlaps the
+  // previous kernel.
   absl::Status Launch(CUfunction fn, absl::string_view kernel, const kernels::LaunchDims& dims,
-                      void** params);
+                      void** params, bool grid_dependent = false);
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of `fn`: the dynamic shared memory a
   // launch may ask for (info().max_shared_per_block less the static part until raised).
   absl::StatusOr<uint32_t> MaxDynamicShared(CUfunction fn, absl::string_view kernel);

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadCudaDriver() {
   table->sym = reinterpret_cast<PFN_##sym>(resolve(#sym));
   PTXSERVE_CUDA_DRIVER_FUNCTIONS(PTXSERVE_CUDA_RESOLVE)
 #undef PTXSERVE_CUDA_RESOLVE
+  table->cuLaunchKernelEx = reinterpret_cast<PFN_cuLaunchKernelEx>(dlsym(lib, "cuLaunchKernelEx"));
   if (!missing.empty()) {
     // The library stays loaded: unloading libcuda is unsafe, and it costs nothing.
     return absl::FailedPreconditionError(

@@ -139,6 +139,33 @@ enum CUstreamCaptureStatus {
   CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,  // an error ended it; cuStreamEndCapture fails
 };
 
+// cuLaunchKernelEx (CUDA 12.0+ drivers) and the one launch attribute the backend sets:
+// programmatic stream serialization, under which a kernel may launch before the previous
+// kernel of its stream completes (programmatic dependent launch, sm_90: the kernel's
+// griddepcontrol.wait orders its reads of that kernel's results).
+enum CUlaunchAttributeID {
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+};
+union CUlaunchAttributeValue {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+};
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+};
+struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+using PFN_cuLaunchKernelEx = CUresult (*)(const CUlaunchConfig* config, CUfunction fn,
+                                          void** params, void** extra);
+
 inline constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
 inline constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
@@ -212,6 +239,10 @@ struct DriverTable {
 #define PTXSERVE_CUDA_TABLE_MEMBER(sym, ret, params) PFN_##sym sym = nullptr;
   PTXSERVE_CUDA_DRIVER_FUNCTIONS(PTXSERVE_CUDA_TABLE_MEMBER)
 #undef PTXSERVE_CUDA_TABLE_MEMBER
+
+  // Optional: null where the driver lacks it (before CUDA 12.0); launches then take
+  // cuLaunchKernel, without launch attributes.
+  PFN_cuLaunchKernelEx cuLaunchKernelEx = nullptr;
 
   // Not a Driver API function: the emulated device's description of the last failure on
   // this thread (the emulator's message naming kernel, block, thread and PTX line), or

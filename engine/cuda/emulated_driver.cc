@@ -477,6 +477,7 @@ absl::StatusOr<std::unique_ptr<DriverTable>> LoadEmulatedDriver(
   t->cuFuncGetAttribute = FuncGetAttribute;
   t->cuFuncSetAttribute = FuncSetAttribute;
   t->cuLaunchKernel = LaunchKernel;
+  t->cuLaunchKernelEx = LaunchKernelEx;
   t->cuStreamBeginCapture_v2 = StreamBeginCapture;
   t->cuStreamEndCapture = StreamEndCapture;
   t->cuStreamIsCapturing = StreamIsCapturing;

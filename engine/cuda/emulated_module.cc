@@ -293,4 +293,25 @@ CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned 
   return r;
 }
 
+CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction fn, void** params, void** extra) {
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned int i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+      SetDetail(
+          absl::StrCat("cuLaunchKernelEx: the emulated driver supports only "
+                       "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, not attribute ",
+                       static_cast<int>(config->attrs[i].id)));
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  // Launches run in stream order, so programmatic serialisation changes no result; the
+  // emulator checks what a kernel that waits on griddepcontrol.wait touches before its wait
+  // (kernels/emu/dependent_launch.h).
+  return LaunchKernel(fn, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                      config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                      params, extra);
+}
+
 }  // namespace ptxserve::cuda::emulated

@@ -170,6 +170,9 @@ CUresult FuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int value)
 CUresult LaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                       CUstream stream, void** params, void** extra);
+// cuLaunchKernelEx: LaunchKernel with the config's dimensions and stream; the only attribute
+// taken is programmatic stream serialisation (others: CUDA_ERROR_NOT_SUPPORTED).
+CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction fn, void** params, void** extra);
 // Frees every module (device teardown; S().mu held).
 void DestroyModules();
 

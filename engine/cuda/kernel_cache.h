@@ -47,6 +47,8 @@ struct CompiledKernel {
   // The dynamic shared memory its launches may ask for now (the driver's
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); Launch raises it on demand.
   mutable std::atomic<uint32_t> max_dynamic_shared{0};
+  // Its PTX waits on griddepcontrol.wait: launched as a programmatic dependent launch.
+  bool grid_dependent = false;
 };
 
 // What one replay of a captured graph launches: per kernel counter, how many times; and the
@@ -89,7 +91,7 @@ class KernelCache {
     if (dims.shared_bytes > k.max_dynamic_shared.load(std::memory_order_relaxed)) {
       if (absl::Status st = RaiseDynamicShared(k, dims.shared_bytes); !st.ok()) return st;
     }
-    absl::Status st = device_->Launch(k.fn, k.key, dims, params);
+    absl::Status st = device_->Launch(k.fn, k.key, dims, params, k.grid_dependent);
     if (st.ok()) {
       if (recording_ != nullptr) {
         recording_->push_back(&k);

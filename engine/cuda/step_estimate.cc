@@ -141,17 +141,31 @@ StepEstimate Summarise(const cost::DeviceSpec& d, CountedStep counted, int64_t n
       break;
     }
   }
+  // Each launch's time without its launch overhead: what a programmatic dependent launch
+  // after it overlaps (cost_model.h).
+  std::vector<double> body(launches.size());
+  std::vector<cost::LaunchResources> resources(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    resources[i].registers_per_thread = counted.registers[launches[i].ptx_hash];
+    const cost::Estimate e = cost::EstimateLaunch(d, launches[i], resources[i], in_graph);
+    body[i] = e.seconds - e.launch_s;
+  }
   for (size_t i = 0; i < launches.size(); ++i) {
     KernelEstimate k;
     k.kernel = launches[i].kernel;
     k.per_layer = i > 0 && i < gather;
     k.count = k.per_layer ? static_cast<int>(num_layers) : 1;
     k.counters = std::move(launches[i]);
-    k.registers = counted.registers[k.counters.ptx_hash];
-    cost::LaunchResources r;
-    r.registers_per_thread = k.registers;
-    k.one = cost::EstimateLaunch(d, k.counters, r, in_graph);
+    k.registers = resources[i].registers_per_thread;
+    k.one = cost::EstimateLaunch(d, k.counters, resources[i], in_graph, i > 0 ? body[i - 1] : 0);
     k.seconds = k.one.seconds * k.count;
+    if (i == 1 && k.per_layer && k.count > 1) {
+      // The first layer's first launch follows the embedding; every later layer's follows
+      // the layer before's last launch.
+      const cost::Estimate later =
+          cost::EstimateLaunch(d, k.counters, resources[i], in_graph, body[gather - 1]);
+      k.seconds = k.one.seconds + later.seconds * (k.count - 1);
+    }
     const double bytes =
         static_cast<double>(k.counters.dram_read_bytes + k.counters.dram_write_bytes);
     const double flops =

@@ -20,6 +20,11 @@
 //             (KernelCounters::longest_warp_steps), which the launch cannot end before: the
 //             CTA that merges a split decode attention's partials runs its split, then the
 //             merge, while the mean over the grid's warps spreads that merge thin.
+// A programmatic dependent launch (KernelCounters::grid_dependent: the kernel waits on
+// griddepcontrol.wait) is launched while the previous kernel still runs, so its launch
+// overhead overlaps that kernel: hidden up to the previous kernel's own time, less the
+// release (DeviceSpec::dependent_release_s), which never overlaps. Its limits are charged
+// in full: the prologue it runs before the wait is not credited.
 // Work per SM is the grid's work scaled by the CTAs of the busiest SM (ceil(ctas / SMs)
 // over ctas), so tails and grids smaller than the SM count cost what they cost.
 #pragma once
@@ -51,6 +56,9 @@ struct DeviceSpec {
   int shared_reserved_per_cta = 0;  // the driver keeps 1 KiB per CTA
   double launch_eager_s = 0;        // one cuLaunchKernel, back to back on a stream
   double launch_graph_s = 0;        // one kernel node of a replayed CUDA graph
+  // A programmatic dependent launch's share of its launch that cannot overlap the previous
+  // kernel: that kernel's completion and memory flush reaching the waiting CTAs.
+  double dependent_release_s = 0;
 };
 
 // The named device ("h100", "a100"), or nullptr.
@@ -83,7 +91,9 @@ struct Estimate {
 };
 
 // `in_graph`: the launch is a node of a replayed CUDA graph (cheaper launch).
+// `previous_s`: the previous kernel's time on the stream without its own launch overhead
+// (Estimate::seconds - launch_s), which a dependent launch's overhead overlaps; 0 = none.
 Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const LaunchResources& r,
-                        bool in_graph);
+                        bool in_graph, double previous_s = 0);
 
 }  // namespace ptxserve::cost

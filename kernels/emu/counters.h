@@ -114,6 +114,9 @@ struct KernelCounters {
   uint32_t dynamic_shared_bytes = 0;
   uint64_t ctas = 0;          // the grid's CTAs, which the counts stand for
   uint64_t sampled_ctas = 0;  // CTAs run: ctas, or fewer when the launch was sampled
+  // The kernel runs griddepcontrol.wait: a programmatic dependent launch, whose launch
+  // overlaps the previous kernel (the cost model charges it so).
+  bool grid_dependent = false;
 
   uint64_t warp_instructions = 0;                         // issued, predicated-off ones included
   uint64_t thread_instructions = 0;                       // summed over the lanes of each issue

@@ -169,11 +169,19 @@ absl::Status Decoder::Misc() {
       in_.fn = SelectNop();
       return absl::OkStatus();
     case Op::kGriddepcontrol:
-      // Launches run one after another, so dependent-launch control has nothing to do.
+      // Launches run one after another: the instructions mark what the dependent-launch
+      // race check needs (dependent_launch.h).
       if (r_.mods.size() != 1 || (r_.mods[0] != "launch_dependents" && r_.mods[0] != "wait")) {
         return Err("expected griddepcontrol.launch_dependents or griddepcontrol.wait");
       }
-      in_.fn = SelectNop();
+      if (auto s = NeedOps(0); !s.ok()) return s;
+      if (r_.mods[0] == "wait") {
+        b_.fn->waits_on_grid = true;
+        in_.fn = SelectGridWait();
+      } else {
+        b_.fn->triggers_dependents = true;
+        in_.fn = SelectLaunchDependents();
+      }
       return absl::OkStatus();
     case Op::kBra: {
       if (auto s = ParseMods(kMUni); !s.ok()) return s;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "kernels/emu/dependent_launch.h"
 #include "kernels/emu/executor.h"
 #include "kernels/emu/mem_access.h"
 #include "kernels/emu/module.h"
@@ -19,7 +20,8 @@ uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
-Emulator::Emulator(EmulatorOptions opts) : opts_(opts) {}
+Emulator::Emulator(EmulatorOptions opts)
+    : opts_(opts), pending_writes_(std::make_unique<WriteRanges>()) {}
 Emulator::~Emulator() = default;
 
 void Emulator::RebuildTable() {
@@ -82,6 +84,7 @@ absl::StatusOr<uint8_t*> Emulator::Range(uint64_t addr, size_t n, const char* wh
 
 absl::Status Emulator::CopyHtoD(uint64_t dst, const void* src, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_->clear();  // the stream's order is complete again
   if (n == 0) return absl::OkStatus();
   auto d = Range(dst, n, "CopyHtoD");
   if (!d.ok()) return d.status();
@@ -92,6 +95,7 @@ absl::Status Emulator::CopyHtoD(uint64_t dst, const void* src, size_t n) {
 
 absl::Status Emulator::CopyDtoH(void* dst, uint64_t src, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_->clear();  // the stream's order is complete again
   if (n == 0) return absl::OkStatus();
   auto s = Range(src, n, "CopyDtoH");
   if (!s.ok()) return s.status();
@@ -102,6 +106,7 @@ absl::Status Emulator::CopyDtoH(void* dst, uint64_t src, size_t n) {
 
 absl::Status Emulator::CopyDtoD(uint64_t dst, uint64_t src, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_->clear();  // the stream's order is complete again
   if (n == 0) return absl::OkStatus();
   auto s = Range(src, n, "CopyDtoD source");
   if (!s.ok()) return s.status();
@@ -114,6 +119,7 @@ absl::Status Emulator::CopyDtoD(uint64_t dst, uint64_t src, size_t n) {
 
 absl::Status Emulator::Memset(uint64_t dst, uint8_t value, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_->clear();  // the stream's order is complete again
   if (n == 0) return absl::OkStatus();
   auto d = Range(dst, n, "Memset");
   if (!d.ok()) return d.status();
@@ -123,6 +129,7 @@ absl::Status Emulator::Memset(uint64_t dst, uint8_t value, size_t n) {
 
 absl::Status Emulator::MemsetD32(uint64_t dst, uint32_t value, size_t count) {
   std::lock_guard<std::mutex> lock(mu_);
+  pending_writes_->clear();  // the stream's order is complete again
   if (count == 0) return absl::OkStatus();
   if (dst % 4 != 0) {
     return absl::InvalidArgumentError(
@@ -289,10 +296,31 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
     }
     for (const auto& t : race_tables_) cfg.global_writes.push_back(t.get());
   }
+  // Programmatic dependent launch: a kernel that waits is checked against the writes of the
+  // kernels that may still run beside it; a kernel that lets its dependents launch early
+  // logs its writes for the next.
+  if (fn->waits_on_grid) cfg.dependent_guard = pending_writes_.get();
+  if (fn->triggers_dependents) {
+    while (dependent_logs_.size() < static_cast<size_t>(std::max(opts_.num_threads, 1))) {
+      dependent_logs_.push_back(std::make_unique<DependentLaunchLog>());
+    }
+    for (const auto& l : dependent_logs_) {
+      *l = DependentLaunchLog();
+      cfg.dependent_logs.push_back(l.get());
+    }
+  }
   LaunchCounters counters;
   KernelCounters kc;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status st = ExecuteLaunch(cfg, &counters, opts_.collect_counters ? &kc : nullptr);
+  bool triggered = false;
+  for (const DependentLaunchLog* l : cfg.dependent_logs) triggered = triggered || l->triggered;
+  // The next kernel may overlap this one when it triggered, and this one's predecessors too
+  // when it waits (it may have triggered before its wait).
+  if (!triggered || !fn->waits_on_grid) pending_writes_->clear();
+  if (triggered) {
+    for (const DependentLaunchLog* l : cfg.dependent_logs) pending_writes_->Merge(l->writes);
+  }
   stats_.launch_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.launches;
@@ -305,6 +333,7 @@ absl::Status Emulator::LaunchLocked(FunctionHandle f, Dim3 grid, Dim3 block, uin
     kc.block = {block.x, block.y, block.z};
     kc.static_shared_bytes = fn->static_shared;
     kc.dynamic_shared_bytes = dyn;
+    kc.grid_dependent = fn->waits_on_grid;
     if (counters_.size() == opts_.counters_history) counters_.pop_front();
     counters_.push_back(std::move(kc));
   }

@@ -28,6 +28,13 @@
 // across a barrier that not every warp takes part in (a thread count, bar.arrive): every
 // barrier release counts as ordering all warps.
 //
+// Programmatic dependent launch (griddepcontrol.launch_dependents / .wait, sm_90): launches
+// still run one after another, and a kernel that executes griddepcontrol.wait is checked as
+// a dependent launch would be on a GPU: before its wait a thread must not read global memory
+// that a kernel which may still be running wrote (the previous one, and further back while
+// each kernel in between let its dependents launch before its own wait), nor write global
+// memory (dependent_launch.h). Copies and memsets complete the stream's order.
+//
 // Tensor cores: ldmatrix.m8n8 (.x1/.x2/.x4, .trans) and mma.m16n8k8 / m16n8k16 with f16 or
 // bf16 inputs and f32 accumulators, in the ISA's fragment layouts; both must be executed by
 // a whole warp. mma sums exactly and rounds once (a GPU may differ in the last bits).
@@ -71,6 +78,8 @@ namespace ptxserve::emu {
 struct Module;
 struct Allocation;
 struct GlobalWrites;
+class WriteRanges;
+struct DependentLaunchLog;
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
@@ -203,6 +212,11 @@ class Emulator {
   uint64_t used_bytes_ = 0;
   std::map<uint32_t, std::unique_ptr<Module>> modules_;
   std::vector<std::unique_ptr<GlobalWrites>> race_tables_;  // per host thread of a launch
+  // Programmatic dependent launch (dependent_launch.h): the global writes of the kernels a
+  // dependent kernel's threads may still overlap before their wait, and the per-host-thread
+  // logs of a launch that triggers.
+  std::unique_ptr<WriteRanges> pending_writes_;
+  std::vector<std::unique_ptr<DependentLaunchLog>> dependent_logs_;
   uint32_t next_module_ = 1;
   EmulatorStats stats_;
   std::deque<KernelCounters> counters_;

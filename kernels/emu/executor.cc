@@ -68,6 +68,8 @@ class BlockRunner {
       ctx_.global_writes = g;
       ctx_.epoch = g->last_epoch + 1;
     }
+    ctx_.dependent_guard = cfg.dependent_guard;
+    if (worker < cfg.dependent_logs.size()) ctx_.dependent_log = cfg.dependent_logs[worker];
     ctx_.params = cfg.params.data();
     ctx_.param_size = static_cast<uint32_t>(cfg.params.size());
     ctx_.block_dim = cfg.block;

@@ -14,6 +14,8 @@
 namespace ptxserve::emu {
 
 struct GlobalWrites;
+class WriteRanges;
+struct DependentLaunchLog;
 
 struct LaunchConfig {
   const Function* fn = nullptr;
@@ -32,6 +34,11 @@ struct LaunchConfig {
   // Race detection in global memory between the warps of a block: one table per host
   // thread (at least num_threads), kept by the caller across launches; empty: off.
   std::vector<GlobalWrites*> global_writes;
+  // Programmatic dependent launch (dependent_launch.h): what a kernel that waits must not
+  // read before its wait (null: the kernel is not checked), and one log per host thread
+  // (at least num_threads) of the launch's global writes and trigger (empty: no log).
+  const WriteRanges* dependent_guard = nullptr;
+  std::vector<DependentLaunchLog*> dependent_logs;
 };
 
 struct LaunchCounters {

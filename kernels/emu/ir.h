@@ -123,6 +123,7 @@ struct Warp {
   uint8_t bar_id[kWarpSize] = {};
   int32_t exit_line = 0;  // line of the first exit of a lane of this warp
   int32_t exit_lane = -1;
+  uint32_t grid_waited = 0;  // lanes past griddepcontrol.wait
 };
 
 // What race detection remembers of one 4-byte word of shared memory. Accesses are tagged
@@ -157,6 +158,9 @@ struct Dim3u {
   uint32_t x = 1, y = 1, z = 1;
 };
 
+class WriteRanges;
+struct DependentLaunchLog;
+
 struct ExecCtx {
   const Allocation* allocs = nullptr;  // sorted by base
   size_t num_allocs = 0;
@@ -172,6 +176,12 @@ struct ExecCtx {
   GlobalWrites* global_writes = nullptr;
   uint32_t epoch = 1;
   AsyncCopies* async = nullptr;  // cp.async copies not landed; null when the kernel has none
+  // Programmatic dependent launch (dependent_launch.h): the global ranges a thread must not
+  // read before griddepcontrol.wait (null: the kernel does not wait, nothing is checked),
+  // and where this host thread logs the launch's global writes and trigger (null: not
+  // logged).
+  const WriteRanges* dependent_guard = nullptr;
+  DependentLaunchLog* dependent_log = nullptr;
   const uint8_t* params = nullptr;
   uint32_t param_size = 0;
   Dim3u block_idx, block_dim, grid_dim;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/emu/async_copy.h"
+#include "kernels/emu/dependent_launch.h"
 #include "kernels/emu/ir.h"
 
 namespace ptxserve::emu {
@@ -187,6 +188,23 @@ inline bool TrackAccess(ExecCtx& ctx, const uint8_t* p, uint64_t addr, uint32_t 
     return TrackShared(ctx, p, n, access, line, lane, value);  // ignores local memory
   } else {
     return true;
+  }
+}
+
+// The dependent-launch check (dependent_launch.h) of an access of `n` bytes at `addr` in
+// space SP by `lane` of `w`: logs global writes, and faults on a read of a guarded range or
+// any global write before the lane passed griddepcontrol.wait.
+template <Space SP>
+inline bool TrackDependent(ExecCtx& ctx, const Warp& w, uint64_t addr, uint32_t n, bool write,
+                           uint32_t lane) {
+  if constexpr (SP != Space::kGlobal && SP != Space::kGeneric) {
+    return true;
+  } else {
+    if (ctx.dependent_log == nullptr && ctx.dependent_guard == nullptr) return true;
+    if (SP == Space::kGeneric && !IsGenericGlobal(addr)) return true;
+    if (write && ctx.dependent_log != nullptr) ctx.dependent_log->writes.Add(addr, n);
+    if (ctx.dependent_guard == nullptr || ((w.grid_waited >> lane) & 1) != 0) return true;
+    return DependentLaunchFault(ctx, addr, n, lane, write);
   }
 }
 

@@ -67,7 +67,10 @@ struct Function {
   bool uses_dynamic_shared = false;
   uint32_t local_bytes = 0;    // per-thread .local variables
   bool uses_cp_async = false;  // needs the per-block cp.async state (async_copy.h)
-  Dim3u reqntid{0, 0, 0};      // 0 = not given
+  // griddepcontrol.wait / .launch_dependents appear (dependent_launch.h).
+  bool waits_on_grid = false;
+  bool triggers_dependents = false;
+  Dim3u reqntid{0, 0, 0};  // 0 = not given
   Dim3u maxntid{0, 0, 0};
 };
 

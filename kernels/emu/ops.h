@@ -99,8 +99,10 @@ Handler SelectRedux(AtomOp op, Ty t);
 Handler SelectClock(bool is64);
 Handler SelectWarpSync();
 Handler SelectNop();
-Handler SelectFence();           // membar / fence: a host memory fence
-Handler SelectPredLogic(Op op);  // and/or/xor/not/mov on .pred
+Handler SelectGridWait();          // griddepcontrol.wait (dependent_launch.h)
+Handler SelectLaunchDependents();  // griddepcontrol.launch_dependents
+Handler SelectFence();             // membar / fence: a host memory fence
+Handler SelectPredLogic(Op op);    // and/or/xor/not/mov on .pred
 Handler SelectBfind(Ty t, bool shiftamt);
 Handler SelectShf(bool left, bool clamp);
 // ldmatrix.sync.aligned.m8n8.x<num>[.trans] from .shared (or a generic address into it).

@@ -78,7 +78,8 @@ bool Atom(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       return;
     }
     // Atomics may race with each other by design; they count as writes for later reads.
-    if (!TrackAccess<SP>(ctx, p, addr, sizeof(T), Access::kStrongWrite, in.line, l)) {
+    if (!TrackAccess<SP>(ctx, p, addr, sizeof(T), Access::kStrongWrite, in.line, l) ||
+        !TrackDependent<SP>(ctx, w, addr, sizeof(T), true, l)) {
       ok = false;
       return;
     }

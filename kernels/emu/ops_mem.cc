@@ -178,7 +178,8 @@ bool Load(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
       return;
     }
     if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
-                         in.mode != 0 ? Access::kStrongRead : Access::kRead, in.line, l)) {
+                         in.mode != 0 ? Access::kStrongRead : Access::kRead, in.line, l) ||
+        !TrackDependent<SP>(ctx, w, addr, kSize * kVec, false, l)) {
       ok = false;
       return;
     }
@@ -207,7 +208,8 @@ bool Store(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
     uint8_t bytes[kSize * kVec];
     for (int e = 0; e < kVec; ++e) std::memcpy(bytes + e * kSize, &s[e][l], kSize);
     if (!TrackAccess<SP>(ctx, p, addr, kSize * kVec,
-                         in.mode != 0 ? Access::kStrongWrite : Access::kWrite, in.line, l, bytes)) {
+                         in.mode != 0 ? Access::kStrongWrite : Access::kWrite, in.line, l, bytes) ||
+        !TrackDependent<SP>(ctx, w, addr, kSize * kVec, true, l)) {
       ok = false;
       return;
     }

@@ -6,6 +6,7 @@
 #include <bit>
 
 #include "absl/strings/str_format.h"
+#include "kernels/emu/dependent_launch.h"
 #include "kernels/emu/ops.h"
 
 namespace ptxserve::emu {
@@ -179,6 +180,18 @@ bool Clock(ExecCtx& ctx, Warp& w, const Instr& in, uint32_t m) {
 
 bool Nop(ExecCtx&, Warp&, const Instr&, uint32_t) { return true; }
 
+// The previous kernels have completed when the emulator runs this one: the wait only marks
+// the lanes whose later accesses need no dependent-launch check.
+bool GridWait(ExecCtx&, Warp& w, const Instr&, uint32_t m) {
+  w.grid_waited |= m;
+  return true;
+}
+
+bool LaunchDependents(ExecCtx& ctx, Warp&, const Instr&, uint32_t) {
+  if (ctx.dependent_log != nullptr) ctx.dependent_log->triggered = true;
+  return true;
+}
+
 // Blocks of a launch run on several host threads whose atomics are relaxed: a host fence
 // gives membar/fence its device-wide order (a CTA's partial results seen by the CTA whose
 // atomic finds it last, say) on any host memory model.
@@ -242,6 +255,8 @@ Handler SelectRedux(AtomOp op, Ty t) {
 Handler SelectClock(bool is64) { return is64 ? &Clock<true> : &Clock<false>; }
 Handler SelectWarpSync() { return &WarpSync; }
 Handler SelectNop() { return &Nop; }
+Handler SelectGridWait() { return &GridWait; }
+Handler SelectLaunchDependents() { return &LaunchDependents; }
 Handler SelectFence() { return &Fence; }
 
 }  // namespace ptxserve::emu

@@ -183,6 +183,19 @@ class KernelBuilder {
   // before its accesses after it (a fence that pairs with another thread's, through an
   // atomic, to hand results between CTAs).
   void MembarGl();
+  // Programmatic dependent launch (sm_90, PTX ISA 7.8). A kernel launched with
+  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start while the previous
+  // kernel of its stream still runs:
+  //  - griddepcontrol.launch_dependents: this CTA lets the next kernel launch now (it does
+  //    not make this kernel's writes visible to that kernel);
+  //  - griddepcontrol.wait: blocks until every prerequisite grid has completed and its
+  //    memory is visible. Before it a thread may read only memory the previous kernels do
+  //    not write (weights), and must write no global memory.
+  // Without the attribute (or on a device without it) both do nothing.
+  void GridDepLaunchDependents();
+  void GridDepWait();
+  // prefetch.global.L2 [addr]: brings the line at `addr` into L2 (no register result).
+  void PrefetchL2(const Operand& addr);
 
   // ---- control flow ----
   Label NewLabel(absl::string_view hint);

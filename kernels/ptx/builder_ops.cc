@@ -382,4 +382,21 @@ void KernelBuilder::BarSync(int barrier) {
 
 void KernelBuilder::MembarGl() { Line("membar.gl", {}); }
 
+void KernelBuilder::GridDepLaunchDependents() {
+  const Form* f = FindUntypedForm(Op::kGridDepLaunchDependents);
+  if (Require(f->min_sm, f->min_ptx, f->text)) Line(f->text, {});
+}
+
+void KernelBuilder::GridDepWait() {
+  const Form* f = FindUntypedForm(Op::kGridDepWait);
+  if (Require(f->min_sm, f->min_ptx, f->text)) Line(f->text, {});
+}
+
+void KernelBuilder::PrefetchL2(const Operand& addr) {
+  if (!AddrOk(Space::kGlobal, addr)) {
+    return Fail(absl::StrCat("prefetch.global.L2: bad address ", addr.Text()));
+  }
+  Line("prefetch.global.L2", {addr.Text()});
+}
+
 }  // namespace ptxserve::ptx

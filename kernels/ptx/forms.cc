@@ -95,6 +95,8 @@ constexpr Form kForms[] = {
     {Op::kCpAsyncCommit, "cp.async.commit_group", "", 0, 80, 70},
     {Op::kCpAsyncWait, "cp.async.wait_group", "i", 0, 80, 70},
     {Op::kCpAsyncWaitAll, "cp.async.wait_all", "", 0, 80, 70},
+    {Op::kGridDepLaunchDependents, "griddepcontrol.launch_dependents", "", 0, 90, 78},
+    {Op::kGridDepWait, "griddepcontrol.wait", "", 0, 90, 78},
 };
 
 }  // namespace

@@ -64,6 +64,8 @@ enum class Op : uint8_t {
   kCpAsyncCommit,  // cp.async.commit_group
   kCpAsyncWait,    // cp.async.wait_group N
   kCpAsyncWaitAll,
+  kGridDepLaunchDependents,  // griddepcontrol.launch_dependents (programmatic dependent launch)
+  kGridDepWait,              // griddepcontrol.wait
 };
 
 // One row of the table. `sig` lists operand roles, destination first:
@@ -84,7 +86,7 @@ struct Form {
 
 // The first row for `op` that accepts `t`, or nullptr.
 const Form* FindForm(Op op, Type t);
-// The row of an instruction without a type suffix (the cp.async family), or nullptr.
+// The row of an instruction without a type suffix (cp.async, griddepcontrol), or nullptr.
 const Form* FindUntypedForm(Op op);
 // The opcode text of the first row for `op` (for error messages).
 absl::string_view OpName(Op op);

@@ -8,6 +8,7 @@
 #define PTXSERVE_CHECK_CUDA_H 1
 #endif
 
+#include <cstddef>
 #include <type_traits>
 
 #include "engine/cuda/driver.h"
@@ -50,6 +51,7 @@ PTXSERVE_LOCAL(::CUfunction_attribute, cu::CUfunction_attribute)
 PTXSERVE_LOCAL(::CUjit_option, cu::CUjit_option)
 PTXSERVE_LOCAL(::CUstreamCaptureMode, cu::CUstreamCaptureMode)
 PTXSERVE_LOCAL(::CUstreamCaptureStatus, cu::CUstreamCaptureStatus)
+PTXSERVE_LOCAL(::CUlaunchConfig, cu::CUlaunchConfig)
 PTXSERVE_LOCAL(::CUctx_st, cu::CUctx_st)
 PTXSERVE_LOCAL(::CUmod_st, cu::CUmod_st)
 PTXSERVE_LOCAL(::CUfunc_st, cu::CUfunc_st)
@@ -65,6 +67,16 @@ PTXSERVE_LOCAL(::CUgraphExec_st, cu::CUgraphExec_st)
                 #sym ": driver.h's declaration differs from cuda.h's");
 PTXSERVE_CUDA_DRIVER_FUNCTIONS(PTXSERVE_CHECK_FN)
 #undef PTXSERVE_CHECK_FN
+
+// cuLaunchKernelEx is optional (outside the table's list) but has cuda.h's signature, and
+// its structs its layout.
+static_assert(std::is_same_v<Local_t<decltype(&::cuLaunchKernelEx)>, cu::PFN_cuLaunchKernelEx>);
+static_assert(sizeof(::CUlaunchAttribute) == sizeof(cu::CUlaunchAttribute));
+static_assert(offsetof(::CUlaunchAttribute, value) == offsetof(cu::CUlaunchAttribute, value));
+static_assert(sizeof(::CUlaunchConfig) == sizeof(cu::CUlaunchConfig));
+static_assert(offsetof(::CUlaunchConfig, hStream) == offsetof(cu::CUlaunchConfig, hStream));
+static_assert(offsetof(::CUlaunchConfig, attrs) == offsetof(cu::CUlaunchConfig, attrs));
+static_assert(offsetof(::CUlaunchConfig, numAttrs) == offsetof(cu::CUlaunchConfig, numAttrs));
 
 // Plain types are the very same types.
 static_assert(std::is_same_v<::CUdeviceptr, cu::CUdeviceptr>);
@@ -87,6 +99,7 @@ static_assert(SameRepr<::CUstreamCaptureStatus, cu::CUstreamCaptureStatus>());
   static_assert(static_cast<long long>(cu::name) == static_cast<long long>(::name), \
                 #name " differs from cuda.h");
 PTXSERVE_SAME_VALUE(CUDA_SUCCESS)
+PTXSERVE_SAME_VALUE(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
 PTXSERVE_SAME_VALUE(CUDA_ERROR_INVALID_VALUE)
 PTXSERVE_SAME_VALUE(CUDA_ERROR_OUT_OF_MEMORY)
 PTXSERVE_SAME_VALUE(CUDA_ERROR_NOT_INITIALIZED)

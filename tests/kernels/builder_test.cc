@@ -355,6 +355,30 @@ TEST(BuilderTest, TargetValidation) {
   EXPECT_THAT(*sm90, HasSubstr(".version 8.0\n.target sm_90\n"));
 }
 
+// Programmatic dependent launch exists from sm_90 (PTX ISA 7.8): an sm_80 kernel that asks
+// for it fails to build instead of reaching ptxas.
+TEST(BuilderTest, GridDependencyControlIsSm90Only) {
+  auto body = [](KernelBuilder& kb) {
+    const Reg w = kb.GlobalPtrParam("w");
+    kb.GridDepLaunchDependents();
+    kb.PrefetchL2(Operand::Addr(w, 128));
+    kb.GridDepWait();
+  };
+  absl::StatusOr<std::string> sm90 = Build(body, Target{90, 78});
+  ASSERT_TRUE(sm90.ok()) << sm90.status();
+  EXPECT_THAT(*sm90,
+              HasSubstr("\tgriddepcontrol.launch_dependents;\n\tprefetch.global.L2 \t[%rd1+128];"
+                        "\n\tgriddepcontrol.wait;\n"));
+  absl::StatusOr<std::string> sm80 = Build(body, Target{80, 78});
+  ASSERT_FALSE(sm80.ok());
+  EXPECT_THAT(std::string(sm80.status().message()),
+              HasSubstr("griddepcontrol.launch_dependents needs sm_90, target is sm_80"));
+  absl::StatusOr<std::string> bad =
+      Build([](KernelBuilder& kb) { kb.PrefetchL2(Operand::Addr(kb.Param("n", Type::kU32))); });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("prefetch.global.L2: bad address"));
+}
+
 TEST(BuilderTest, SameCallsSameBytes) {
   auto body = [](KernelBuilder& kb) {
     const Reg a = kb.GlobalPtrParam("a");

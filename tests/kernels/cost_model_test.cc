@@ -97,6 +97,24 @@ TEST(CostModel, ALoneWarpIsBoundByItsOwnChain) {
   EXPECT_NEAR(e.seconds, e.latency_s + H100().launch_graph_s, 1e-12);
 }
 
+// A programmatic dependent launch's overhead hides behind the previous kernel, as far as
+// that kernel lasts, except the release; its limits are charged in full.
+TEST(CostModel, ADependentLaunchOverlapsThePreviousKernel) {
+  const DeviceSpec& d = H100();
+  emu::KernelCounters c = Streaming(132 * 64, 4);
+  const Estimate plain = EstimateLaunch(d, c, {}, /*in_graph=*/true, /*previous_s=*/10e-6);
+  EXPECT_DOUBLE_EQ(plain.launch_s, d.launch_graph_s);
+  c.grid_dependent = true;
+  const Estimate first = EstimateLaunch(d, c, {}, true, 0);
+  EXPECT_DOUBLE_EQ(first.launch_s, d.launch_graph_s);
+  const Estimate short_prev = EstimateLaunch(d, c, {}, true, 0.1e-6);
+  EXPECT_NEAR(short_prev.launch_s, d.launch_graph_s - 0.1e-6, 1e-15);
+  const Estimate long_prev = EstimateLaunch(d, c, {}, true, 10e-6);
+  EXPECT_DOUBLE_EQ(long_prev.launch_s, d.dependent_release_s);
+  EXPECT_DOUBLE_EQ(long_prev.seconds - long_prev.launch_s, plain.seconds - plain.launch_s);
+  EXPECT_GT(d.dependent_release_s, 0);
+}
+
 TEST(CostModel, TensorWorkRunsAtThePeakOfTheSmsItOccupies) {
   const DeviceSpec& d = H100();
   emu::KernelCounters c;
