@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,25 @@ void BM_CopyBandwidth(benchmark::State& state) {
   state.counters["GB_per_s"] = best / 1e9;
 }
 
+// Runs `step` once per benchmark iteration, each timed on the host's clock (a step returns
+// once its sampled ids are on the host); the mean seconds per step, or nothing after
+// reporting the step's error.
+template <class Step>
+std::optional<double> TimeSteps(benchmark::State& state, const Step& step) {
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status st = step(); !st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      return std::nullopt;
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(dt);
+    seconds += dt;
+  }
+  return seconds / static_cast<double>(state.iterations());
+}
+
 // B sequences of Context() tokens, prefilled, then timed decode steps.
 void BM_Decode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
@@ -182,15 +202,9 @@ void BM_Decode(benchmark::State& state) {
   // The untimed step captures the graph (graphs on), as a server's first decode step does.
   if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
   const int64_t replays0 = b.graph_stats().replays;
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(dt);
-    seconds += dt;
-  }
-  const double step_s = seconds / static_cast<double>(state.iterations());
+  const std::optional<double> timed = TimeSteps(state, step);
+  if (!timed) return;
+  const double step_s = *timed;
   const double kv_bytes =
       2.0 * batch * (ctx + steps / 2) * c.num_layers * c.num_kv_heads * b.padded_head_dim() * 2;
   const double bytes = static_cast<double>(b.step_weight_bytes()) + kv_bytes;
@@ -233,15 +247,9 @@ void BM_Prefill(benchmark::State& state) {
   std::vector<int32_t> ids;
   const auto step = [&] { return (*backend)->StepSampled(sb, {RowSampling{}}, &ids); };
   if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (auto st = step(); !st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(dt);
-    seconds += dt;
-  }
-  g_prefill_step_s = seconds / static_cast<double>(state.iterations());
+  const std::optional<double> timed = TimeSteps(state, step);
+  if (!timed) return;
+  g_prefill_step_s = *timed;
   state.counters["tokens_per_s"] = tokens / g_prefill_step_s;
 }
 

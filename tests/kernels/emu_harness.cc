@@ -67,4 +67,20 @@ std::vector<float> RandomFloats(std::mt19937& rng, size_t n, float lo, float hi)
          << misses.str();
 }
 
+DType ToDType(ElemType t) {
+  return t == ElemType::kF32 ? DType::kF32 : (t == ElemType::kF16 ? DType::kF16 : DType::kBF16);
+}
+
+std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n) {
+  if (t == ElemType::kF32) return h.Download<float>(d, n);
+  const std::vector<uint8_t> bytes = h.Download<uint8_t>(d, n * 2);
+  std::vector<float> v(n);
+  ConvertToFloat(ToDType(t), bytes.data(), n, v.data());
+  return v;
+}
+
+float UnitRoundoff(ElemType t) {
+  return t == ElemType::kF32 ? 0.0f : t == ElemType::kF16 ? 0x1p-11f : 0x1p-8f;
+}
+
 }  // namespace ptxserve::kernels::testing

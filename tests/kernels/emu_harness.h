@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/common.h"
 #include "kernels/emu/emulator.h"
@@ -48,6 +49,14 @@ inline emu::KernelArg U32(uint32_t v) { return emu::KernelArg::Of(v); }
 inline emu::KernelArg F32(float v) { return emu::KernelArg::Of(v); }
 
 std::vector<float> RandomFloats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f);
+
+// The model-side name of a kernel element type.
+DType ToDType(ElemType t);
+// The n values of type `t` at device address d, as f32.
+std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n);
+// The unit roundoff a value of type `t` takes as it is stored (0 for f32: the tests' own f32
+// tolerances cover it).
+float UnitRoundoff(ElemType t);
 
 // Element-wise |got - want| <= atol + rtol * |want|; reports the first few misses.
 ::testing::AssertionResult Near(const std::vector<float>& got, const std::vector<float>& want,

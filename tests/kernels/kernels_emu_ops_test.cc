@@ -19,10 +19,6 @@
 namespace ptxserve::kernels::testing {
 namespace {
 
-DType ToDType(ElemType t) {
-  return t == ElemType::kF32 ? DType::kF32 : (t == ElemType::kF16 ? DType::kF16 : DType::kBF16);
-}
-
 // Values representable in `t`, returned as f32, with the device copy in `t`.
 std::vector<float> Quantised(ElemType t, std::vector<float> v, std::vector<uint8_t>* bytes) {
   bytes->resize(v.size() * ElemSize(t));
@@ -32,19 +28,6 @@ std::vector<float> Quantised(ElemType t, std::vector<float> v, std::vector<uint8
 }
 
 const ElemType kAllTypes[] = {ElemType::kF32, ElemType::kF16, ElemType::kBF16};
-
-// The n values of type `t` at device address d, as f32.
-std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n) {
-  if (t == ElemType::kF32) return h.Download<float>(d, n);
-  const std::vector<uint8_t> bytes = h.Download<uint8_t>(d, n * 2);
-  std::vector<float> v(n);
-  ConvertToFloat(ToDType(t), bytes.data(), n, v.data());
-  return v;
-}
-// Unit roundoff of `t` (0 for f32: the tests' own f32 tolerances cover it).
-float UnitRoundoff(ElemType t) {
-  return t == ElemType::kF32 ? 0.0f : t == ElemType::kF16 ? 0x1p-11f : 0x1p-8f;
-}
 
 TEST(KernelsEmuOps, EmbeddingMatchesCpu) {
   std::mt19937 rng(3);

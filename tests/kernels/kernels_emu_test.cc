@@ -29,27 +29,10 @@
 namespace ptxserve::kernels::testing {
 namespace {
 
-DType ToDType(ElemType t) {
-  return t == ElemType::kF32 ? DType::kF32 : (t == ElemType::kF16 ? DType::kF16 : DType::kBF16);
-}
-
 std::vector<uint8_t> Convert(ElemType t, const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * ElemSize(t));
   ConvertFromFloat(ToDType(t), v.data(), v.size(), out.data());
   return out;
-}
-
-// The n values of type `t` at device address d, as f32.
-std::vector<float> DownloadAs(EmuHarness& h, ElemType t, uint64_t d, size_t n) {
-  if (t == ElemType::kF32) return h.Download<float>(d, n);
-  const std::vector<uint8_t> bytes = h.Download<uint8_t>(d, n * 2);
-  std::vector<float> v(n);
-  ConvertToFloat(ToDType(t), bytes.data(), n, v.data());
-  return v;
-}
-// The unit roundoff an output of type `t` adds as it is stored (f32's is in the tolerances).
-float StoreRoundoff(ElemType t) {
-  return t == ElemType::kF32 ? 0.0f : t == ElemType::kF16 ? 0x1p-11f : 0x1p-8f;
 }
 
 // ---------------------------------------------------------------- attention
@@ -166,8 +149,7 @@ void RunAttention(const AttnCase& c, const std::vector<int32_t>& lens,
   };
   const absl::Status st = run();
   ASSERT_TRUE(st.ok()) << st;
-  EXPECT_TRUE(
-      Near(DownloadAs(h, c.out, dout, q.size()), want, 2e-5f, 2e-4f + StoreRoundoff(c.out)));
+  EXPECT_TRUE(Near(DownloadAs(h, c.out, dout, q.size()), want, 2e-5f, 2e-4f + UnitRoundoff(c.out)));
   const std::vector<uint8_t> got = h.Download<uint8_t>(dout, q.size() * ElemSize(c.out));
   if (c.split) {
     // The merging CTAs left every count zero, so a second launch (a graph replay) merges
@@ -368,7 +350,7 @@ emu::KernelCounters RunFlash(const FlashCase& c, const std::vector<int32_t>& len
   EXPECT_TRUE(st.ok()) << st;
   if (!st.ok()) return {};
   const float tol = c.dtype == ElemType::kF16 ? 2e-3f : 1.5e-2f;
-  EXPECT_TRUE(Near(DownloadAs(h, c.out, dout, q.size()), want, tol, tol + StoreRoundoff(c.out)));
+  EXPECT_TRUE(Near(DownloadAs(h, c.out, dout, q.size()), want, tol, tol + UnitRoundoff(c.out)));
   std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
   EXPECT_EQ(counters.size(), 1u);
   return counters.empty() ? emu::KernelCounters{} : counters[0];
