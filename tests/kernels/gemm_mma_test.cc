@@ -500,73 +500,84 @@ TEST(GemmMma, EstimateAgainstTheTiledFormAtALlamaProjection) {
 // Llama-3.2-1B projections (q/o, k/v, fused gate/up, down) and batches of 16 to 2048 rows:
 // the pick must be within 1.35x of the cheapest form. Split-K forms count their reduction
 // launch. The table is printed (estimates, not measurements).
-TEST(GemmMma, TheChosenFormIsNearTheCostModelsCheapest) {
+// One test per shape, so ctest spreads the emulator's minutes over its jobs.
+struct GemmShape {
+  int m, n, k;
+};
+
+class GemmMmaPick : public ::testing::TestWithParam<GemmShape> {};
+
+TEST_P(GemmMmaPick, TheChosenFormIsNearTheCostModelsCheapest) {
   constexpr int kSms = 132;  // h100
-  struct Shape {
-    int m, n, k;
-  };
-  const Shape shapes[] = {{16, 2048, 2048},    {64, 2048, 2048},    {256, 2048, 2048},
-                          {1024, 2048, 2048},  {16, 512, 2048},     {256, 512, 2048},
-                          {16, 16384, 2048},   {64, 16384, 2048},   {256, 16384, 2048},
-                          {16, 2048, 8192},    {64, 2048, 8192},    {256, 2048, 8192},
-                          {1024, 16384, 2048}, {2048, 16384, 2048}, {1024, 2048, 8192},
-                          {2048, 2048, 8192},  {2048, 2048, 2048},  {2048, 512, 2048}};
-  for (const Shape& sh : shapes) {
-    SCOPED_TRACE(absl::StrCat(sh.m, "x", sh.n, "x", sh.k));
-    GemmConfig base = ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true});
-    base.tiled = base.tensor_cores = false;
-    std::vector<std::pair<std::string, GemmConfig>> forms;
-    // The CUDA-core forms up to 256 rows: at 1024 they were estimated 8-17x the tensor-core
-    // forms, and take the emulator minutes.
-    if (sh.m <= 256) {
-      GemmConfig gemv = base;
-      gemv.m_tile = 8;
-      forms.emplace_back("GEMV, 8-row tiles", gemv);
-      GemmConfig fma = base;
-      fma.tiled = true;
-      forms.emplace_back("FMA tiled", fma);
-    }
-    for (const GemmMmaTile& t :
-         {kMmaNarrowTile, GemmMmaTile{16, 32, 1, 2, 2}, GemmMmaTile{16, 64, 1, 4, 1},
-          GemmMmaTile{32, 64, 2, 2, 1}, kMmaWideTile, GemmMmaTile{64, 128, 2, 2, 1, 3},
-          GemmMmaTile{128, 64, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
-      forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn,
-                                      "x", t.wk, ", ", t.stages, " stages"),
-                         ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
-    }
-    // From 512 rows the prefill tiles split two ways too (the grid short of a wave), and
-    // the pick itself, whatever its split.
-    if (sh.m >= 512) {
-      for (const GemmMmaTile& t :
-           {GemmMmaTile{64, 128, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
-        forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, ", split-K 2"),
-                           ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t, false, 2}));
-      }
-    }
-    const GemmConfig chosen_cfg = GemmConfigFor(base, sh.m, kSms);
-    const std::string chosen_key = chosen_cfg.Key();
-    if (std::none_of(forms.begin(), forms.end(),
-                     [&](const auto& f) { return f.second.Key() == chosen_key; })) {
-      forms.emplace_back(absl::StrCat("the pick, split-K ", chosen_cfg.split_k), chosen_cfg);
-    }
-    double best = 0, chosen = 0;
-    std::string best_name;
-    for (const auto& [name, cfg] : forms) {
-      const cost::Estimate e = EstimateGemm(cfg, sh.m).estimate;
-      const double us = e.seconds * 1e6;
-      const bool is_chosen = cfg.Key() == chosen_key;
-      absl::PrintF("estimate (not measured): gemm %dx%dx%d f16 on h100, %s: %s%s\n", sh.m, sh.n,
-                   sh.k, name, Describe(e), is_chosen ? "  <- chosen" : "");
-      if (best == 0 || us < best) {
-        best = us;
-        best_name = name;
-      }
-      if (is_chosen) chosen = us;
-    }
-    ASSERT_GT(chosen, 0) << "the chosen form " << chosen_key << " is not among the candidates";
-    EXPECT_LE(chosen, 1.35 * best) << "cheapest: " << best_name;
+  const GemmShape& sh = GetParam();
+  GemmConfig base = ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true});
+  base.tiled = base.tensor_cores = false;
+  std::vector<std::pair<std::string, GemmConfig>> forms;
+  // The CUDA-core forms up to 256 rows: at 1024 they were estimated 8-17x the tensor-core
+  // forms, and take the emulator minutes.
+  if (sh.m <= 256) {
+    GemmConfig gemv = base;
+    gemv.m_tile = 8;
+    forms.emplace_back("GEMV, 8-row tiles", gemv);
+    GemmConfig fma = base;
+    fma.tiled = true;
+    forms.emplace_back("FMA tiled", fma);
   }
+  for (const GemmMmaTile& t :
+       {kMmaNarrowTile, GemmMmaTile{16, 32, 1, 2, 2}, GemmMmaTile{16, 64, 1, 4, 1},
+        GemmMmaTile{32, 64, 2, 2, 1}, kMmaWideTile, GemmMmaTile{64, 128, 2, 2, 1, 3},
+        GemmMmaTile{128, 64, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+    forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn,
+                                    "x", t.wk, ", ", t.stages, " stages"),
+                       ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t}));
+  }
+  // From 512 rows the prefill tiles split two ways too (the grid short of a wave), and
+  // the pick itself, whatever its split.
+  if (sh.m >= 512) {
+    for (const GemmMmaTile& t :
+         {GemmMmaTile{64, 128, 2, 2, 1, 3}, kMmaLargeTile, GemmMmaTile{128, 256, 2, 4, 1, 3}}) {
+      forms.emplace_back(absl::StrCat("tensor cores ", t.bm, "x", t.bn, ", split-K 2"),
+                         ConfigOf({sh.m, sh.n, sh.k, ElemType::kF16, false, true, t, false, 2}));
+    }
+  }
+  const GemmConfig chosen_cfg = GemmConfigFor(base, sh.m, kSms);
+  const std::string chosen_key = chosen_cfg.Key();
+  if (std::none_of(forms.begin(), forms.end(),
+                   [&](const auto& f) { return f.second.Key() == chosen_key; })) {
+    forms.emplace_back(absl::StrCat("the pick, split-K ", chosen_cfg.split_k), chosen_cfg);
+  }
+  double best = 0, chosen = 0;
+  std::string best_name;
+  for (const auto& [name, cfg] : forms) {
+    const cost::Estimate e = EstimateGemm(cfg, sh.m).estimate;
+    const double us = e.seconds * 1e6;
+    const bool is_chosen = cfg.Key() == chosen_key;
+    absl::PrintF("estimate (not measured): gemm %dx%dx%d f16 on h100, %s: %s%s\n", sh.m, sh.n, sh.k,
+                 name, Describe(e), is_chosen ? "  <- chosen" : "");
+    if (best == 0 || us < best) {
+      best = us;
+      best_name = name;
+    }
+    if (is_chosen) chosen = us;
+  }
+  ASSERT_GT(chosen, 0) << "the chosen form " << chosen_key << " is not among the candidates";
+  EXPECT_LE(chosen, 1.35 * best) << "cheapest: " << best_name;
 }
+
+INSTANTIATE_TEST_SUITE_P(Llama1bProjections, GemmMmaPick,
+                         ::testing::Values(GemmShape{16, 2048, 2048}, GemmShape{64, 2048, 2048},
+                                           GemmShape{256, 2048, 2048}, GemmShape{1024, 2048, 2048},
+                                           GemmShape{16, 512, 2048}, GemmShape{256, 512, 2048},
+                                           GemmShape{16, 16384, 2048}, GemmShape{64, 16384, 2048},
+                                           GemmShape{256, 16384, 2048}, GemmShape{16, 2048, 8192},
+                                           GemmShape{64, 2048, 8192}, GemmShape{256, 2048, 8192},
+                                           GemmShape{1024, 16384, 2048},
+                                           GemmShape{2048, 16384, 2048},
+                                           GemmShape{1024, 2048, 8192}, GemmShape{2048, 2048, 8192},
+                                           GemmShape{2048, 2048, 2048}, GemmShape{2048, 512, 2048}),
+                         [](const ::testing::TestParamInfo<GemmShape>& info) {
+                           return absl::StrCat(info.param.m, "x", info.param.n, "x", info.param.k);
+                         });
 
 }  // namespace
 }  // namespace ptxserve::kernels::testing
