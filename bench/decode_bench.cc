@@ -1,12 +1,13 @@
 // Decode throughput of the CPU backend against its memory-bandwidth roofline.
 //
-// A decode step streams every weight once (f32 in the CPU backend's layout), so a
-// step cannot beat weight_bytes / memcpy_bandwidth. Both are measured in this run:
+// A decode step streams every weight once, as stored (f32, f16, bf16 or quantized blocks),
+// so a step cannot beat weight_bytes / memcpy_bandwidth. Both are measured in this run:
 // BM_Memcpy copies a buffer of the same size; BM_Decode reports tokens/s and the
 // roofline fraction (roofline_pct) = (step time at the memcpy bandwidth) / (step time).
 //
-//   build/bench/decode_bench                        # all models in the table below
+//   build/bench/decode_bench                        # the test model and the 15m preset
 //   build/bench/decode_bench --benchmark_filter=15m
+//   build/bench/decode_bench --model=/tmp/m1b-q4_0.gguf   # any model directory or GGUF
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -27,25 +28,34 @@ namespace {
 
 constexpr int kContext = 128;  // tokens already in each sequence's cache when decoding
 
-// f32 bytes of every distinct weight tensor: what one decode step reads.
-size_t F32WeightBytes(const Model& m) {
-  size_t n = m.tensors.embed.numel() + m.tensors.final_norm.numel();
-  if (m.tensors.lm_head.data != m.tensors.embed.data) n += m.tensors.lm_head.numel();
+// Stored bytes of every weight tensor a decode step reads: all but the embedding, of
+// which a step reads one row per token (its bytes count once when it is also the LM head).
+size_t WeightBytes(const Model& m) {
+  size_t n = m.tensors.final_norm.nbytes + m.tensors.lm_head.nbytes;
   for (const auto& l : m.tensors.layers) {
     for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
                             &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      if (t->present()) n += t->numel();
+      if (t->present()) n += t->nbytes;
     }
   }
-  return n * sizeof(float);
+  return n;
 }
 
-// Models by name: the shared test model, and the 15M synthetic preset written once.
+// --model=PATH: benchmark that model (a directory or a GGUF file) instead of the built-ins.
+std::string& ModelPath() {
+  static std::string path;
+  return path;
+}
+
+// Models by name: --model's, the shared test model, and the 15M synthetic preset written
+// once.
 const Model* GetModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
   if (auto it = cache.find(name); it != cache.end()) return it->second.get();
   std::string dir;
-  if (name == "tinystories") {
+  if (!ModelPath().empty()) {
+    dir = ModelPath();
+  } else if (name == "tinystories") {
     dir = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
   } else {
     dir = (std::filesystem::temp_directory_path() / ("ptxserve-bench-" + name)).string();
@@ -69,7 +79,7 @@ std::map<std::string, double>& MemcpyBandwidth() {
 void BM_Memcpy(benchmark::State& state, const std::string& name) {
   const Model* m = GetModel(name);
   if (!m) return state.SkipWithError(("model " + name + " unavailable").c_str());
-  const size_t bytes = F32WeightBytes(*m);
+  const size_t bytes = WeightBytes(*m);
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
@@ -132,7 +142,7 @@ void BM_Decode(benchmark::State& state, const std::string& name) {
     benchmark::DoNotOptimize(logits.data());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double bytes = static_cast<double>(F32WeightBytes(*m));
+  const double bytes = static_cast<double>(WeightBytes(*m));
   // Fraction of the roofline: weight bytes streamed per second vs memcpy's bandwidth.
   if (double bw = MemcpyBandwidth()[name]; bw > 0) {
     state.counters["roofline_pct"] = 100.0 * state.iterations() * bytes / secs / bw;
@@ -144,7 +154,10 @@ void BM_Decode(benchmark::State& state, const std::string& name) {
 }
 
 void RegisterAll() {
-  for (const std::string name : {"tinystories", "15m"}) {
+  const std::vector<std::string> names =
+      ModelPath().empty() ? std::vector<std::string>{"tinystories", "15m"}
+                          : std::vector<std::string>{std::filesystem::path(ModelPath()).stem()};
+  for (const std::string& name : names) {
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy, name)
         ->UseRealTime()
         ->MinTime(0.3);
@@ -160,7 +173,18 @@ void RegisterAll() {
 }  // namespace
 }  // namespace ptxserve
 
+// --model=PATH is ours; the rest is Google Benchmark's.
 int main(int argc, char** argv) {
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--model=", 8) == 0) {
+      ptxserve::ModelPath() = argv[i] + 8;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  argc = static_cast<int>(rest.size());
+  argv = rest.data();
   benchmark::Initialize(&argc, argv);
   ptxserve::RegisterAll();
   benchmark::RunSpecifiedBenchmarks();
