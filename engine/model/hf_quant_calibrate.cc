@@ -267,7 +267,8 @@ absl::Status ApplyAwq(const Model& model, const std::vector<std::vector<int32_t>
 }
 
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
-                                             const std::vector<std::vector<int32_t>>& windows) {
+                                             const std::vector<std::vector<int32_t>>& windows,
+                                             AwqRounding awq_rounding) {
   if (method != HfQuantization::Method::kAwq && method != HfQuantization::Method::kGptq) {
     return absl::InvalidArgumentError(absl::StrCat("calibration is for awq and gptq, not ",
                                                    std::string(HfQuantMethodName(method))));
@@ -296,10 +297,23 @@ absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization:
   }
 
   if (absl::Status s = ApplyAwq(model, windows, /*clip=*/true, &*layers, &out); !s.ok()) return s;
+  if (awq_rounding == AwqRounding::kGptq) {
+    // The scaled model computes what the original did (but for clipping), so gptq's pass
+    // runs on it as on any model: layer after layer, each Linear's inputs (already divided
+    // by s) through the projections quantized before it. Its errors are not added: `error`
+    // stays the scale search's, comparable between the two roundings.
+    CalibratedInt4 fed;
+    GptqObserver gptq(model, QuantType::kInt4G128, &fed);
+    if (auto logits = RunCalibrationForward(model, windows, *layers, gptq); !logits.ok()) {
+      return logits.status();
+    }
+    out.blocks = std::move(fed.blocks);
+  }
   for (size_t i = 0; i < layers->size(); ++i) {
     FloatLayer& l = (*layers)[i];
     const LayerTensors& t = model.tensors.layers[i];
     for (Weight role : kProjections) {
+      if (awq_rounding == AwqRounding::kGptq) break;  // the blocks are gptq's
       const Tensor& tensor = TensorOf(model, static_cast<int>(i), role);
       std::vector<uint8_t>& blocks = out.blocks[tensor.name];
       if (absl::Status s = QuantizeInt4Rows(l.matrix(role).data(), tensor.shape[0], tensor.shape[1],

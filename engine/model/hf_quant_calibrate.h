@@ -6,7 +6,10 @@
 //         through o_proj and down_proj), o_proj against v_proj's rows (o_proj's heads
 //         sharing a kv head share its scales) and down_proj against up_proj's rows, on the
 //         unquantized model's activations, as AutoAWQ does; then its clipping search for
-//         all but q/k, and round-to-nearest.
+//         all but q/k, and round-to-nearest (AwqRounding::kNearest, as AutoAWQ) or, with
+//         AwqRounding::kGptq, gptq's error feedback below run on the scaled and clipped
+//         weights against their round-to-nearest groups (llm-compressor's AWQModifier
+//         stacked with its GPTQModifier).
 //   gptq: GPTQ (hf_quant_gptq.h) layer after layer in the forward's order, each Linear's
 //         inputs computed through the projections already quantized, as AutoGPTQ's
 //         sequential mode does.
@@ -41,12 +44,20 @@ struct CalibratedInt4 {
   int64_t tokens = 0;  // calibration tokens run
 };
 
+// How awq picks each weight's 4-bit integer once its scales and clipping are found.
+enum class AwqRounding {
+  kNearest,  // round to nearest, as AutoAWQ does
+  kGptq,     // gptq's error feedback against the groups' round-to-nearest scales and zeros
+};
+
 // Calibrates `model` (unquantized, from a model directory) for `method` (kAwq or kGptq)
-// on `windows` (token sequences, each from position 0). InvalidArgument naming the tensor
-// for a block-quantized model, a matrix whose inputs are not a multiple of 128 or outputs
-// of 8, or one that cannot be encoded; for an empty window list.
+// on `windows` (token sequences, each from position 0); `awq_rounding` is awq's last
+// step. InvalidArgument naming the tensor for a block-quantized model, a matrix whose
+// inputs are not a multiple of 128 or outputs of 8, or one that cannot be encoded; for
+// an empty window list.
 absl::StatusOr<CalibratedInt4> CalibrateInt4(const Model& model, HfQuantization::Method method,
-                                             const std::vector<std::vector<int32_t>>& windows);
+                                             const std::vector<std::vector<int32_t>>& windows,
+                                             AwqRounding awq_rounding = AwqRounding::kNearest);
 
 // AWQ's part before rounding, on `layers` (FloatLayers of `model`, rewritten in place) over
 // `windows`: each input's scales searched, weights scaled and 1/s folded into the previous

@@ -39,6 +39,12 @@ ABSL_FLAG(std::string, calibration, "",
           "head gets the weighted scales alone), over the model's activations on its first "
           "--calibration-tokens tokens; without it they round to nearest (use a text other "
           "than the one you evaluate on)");
+ABSL_FLAG(std::string, awq_rounding, "nearest",
+          "quantize: how --type awq --calibration picks each weight's 4-bit integer after its "
+          "scale and clipping searches: nearest (round to nearest, as AutoAWQ; the default) or "
+          "gptq (GPTQ's error feedback against the same groups' scales and zeros, as "
+          "llm-compressor's AWQModifier stacked with GPTQModifier); the file is a plain AWQ "
+          "checkpoint either way");
 ABSL_FLAG(int32_t, calibration_tokens, 1024,
           "quantize: tokens of --calibration to run, in windows of up to 256 positions");
 
@@ -124,17 +130,24 @@ void PrintCalibration(const CalibratedInt4& c, const std::string& calibration) {
                c.rtn_error > 0 ? 100 * c.error / c.rtn_error : 100.0, c.rtn_error);
 }
 
+// --awq-rounding's value, or nullopt for another.
+std::optional<AwqRounding> ParseAwqRounding(const std::string& name) {
+  if (name == "nearest") return AwqRounding::kNearest;
+  if (name == "gptq") return AwqRounding::kGptq;
+  return std::nullopt;
+}
+
 // Writes the Hugging Face checkpoint of `method` into the directory `out`, calibrated on
-// the text `calibration` when not empty.
+// the text `calibration` when not empty (awq's integers chosen by `awq_rounding`).
 int QuantizeToHf(const std::string& model_path, HfQuantization::Method method,
-                 const std::string& calibration, const std::string& out) {
+                 const std::string& calibration, AwqRounding awq_rounding, const std::string& out) {
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
   CalibratedInt4 calibrated;
   if (!calibration.empty()) {
     auto windows = CalibrationWindows(*model, calibration, absl::GetFlag(FLAGS_calibration_tokens));
     if (!windows.ok()) return Fail(windows.status());
-    auto c = CalibrateInt4(*model, method, *windows);
+    auto c = CalibrateInt4(*model, method, *windows, awq_rounding);
     if (!c.ok()) return Fail(c.status());
     calibrated = std::move(*c);
     PrintCalibration(calibrated, calibration);
@@ -156,11 +169,12 @@ int RunQuantize(int argc, char** argv) {
   const std::string usage =
       "ptxserve quantize --model DIR|FILE.gguf --out PATH.gguf|DIR --type " +
       absl::StrJoin(types, "|") +
-      " [--calibration TEXT [--calibration-tokens N]]"
+      " [--calibration TEXT [--calibration-tokens N] [--awq-rounding nearest|gptq]]"
       "\n  GGUF types write --out PATH.gguf; fp8, awq and gptq write a Hugging Face checkpoint "
       "directory --out DIR (from a model directory); awq, gptq and q4_0 calibrate on TEXT when "
-      "--calibration names it (AWQ scales, GPTQ error feedback; q4_0: GPTQ's error feedback "
-      "against importance-weighted scales), else round to nearest";
+      "--calibration names it (AWQ scales, rounded to nearest or with GPTQ's error feedback; "
+      "GPTQ error feedback; q4_0: GPTQ's error feedback against importance-weighted scales), "
+      "else round to nearest";
   SetSubcommandFlags({"server/cli/quantize.cc", "model", "out"});
   ParseSubcommandFlags(argc, argv, usage.c_str());
   const std::string model_path = absl::GetFlag(FLAGS_model);
@@ -184,11 +198,21 @@ int RunQuantize(int argc, char** argv) {
     problem = absl::StrCat("--calibration-tokens must be at least 1, got ",
                            absl::GetFlag(FLAGS_calibration_tokens));
   }
+  const std::optional<AwqRounding> awq_rounding =
+      ParseAwqRounding(absl::GetFlag(FLAGS_awq_rounding));
+  if (problem.empty() && !awq_rounding.has_value()) {
+    problem =
+        "--awq-rounding must be nearest or gptq, got '" + absl::GetFlag(FLAGS_awq_rounding) + "'";
+  }
+  if (problem.empty() && awq_rounding == AwqRounding::kGptq &&
+      (hf != HfQuantization::Method::kAwq || calibration.empty())) {
+    problem = "--awq-rounding gptq is for --type awq with --calibration";
+  }
   if (!problem.empty()) {
     std::fprintf(stderr, "quantize: %s\n%s\n", problem.c_str(), usage.c_str());
     return 2;
   }
-  if (hf.has_value()) return QuantizeToHf(model_path, *hf, calibration, out);
+  if (hf.has_value()) return QuantizeToHf(model_path, *hf, calibration, *awq_rounding, out);
   auto model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
   CalibratedInt4 calibrated;

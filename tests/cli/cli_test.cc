@@ -279,11 +279,12 @@ double Perplexity(const std::string& args) {
 
 // Perplexity on tests/cli/story.txt (a short children's story written for these tests):
 // the same from the directory and from its f32 GGUF, within 1% of it in bf16, q8_0 and
-// fp8, and within 5% in gptq and q4_0 calibrated on tests/cli/calibration.txt (another
-// story, so the text scored is not the one calibrated on); q4_0, awq and gptq rounded to
-// nearest and awq calibrated are printed: they miss 5% on a model this small (README
-// "perplexity"). q4_k has no row: its 256-element super-blocks do not divide TinyStories'
-// 128-wide rows (QuantizeRefusesBadArguments).
+// fp8, and within 5% in gptq, q4_0 and awq with --awq-rounding gptq calibrated on
+// tests/cli/calibration.txt (another story, so the text scored is not the one calibrated
+// on); q4_0, awq and gptq rounded to nearest and awq calibrated and rounded to nearest
+// (AutoAWQ's way) are printed: they miss 5% on a model this small (README "perplexity"). q4_k has
+// no row: its 256-element super-blocks do not divide TinyStories' 128-wide rows
+// (QuantizeRefusesBadArguments).
 TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
     GTEST_SKIP() << "shared test model absent";
@@ -324,9 +325,13 @@ TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   // Hugging Face quantized checkpoints (a directory each): fp8 within 1% of f32 like
   // q8_0; awq and gptq (the same 4-bit groups of 128, packed two ways) printed, then
   // calibrated.
-  for (const std::string type : {"fp8", "awq", "gptq", "awq --calibration", "gptq --calibration"}) {
+  for (const std::string type : {"fp8", "awq", "gptq", "awq --calibration", "gptq --calibration",
+                                 "awq --awq-rounding gptq --calibration"}) {
     const bool calibrated = type.ends_with("--calibration");
-    const std::string name = calibrated ? type.substr(0, type.find(' ')) + "-calibrated" : type;
+    const bool fed = type.find("--awq-rounding gptq") != std::string::npos;
+    const std::string name =
+        calibrated ? type.substr(0, type.find(' ')) + (fed ? "-gptq-rounded" : "") + "-calibrated"
+                   : type;
     const std::string dir = (base / name).string();
     const CliRun q = RunPtxserve("quantize --model " + kTinyStories + " --out " + dir + " --type " +
                                  type + (calibrated ? " " + calibration : ""));
@@ -341,7 +346,7 @@ TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
     print(name, ppl);
     if (type == "fp8") {
       EXPECT_NEAR(ppl, f32, 0.01 * f32);
-    } else if (name == "gptq-calibrated") {
+    } else if (name == "gptq-calibrated" || name == "awq-gptq-rounded-calibrated") {
       EXPECT_LT(ppl, 1.05 * f32);
     }
     EXPECT_GT(ppl, 1.0);
@@ -386,6 +391,15 @@ TEST(CliTest, QuantizeRefusesBadInputWithAnError) {
            {"quantize" + model + " --out " + (base / "d").string() +
                 " --type awq --calibration /nonexistent/calibration.txt",
             1, "/nonexistent/calibration.txt"},
+           {"quantize" + model + " --out " + (base / "d").string() +
+                " --type awq --calibration x --awq-rounding exact",
+            2, "--awq-rounding must be nearest or gptq, got 'exact'"},
+           {"quantize" + model + " --out " + (base / "d").string() +
+                " --type gptq --calibration x --awq-rounding gptq",
+            2, "--awq-rounding gptq is for --type awq with --calibration"},
+           {"quantize" + model + " --out " + (base / "d").string() +
+                " --type awq --awq-rounding gptq",
+            2, "--awq-rounding gptq is for --type awq with --calibration"},
            {"quantize --model /nonexistent/model --out " + out, 1, "/nonexistent/model"},
        }) {
     const CliRun r = RunPtxserve(args);

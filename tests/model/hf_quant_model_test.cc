@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/calibration_forward.h"
@@ -212,15 +213,19 @@ TEST_F(HfQuantModelTest, AwqScalesFoldedIntoThePreviousOpsKeepTheLogits) {
   EXPECT_LE(diff, 1e-5 * mag);
 }
 
-// Calibrated awq and gptq checkpoints are plain ones: they load, and give the logits of the
-// blocks they store dequantized to f32; AWQ's scales are folded into the RMSNorm weights.
+// Calibrated awq (either rounding) and gptq checkpoints are plain ones: they load, and give
+// the logits of the blocks they store dequantized to f32; AWQ's scales are folded into the
+// RMSNorm weights.
 TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
   auto model = LoadModel(kTinyStories);
   ASSERT_TRUE(model.ok()) << model.status();
-  for (Method method : {Method::kAwq, Method::kGptq}) {
+  for (const auto& [method, rounding] :
+       std::vector<std::pair<Method, AwqRounding>>{{Method::kAwq, AwqRounding::kNearest},
+                                                   {Method::kAwq, AwqRounding::kGptq},
+                                                   {Method::kGptq, AwqRounding::kNearest}}) {
     const std::string name(HfQuantMethodName(method));
-    SCOPED_TRACE(name);
-    auto calibrated = CalibrateInt4(*model, method, kWindows);
+    SCOPED_TRACE(name + (rounding == AwqRounding::kGptq ? " gptq rounding" : ""));
+    auto calibrated = CalibrateInt4(*model, method, kWindows, rounding);
     ASSERT_TRUE(calibrated.ok()) << calibrated.status();
     EXPECT_EQ(calibrated->tokens, 38);
     EXPECT_EQ(calibrated->blocks.size(), 7 * model->tensors.layers.size());
@@ -257,6 +262,71 @@ TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
   EXPECT_EQ(empty.status().message(), "no calibration tokens");
   auto fp8 = CalibrateInt4(*model, Method::kFp8, kWindows);
   EXPECT_EQ(fp8.status().message(), "calibration is for awq and gptq, not fp8");
+}
+
+// The logits of `m`'s blocks dequantized to f32 on kWindows.
+std::vector<float> DequantizedLogits(const Model& m) {
+  const Model f32 = ptxserve::testing::DequantizedModel(m);
+  auto layers = FloatLayers(f32);
+  EXPECT_TRUE(layers.ok()) << layers.status();
+  NoObserver none;
+  auto logits = RunCalibrationForward(f32, kWindows, *layers, none);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return logits.ok() ? *logits : std::vector<float>{};
+}
+
+// awq's gptq rounding changes only the integers: the scale and clipping searches, hence the
+// folded norms and every group's scale and zero, are the nearest rounding's; the integers
+// carry GPTQ's feedback, which brings the logits on the calibration tokens nearer the
+// unquantized model's.
+TEST_F(HfQuantModelTest, AwqGptqRoundingKeepsTheGroupsAndFeedsTheErrorForward) {
+  auto model = LoadModel(kTinyStories);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto nearest = CalibrateInt4(*model, Method::kAwq, kWindows, AwqRounding::kNearest);
+  auto gptq = CalibrateInt4(*model, Method::kAwq, kWindows, AwqRounding::kGptq);
+  ASSERT_TRUE(nearest.ok() && gptq.ok());
+  EXPECT_EQ(gptq->folded, nearest->folded);
+  EXPECT_EQ(gptq->error, nearest->error);     // the scale search's, the same for both
+  constexpr size_t kBlock = 68, kHeader = 4;  // int4_g128: f16 scale, zero, pad, 64 nibble bytes
+  ASSERT_EQ(gptq->blocks.size(), nearest->blocks.size());
+  int64_t blocks = 0, changed = 0;
+  for (const auto& [name, want] : nearest->blocks) {
+    const std::vector<uint8_t>& got = gptq->blocks.at(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t b = 0; b < got.size(); b += kBlock, ++blocks) {
+      EXPECT_EQ(std::memcmp(got.data() + b, want.data() + b, kHeader), 0) << name << " @" << b;
+      changed +=
+          std::memcmp(got.data() + b + kHeader, want.data() + b + kHeader, kBlock - kHeader) != 0;
+    }
+  }
+  std::printf("[ awq gptq rounding ] %lld of %lld groups' integers changed\n",
+              static_cast<long long>(changed), static_cast<long long>(blocks));
+  EXPECT_GT(changed, blocks / 2);
+
+  auto layers = FloatLayers(*model);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  NoObserver none;
+  auto want = RunCalibrationForward(*model, kWindows, *layers, none);
+  ASSERT_TRUE(want.ok()) << want.status();
+  double error[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const CalibratedInt4& c = i == 0 ? *nearest : *gptq;
+    TempDir dir;
+    ASSERT_TRUE(WriteHfQuantized(*model, Method::kAwq, c, dir.path()).ok());
+    auto q = LoadModel(dir.path());
+    ASSERT_TRUE(q.ok()) << q.status();
+    const std::vector<float> got = DequantizedLogits(*q);
+    ASSERT_EQ(got.size(), want->size());
+    for (size_t j = 0; j < got.size(); ++j) {
+      const double d = static_cast<double>(got[j]) - (*want)[j];
+      error[i] += d * d;
+    }
+  }
+  std::printf(
+      "[ awq gptq rounding ] squared logit error on the calibration tokens %.4g, "
+      "nearest %.4g\n",
+      error[1], error[0]);
+  EXPECT_LT(error[1], error[0]);
 }
 
 // `quantize --type q4_0 --calibration`: GPTQ's q4_0 rows for the seven projections of
