@@ -63,7 +63,7 @@ Reg MagicCode(KernelBuilder& kb, Reg nibbles, int b, const Operand& zero) {
 
 // With the fused RMSNorm, the CTA stages its rows of x times norm_w in shared memory once,
 // where its warps would each scale and square every element of x themselves (on a GEMV of
-// a 4-bit format that is a quarter of a warp's instructions). Budget: mt * K * 4 bytes
+// a 4-bit format that is a fifth of a warp's instructions). Budget: mt * K * 4 bytes
 // (K 4096 at one row); larger tiles scale x in each warp as they load it.
 constexpr int64_t kNormedXBytes = 16384;
 
