@@ -31,9 +31,12 @@
 // Batches of M <= m_tile read the weights once; larger ones once per 8-row tile. With
 // split > 1 the warps of a column each take a contiguous slice of K / split; with cols 2 a
 // warp stages and decodes two columns' rows side by side, loading x once for both.
-// With norm, the input rows' RMSNorm is fused as in the f16 GEMV (NormGemmArgs, in .param
-// order): each lane sums its rows' squares as it loads x (the split slices' sums meet in
-// shared memory with the products'), norm_w scales x or the codes as they load, and the
+// With norm, the input rows' RMSNorm is fused (NormGemmArgs, in .param order). Where the
+// tile's rows of x fit 16 KiB, the CTA's threads first stage x * norm_w in shared memory,
+// each a share of it, and add up the rows' squares (once per CTA rather than once per
+// warp), and the warps read the staged rows in place of x. Larger tiles work as the f16
+// GEMV: each lane sums its rows' squares as it loads x (the split slices' sums meet in
+// shared memory with the products') and norm_w scales x or the codes as they load. The
 // sums are scaled by 1 / sqrt(mean + eps) at the end.
 //
 // The tensor-core form (tensor_cores, gemm_quant_mma.cc) for batches and prefill: the f16

@@ -81,28 +81,36 @@ int Registers(const std::string& ptx, const std::string& arch) {
 // o 2048 x 2048, gate/up stacked 16384 x 2048, down 2048 x 8192) on h100,
 // registers from ptxas at sm_90 where present: per launch its time, the limit that binds
 // and its share of the roofline of the bytes it moves (the quantized weights, x and y), then
-// the layer's share (one launch of each, as gpu_estimate's table is read). The figures are
+// the layer's share (one launch of each, as gpu_estimate's table is read: qkv and gate/up
+// with their input's RMSNorm fused, "+norm", as a decode step runs them). The figures are
 // estimates. Gate/up, the layer's largest, must come within 80% of its roofline bound by DRAM in
-// every format: no format's unpacking may be what limits it.
+// every format, with the RMSNorm fused or not: no format's unpacking, nor the norm, may be
+// what limits it.
 TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
   struct Shape {
     const char* role;
     int n, k;
+    bool norm;     // the RMSNorm fused (NormGemmArgs)
+    bool in_step;  // the form a decode step runs
   };
-  const Shape shapes[] = {
-      {"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate/up", 16384, 2048}, {"down", 2048, 8192}};
+  const Shape shapes[] = {{"qkv", 3072, 2048, false, false},
+                          {"qkv+norm", 3072, 2048, true, true},
+                          {"o", 2048, 2048, false, true},
+                          {"gate/up", 16384, 2048, false, false},
+                          {"gate/up+norm", 16384, 2048, true, true},
+                          {"down", 2048, 8192, false, true}};
   const cost::DeviceSpec& d = *cost::FindDevice("h100");
   for (BlockFormat f :
        {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kFp8E4M3, BlockFormat::kInt4G128}) {
     double layer_s = 0, layer_roof_s = 0;
-    for (int i = 0; i < 4; ++i) {
-      const Shape& sh = shapes[i];
+    for (const Shape& sh : shapes) {
       SCOPED_TRACE(absl::StrFormat("%s %s", BlockFormatName(f), sh.role));
       QuantGemmConfig base;
       base.n = sh.n;
       base.k = sh.k;
       base.format = f;
       base.target = ptx::Target{90, 78};
+      base.norm = sh.norm;
       const QuantGemmConfig cfg = QuantGemmConfigFor(base, 1);
       absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
       ASSERT_TRUE(ptx.ok()) << ptx.status();
@@ -115,9 +123,13 @@ TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
       const uint64_t dx = h.Upload(std::vector<float>(sh.k, 1.0f));
       const uint64_t dw = h.Upload(std::vector<uint8_t>(w_bytes, 0));
       const uint64_t dy = h.Alloc(static_cast<size_t>(sh.n) * 4);
-      ASSERT_TRUE(h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, 1),
-                        {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(1)})
-                      .ok());
+      const uint64_t dnw = sh.norm ? h.Upload(std::vector<float>(sh.k, 1.0f)) : 0;
+      ASSERT_TRUE(
+          h.Run(*ptx, kQuantGemmEntry, QuantGemmLaunch(cfg, 1),
+                sh.norm ? std::vector<emu::KernelArg>{Ptr(dx), Ptr(dnw), Ptr(dw), Ptr(0), Ptr(dy),
+                                                      U32(1), F32(1e-5f)}
+                        : std::vector<emu::KernelArg>{Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(1)})
+              .ok());
       std::vector<emu::KernelCounters> counters = h.emu().TakeCounters();
       ASSERT_EQ(counters.size(), 1u);
       const emu::KernelCounters& c = counters[0];
@@ -126,17 +138,19 @@ TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
       const double roofline =
           static_cast<double>(c.dram_read_bytes + c.dram_write_bytes) / d.dram_bytes_per_s;
       EXPECT_GE(e.seconds, roofline);
-      layer_s += e.seconds;
-      layer_roof_s += roofline;
+      if (sh.in_step) {
+        layer_s += e.seconds;
+        layer_roof_s += roofline;
+      }
       absl::PrintF(
-          "estimate (not measured): qgemm %-9s %-7s %5dx%-5d on h100: %6.2f us, bound by %-7s "
+          "estimate (not measured): qgemm %-9s %-12s %5dx%-5d on h100: %6.2f us, bound by %-7s "
           "(dram %.2f, issue %.2f, latency %.2f us; %.1f warp instructions per 32 weights), "
           "roofline %.2f us = %.1f%%\n",
           BlockFormatName(f), sh.role, sh.n, sh.k, e.seconds * 1e6, e.binding, e.dram_s * 1e6,
           e.issue_s * 1e6, e.latency_s * 1e6,
           static_cast<double>(c.warp_instructions) / (static_cast<double>(sh.n) * sh.k / 32),
           roofline * 1e6, 100 * roofline / e.seconds);
-      if (i == 2) {
+      if (sh.n == 16384) {
         EXPECT_EQ(e.binding, "dram");
         EXPECT_GE(roofline / e.seconds, 0.80);
       }

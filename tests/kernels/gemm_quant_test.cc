@@ -175,7 +175,11 @@ TEST(QuantGemm, MatchesCpuQuantizedGemm) {
 // The GEMV with its input rows' RMSNorm fused, for every format at 1..4 rows, K whole or
 // split across 2 or 4 warps (each warp's sum of squares only its slice's until they meet),
 // one column per warp or two (norm_w on x, or on the codes when the tile has more rows),
-// odd N and partial steps, against the CPU's rmsnorm then quantized GEMM.
+// odd N and partial steps, against the CPU's rmsnorm then quantized GEMM. Tiles of at most
+// 4096 elements of x stage it normed in shared memory (the CTA's threads each a share of
+// it, the last share partial where K / 4 is no multiple of the threads, an odd number of
+// warps flipping the swizzle every other share), in one step or several; larger ones scale
+// x in every warp.
 TEST(QuantGemm, FusedRmsNormMatchesCpuRmsNormThenGemm) {
   using enum BlockFormat;
   const QuantGemmCase cases[] = {
@@ -194,6 +198,10 @@ TEST(QuantGemm, FusedRmsNormMatchesCpuRmsNormThenGemm) {
       {1, 9, 4128, kFp8E4M3, 0, 4, true, false, 1, 2, true},
       {2, 41, 2176, kInt4G128, 0, 4, false, true, 1, 2, true},
       {3, 13, 640, kInt4G128, 4, 1, true, true, 1, 2, true},
+      {1, 19, 2048, kInt4G128, 0, 4, false, false, 1, 1, true},
+      {1, 21, 4096, kInt4G128, 0, 3, true, false, 1, 2, true},
+      {2, 13, 1536, kQ4_0, 0, 4, false, true, 2, 1, true},
+      {1, 11, 2304, kInt4G128, 0, 4, false, false, 2, 1, true},
   };
   std::mt19937 rng(23);
   for (const QuantGemmCase& c : cases) {
