@@ -10,8 +10,12 @@
 //   build/bench/gpu_estimate --preset llama-3.2-1b --weights int4 --batch 1 --prefill 0
 //   build/bench/gpu_estimate --model ../shared/models/tinystories-656k --batch 1,8 --prefill 128
 //   build/bench/gpu_estimate ... --format json > estimate.json
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -20,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -64,6 +69,41 @@ int Fail(const std::string& msg) {
   std::fprintf(stderr, "gpu_estimate: %s\n", msg.c_str());
   return 2;
 }
+
+// The run's own directory for the model copies it writes (the preset's one-layer model,
+// the re-encoded weights): a fresh one under $TMPDIR (else /tmp) made by mkdtemp on first
+// use, so runs side by side never read each other's half-written files, and removed with
+// its contents when the run ends (the loaded models map their files; the mappings outlive
+// the unlinking).
+class ScratchDir {
+ public:
+  ScratchDir() = default;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (path_.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+
+  // `name` inside the directory, which is created first if it is not yet.
+  absl::StatusOr<std::string> Path(const std::string& name) {
+    if (path_.empty()) {
+      std::error_code ec;
+      const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+      if (ec) return absl::InternalError("no temporary directory: " + ec.message());
+      std::string templ = (tmp / "ptxserve-estimate-XXXXXX").string();
+      if (mkdtemp(templ.data()) == nullptr) {
+        return absl::InternalError(absl::StrCat("mkdtemp ", templ, ": ", std::strerror(errno)));
+      }
+      path_ = templ;
+    }
+    return (std::filesystem::path(path_) / name).string();
+  }
+
+ private:
+  std::string path_;
+};
 
 std::string Dims(const std::array<uint32_t, 3>& d) {
   return absl::StrFormat("%ux%ux%u", d[0], d[1], d[2]);
@@ -180,6 +220,7 @@ int Run() {
   if (format != "table" && format != "json") {
     return Fail("--format must be table or json, not '" + format + "'");
   }
+  ScratchDir scratch;
   std::string dir = absl::GetFlag(FLAGS_model), name = dir;
   if (dir.empty()) {
     // A one-layer copy of the preset stands for all its layers (step_estimate.h).
@@ -192,13 +233,12 @@ int Run() {
     }
     o.num_layers = spec->config.num_layers;
     spec->config.num_layers = 1;
-    dir = (std::filesystem::temp_directory_path() /
-           absl::StrCat("ptxserve-estimate-", name, "-", std::string(DTypeName(dtype)), "-1layer"))
-              .string();
-    if (!std::filesystem::exists(dir + "/config.json")) {
-      if (absl::Status st = WriteSyntheticModel(dir, *spec, 1, dtype); !st.ok()) {
-        return Fail(std::string(st.message()));
-      }
+    absl::StatusOr<std::string> at =
+        scratch.Path(absl::StrCat(name, "-", std::string(DTypeName(dtype)), "-1layer"));
+    if (!at.ok()) return Fail(std::string(at.status().message()));
+    dir = *at;
+    if (absl::Status st = WriteSyntheticModel(dir, *spec, 1, dtype); !st.ok()) {
+      return Fail(std::string(st.message()));
     }
   }
   absl::StatusOr<Model> model = LoadModel(dir);
@@ -212,11 +252,11 @@ int Run() {
     }
     // As `ptxserve quantize` writes them, so the blocks are the file's: a GGUF, or for fp8
     // and int4 a checkpoint directory (AWQ's packing for int4) repacked at load.
-    const std::string path =
-        (std::filesystem::temp_directory_path() /
-         absl::StrCat("ptxserve-estimate-", std::filesystem::path(name).filename().string(), "-",
-                      weights, "-", model->config.num_layers, "layer", hf ? "" : ".gguf"))
-            .string();
+    const absl::StatusOr<std::string> at =
+        scratch.Path(absl::StrCat(std::filesystem::path(name).filename().string(), "-", weights,
+                                  "-", model->config.num_layers, "layer", hf ? "" : ".gguf"));
+    if (!at.ok()) return Fail(std::string(at.status().message()));
+    const std::string& path = *at;
     absl::Status st;
     if (hf) {
       st = WriteHfQuantized(
@@ -229,8 +269,6 @@ int Run() {
     }
     if (!st.ok()) return Fail(std::string(st.message()));
     model = LoadModel(path);
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);  // the model maps it; unlinking keeps the mapping
     if (!model.ok()) return Fail(std::string(model.status().message()));
   }
   std::string ptxas = absl::GetFlag(FLAGS_ptxas);

@@ -222,8 +222,6 @@ GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias) {
   return p;
 }
 
-bool GemvDependentLaunch(const KernelBuilder& kb) { return kb.target().sm >= 90; }
-
 }  // namespace gen
 
 absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
@@ -242,7 +240,7 @@ absl::StatusOr<std::string> GenerateGemm(const GemmConfig& cfg) {
     const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
     const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
               m_rows = params.m_rows, eps = params.eps;
-    const bool dependent = gen::GemvDependentLaunch(kb);
+    const bool dependent = cfg.GridDependent();
     if (dependent) kb.GridDepLaunchDependents();
 
     // No barriers: a warp past the last column leaves as a whole.

@@ -77,6 +77,13 @@ struct GemmConfig : KernelConfig<GemmConfig, kGemmEntry> {
     return tensor_cores ? 32 * warps_m * warps_n * warps_k : 256;
   }
   GemmMmaTile MmaTile() const { return {tile_m, tile_n, warps_m, warps_n, warps_k, stages}; }
+  // Whether the kernel is a programmatic dependent launch (kernels::GridDependent): the
+  // GEMV form on sm_90, which starts with griddepcontrol.launch_dependents (the next
+  // kernel's launch overlaps this one) and waits (griddepcontrol.wait) for the previous
+  // kernel only after its prologue, which reads parameters and weights and prefetches the
+  // first weights into L2; every read of x (and of y when accumulating) follows the wait.
+  // Older targets have neither instruction; the tiled forms wait for nothing.
+  bool GridDependent() const { return !tiled && !tensor_cores && target.sm >= 90; }
   void SetMmaTile(const GemmMmaTile& t);
   // norm: not tiled. tensor_cores: tiled, f16/bf16 weights, k % 8 == 0, four or eight warps
   // of whole 16x16 blocks, activation tiles a whole number of float4 per thread, the shared
@@ -180,12 +187,6 @@ struct GemvParams {
   ptx::Reg x, norm_w, w, bias, y, m_rows, eps;
 };
 GemvParams DeclareGemvParams(KernelBuilder& kb, bool norm, bool has_bias);
-// Whether a GEMV form (gemm's, qgemm's) is a programmatic dependent launch: on sm_90 it
-// starts with griddepcontrol.launch_dependents (the next kernel's launch overlaps this one)
-// and waits (griddepcontrol.wait) for the previous kernel only after its prologue, which
-// reads parameters and weights and prefetches the first weights into L2; every read of x
-// (and of y when accumulating) follows the wait. Older targets have neither instruction.
-bool GemvDependentLaunch(const KernelBuilder& kb);
 // Write the tiled forms into GenerateGemm's builder and return their header notes: f32 FMA
 // (gemm_tiled.cc) and tensor cores (gemm_mma.cc; f32 activations rounded to the weights' type).
 std::string GemmTiled(KernelBuilder& kb, const GemmConfig& cfg);

@@ -333,7 +333,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     const gen::GemvParams params = gen::DeclareGemvParams(kb, cfg.norm, cfg.has_bias);
     const Reg x = params.x, norm_w = params.norm_w, w = params.w, bias = params.bias, y = params.y,
               m_rows = params.m_rows, eps = params.eps;
-    const bool dependent = gen::GemvDependentLaunch(kb);
+    const bool dependent = cfg.GridDependent();
     if (dependent) kb.GridDepLaunchDependents();
     // q4_0 lanes read up to 4 bytes past their block (the fifth aligned word).
     const ptx::Symbol stage =

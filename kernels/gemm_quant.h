@@ -100,6 +100,9 @@ struct QuantGemmConfig : KernelConfig<QuantGemmConfig, kQuantGemmEntry> {
   ptx::Target target;
   int Threads() const { return 32 * (tensor_cores ? warps_m * warps_n : warps); }
   int Columns() const { return warps * cols / split; }  // output columns per CTA
+  // The GEMV on sm_90 is a programmatic dependent launch, as the f16 one
+  // (GemmConfig::GridDependent); the tensor-core form waits for nothing.
+  bool GridDependent() const { return !tensor_cores && target.sm >= 90; }
   using C = QuantGemmConfig;
   static constexpr auto kFields = std::make_tuple(
       Field("n", &C::n).Key("n").Range(1, 1 << 24),

@@ -73,4 +73,18 @@ absl::StatusOr<std::string> GeneratePtx(const Config& cfg) {
   return ptx;
 }
 
+// Whether `cfg`'s kernel is a programmatic dependent launch: its PTX waits on
+// griddepcontrol.wait, so it must be launched as one (cuLaunchKernelEx with the
+// programmatic stream serialization attribute) for its prologue to overlap the previous
+// kernel. Config::GridDependent() where a kernel can be one (the GEMVs on sm_90), else
+// never; kernels_generate_test holds every listed kernel's PTX to it.
+template <class Config>
+bool GridDependent(const Config& cfg) {
+  if constexpr (requires { cfg.GridDependent(); }) {
+    return cfg.GridDependent();
+  } else {
+    return false;
+  }
+}
+
 }  // namespace ptxserve::kernels

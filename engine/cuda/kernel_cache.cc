@@ -52,7 +52,7 @@ absl::Status KernelCache::Compile(const KernelSpec& spec, Entry* e) {
           fn.ok() ? device_->MaxDynamicShared(*fn, spec.key) : fn.status();
       if (dyn.ok()) {
         e->kernel.fn = *fn;
-        e->kernel.grid_dependent = ptx->find("griddepcontrol.wait") != std::string::npos;
+        e->kernel.grid_dependent = spec.grid_dependent;
         e->kernel.max_dynamic_shared.store(*dyn, std::memory_order_relaxed);
       } else {
         st = dyn.status();

@@ -31,11 +31,14 @@
 namespace ptxserve::cuda {
 
 // What to compile: the cache key (the kernel Config's Key()), the PTX .entry name (also
-// the kernel label of the launch metrics) and the generator.
+// the kernel label of the launch metrics), the generator, and whether the kernel waits on
+// griddepcontrol.wait (its Config's kernels::GridDependent): launched as a programmatic
+// dependent launch.
 struct KernelSpec {
   std::string key;
   const char* entry = "";
   std::function<absl::StatusOr<std::string>()> generate;
+  bool grid_dependent = false;
 };
 
 // A compiled kernel. Lives as long as the cache; its address is stable.
@@ -47,7 +50,7 @@ struct CompiledKernel {
   // The dynamic shared memory its launches may ask for now (the driver's
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); Launch raises it on demand.
   mutable std::atomic<uint32_t> max_dynamic_shared{0};
-  // Its PTX waits on griddepcontrol.wait: launched as a programmatic dependent launch.
+  // KernelSpec::grid_dependent: launched as a programmatic dependent launch.
   bool grid_dependent = false;
 };
 

@@ -12,6 +12,7 @@ KernelSlot MakeSlot(const Config& cfg) {
   s.spec.key = cfg.Key();
   s.spec.entry = Config::kEntry;
   s.spec.generate = [cfg]() { return kernels::GeneratePtx(cfg); };
+  s.spec.grid_dependent = kernels::GridDependent(cfg);
   return s;
 }
 

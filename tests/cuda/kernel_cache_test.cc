@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cuda/emulated_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -121,6 +122,21 @@ TEST_F(KernelCacheTest, FailuresAreCachedAndNamed) {
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("cuModuleGetFunction(no_such_entry)"));
   EXPECT_EQ(cache.stats().failures, 3);
   EXPECT_EQ(cache.stats().modules, 0);
+}
+
+// Whether a kernel is a programmatic dependent launch is its spec's word (the Config's
+// kernels::GridDependent, which kernels_generate_test holds to the PTX), not read from the
+// PTX at compile time.
+TEST_F(KernelCacheTest, GridDependentComesFromTheSpec) {
+  KernelCache cache(device_.get());
+  std::atomic<int> calls{0};
+  for (const bool dependent : {false, true}) {
+    KernelSpec spec = Spec(absl::StrCat("residual_add:dependent", dependent), &calls);
+    spec.grid_dependent = dependent;
+    auto k = cache.Get(spec);
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ((*k)->grid_dependent, dependent);
+  }
 }
 
 TEST_F(KernelCacheTest, LaunchesCountHitsAndLaunchesByName) {

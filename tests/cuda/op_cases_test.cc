@@ -28,6 +28,7 @@
 #include "kernels/embedding.h"
 #include "kernels/flash_attention.h"
 #include "kernels/gemm.h"
+#include "kernels/kernel_list.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_kv.h"
 #include "kernels/silu_mul.h"
@@ -221,7 +222,8 @@ class OpRunner {
   absl::Status Launch(const Config& cfg, const char* entry,
                       absl::StatusOr<std::string> (*generate)(const Config&),
                       const kernels::LaunchDims& dims, Args args) {
-    KernelSpec spec{cfg.Key(), entry, [cfg, generate] { return generate(cfg); }};
+    KernelSpec spec{cfg.Key(), entry, [cfg, generate] { return generate(cfg); },
+                    kernels::GridDependent(cfg)};
     absl::StatusOr<const CompiledKernel*> k = cache_.Get(spec);
     if (!k.ok()) return k.status();
     auto params = kernels::PackParams(args);

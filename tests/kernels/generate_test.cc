@@ -214,6 +214,29 @@ TEST(GenerateTest, EveryListedKernelIsInTheMatrixTheGoldensAndTheRegistry) {
   }
 }
 
+// The kernel cache launches a kernel as a programmatic dependent launch when its Config
+// says so (kernels::GridDependent), not by reading its PTX: every kernel of the matrix, on
+// a target with griddepcontrol and one without, waits on griddepcontrol.wait exactly when
+// its Config says it does.
+TEST(GenerateTest, GridDependentFlagMatchesThePtx) {
+  for (const int sm : {80, 90}) {
+    ptx::Target target;
+    target.sm = sm;
+    std::set<std::string> dependent_kernels;
+    for (const testing::MatrixKernel& k : testing::MatrixKernels(target)) {
+      SCOPED_TRACE(k.module.label);
+      ASSERT_FALSE(k.module.ptx.empty());
+      EXPECT_EQ(k.grid_dependent, k.module.ptx.find("griddepcontrol.wait") != std::string::npos);
+      if (k.grid_dependent) {
+        dependent_kernels.insert(k.module.label.substr(0, k.module.label.find(':')));
+      }
+    }
+    // The GEMVs (f16 and quantized) are the dependent launches, on sm_90 only.
+    const std::set<std::string> gemvs = {kGemmEntry, kQuantGemmEntry};
+    EXPECT_EQ(dependent_kernels, sm >= 90 ? gemvs : std::set<std::string>()) << "sm_" << sm;
+  }
+}
+
 TEST(GenerateTest, UnsupportedConfigsAreErrors) {
   DecodeAttentionConfig a;
   for (int hd : {0, 16, 48, 100, 288, 512}) {

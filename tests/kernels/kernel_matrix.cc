@@ -1,6 +1,7 @@
 #include "tests/kernels/kernel_matrix.h"
 
 #include <string>
+#include <utility>
 
 #include "kernels/kernel_list.h"
 #include "tests/kernels/residual_add.h"
@@ -9,13 +10,14 @@ namespace ptxserve::kernels::testing {
 namespace {
 
 template <typename Config>
-void Add(std::vector<PtxModule>* out, const Config& c,
+void Add(std::vector<MatrixKernel>* out, const Config& c,
          absl::StatusOr<std::string> (*generate)(const Config&) = &GeneratePtx<Config>) {
   absl::StatusOr<std::string> ptx = generate(c);
   if (ptx.ok()) {
-    out->push_back({c.Key(), *ptx});
+    out->push_back({{c.Key(), *ptx}, GridDependent(c)});
   } else {
-    out->push_back({"ERROR " + c.Key() + ": " + std::string(ptx.status().message()), ""});
+    out->push_back(
+        {{"ERROR " + c.Key() + ": " + std::string(ptx.status().message()), ""}, GridDependent(c)});
   }
 }
 
@@ -23,6 +25,12 @@ void Add(std::vector<PtxModule>* out, const Config& c,
 
 std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full) {
   std::vector<PtxModule> out;
+  for (MatrixKernel& k : MatrixKernels(target, full)) out.push_back(std::move(k.module));
+  return out;
+}
+
+std::vector<MatrixKernel> MatrixKernels(const ptx::Target& target, bool full) {
+  std::vector<MatrixKernel> out;
   const std::vector<ElemType> kv_types =
       full ? std::vector<ElemType>{ElemType::kF32, ElemType::kF16, ElemType::kBF16}
            : std::vector<ElemType>{ElemType::kF16};

@@ -16,4 +16,12 @@ namespace ptxserve::kernels::testing {
 // `full` = false keeps one config per kernel variant (for extra targets).
 std::vector<PtxModule> MatrixModules(const ptx::Target& target, bool full = true);
 
+// The matrix's modules with what each config says of its kernel beside the PTX: whether it
+// is a programmatic dependent launch (kernels::GridDependent).
+struct MatrixKernel {
+  PtxModule module;
+  bool grid_dependent = false;
+};
+std::vector<MatrixKernel> MatrixKernels(const ptx::Target& target, bool full = true);
+
 }  // namespace ptxserve::kernels::testing

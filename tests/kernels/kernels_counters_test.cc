@@ -4,7 +4,9 @@
 //   - the decode GEMV reads each weight byte once per step (batches up to m_tile rows), in
 //     fully coalesced 128-bit loads;
 //   - decode attention reads each KV byte of the batch's contexts once per step (one CTA
-//     per KV head holds the whole GQA group), in fully coalesced 128-bit loads.
+//     per KV head holds the whole GQA group), in fully coalesced 128-bit loads;
+//   - the quantized tensor-core GEMM (gemm_quant_mma.cc) runs the mma, ldmatrix, cp.async and
+//     shared-memory accesses its tile math defines, and no more.
 // Numerics are checked elsewhere (kernels_emu_ops_test, kernels_emu_test); inputs here
 // are constants. Also measured: the emulator's slowdown with counters on (printed).
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "tests/kernels/emu_harness.h"
 
 namespace ptxserve::kernels::testing {
@@ -258,6 +261,209 @@ TEST(KernelCounters, DecodeAttentionReadsEachKvByteOnceInCoalescedLoads) {
       EXPECT_EQ(kc.Buffer(dq)->dram_read_bytes,
                 static_cast<uint64_t>(rows) * c.heads * c.head_dim * 4);
     }
+  }
+}
+
+// One block of `f` whose 32 (int4_g128: 128) weights are all 1.0: scale 1 and code 1
+// (q4_0's nibble 9 less 8, fp8's E4M3 0x38, int4's nibble 9 less the zero point 8).
+std::vector<uint8_t> BlockOfOnes(BlockFormat f) {
+  std::vector<uint8_t> b(BlockBytes(f));
+  switch (f) {
+    case BlockFormat::kQ8_0:
+      std::memcpy(b.data(), &kOneF16, 2);
+      std::fill(b.begin() + 2, b.end(), 1);
+      break;
+    case BlockFormat::kQ4_0:
+      std::memcpy(b.data(), &kOneF16, 2);
+      std::fill(b.begin() + 2, b.end(), 0x99);
+      break;
+    case BlockFormat::kFp8E4M3: {
+      const float one = 1.0f;
+      std::memcpy(b.data(), &one, 4);
+      std::fill(b.begin() + 4, b.end(), 0x38);
+      break;
+    }
+    case BlockFormat::kInt4G128:
+      std::memcpy(b.data(), &kOneF16, 2);
+      b[2] = 8;
+      b[3] = 0;
+      std::fill(b.begin() + 4, b.end(), 0x99);
+      break;
+  }
+  return b;
+}
+
+// Shared-memory loads (ld.shared) with which a thread decodes one row's block of a k step
+// from its staging (gemm_quant_decode.h): the scale, then 16 two-byte code pairs (q8_0),
+// 8 words (fp8), the 5 aligned words around the nibbles (q4_0), or 4 code words (int4_g128,
+// whose scale and zero point share the header word).
+int StagingLoadsPerRow(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::kQ8_0:
+      return 1 + 16;
+    case BlockFormat::kQ4_0:
+      return 1 + 5;
+    case BlockFormat::kFp8E4M3:
+      return 1 + 8;
+    case BlockFormat::kInt4G128:
+      break;
+  }
+  return 1 + 4;
+}
+
+// Aligned 16-byte units that k step t's cp.async copies read for a row whose first block
+// starts 16-byte aligned (gemm_quant_mma.cc's BlockSource::Copy): a q8_0 or fp8 block (34 or
+// 36 bytes, starting at most 14 or 12 bytes into a unit) spans 3; a q4_0 one (18 bytes) 2,
+// its third unit zero-filled without a read; an int4_g128 quarter one unit for its header
+// and one for its 16 code bytes, plus the next when they straddle units: the block's codes
+// start 68 b + 4 + 16 (t % 4) bytes into the row, on a unit boundary only for blocks
+// b = t / 4 with b % 4 == 3.
+int UnitsRead(BlockFormat f, int t) {
+  switch (f) {
+    case BlockFormat::kQ8_0:
+    case BlockFormat::kFp8E4M3:
+      return 3;
+    case BlockFormat::kQ4_0:
+      return 2;
+    case BlockFormat::kInt4G128:
+      break;
+  }
+  return (t / 4) % 4 == 3 ? 2 : 3;
+}
+
+struct QuantMmaCase {
+  int m, n, k;
+  BlockFormat format;
+  GemmMmaTile tile;
+};
+
+// The tensor-core form's counters follow from its definition (gemm_mma.cc's loop over k
+// steps of 32, gemm_quant_mma.cc's staging). The shapes are whole tiles (M % bm == 0,
+// N % bn == 0, bn a multiple of 32) with rows of a multiple of 16 bytes, so every thread owns
+// a row, and every row starts 16-byte aligned as the allocation does.
+TEST(KernelCounters, QuantGemmMmaRunsItsTileMath) {
+  using enum BlockFormat;
+  constexpr GemmMmaTile k64x64{64, 64, 2, 2, 1, 3}, k16x64{16, 64, 1, 4, 1, 3},
+      k64x128{64, 128, 2, 2, 1, 2};
+  for (const QuantMmaCase& c :
+       {QuantMmaCase{64, 128, 512, kQ8_0, k64x64}, QuantMmaCase{32, 128, 512, kQ8_0, k16x64},
+        QuantMmaCase{32, 128, 512, kQ4_0, k16x64}, QuantMmaCase{64, 128, 256, kQ4_0, k64x128},
+        QuantMmaCase{64, 128, 256, kFp8E4M3, k64x64}, QuantMmaCase{64, 128, 512, kInt4G128, k64x64},
+        QuantMmaCase{32, 128, 512, kInt4G128, k16x64}}) {
+    const GemmMmaTile& t = c.tile;
+    SCOPED_TRACE(absl::StrCat("m ", c.m, " n ", c.n, " k ", c.k, " ", BlockFormatName(c.format),
+                              " tile ", t.bm, "x", t.bn, " warps ", t.wm, "x", t.wn, " stages ",
+                              t.stages));
+    QuantGemmConfig cfg;
+    cfg.n = c.n;
+    cfg.k = c.k;
+    cfg.format = c.format;
+    cfg.tensor_cores = true;
+    cfg.tile_m = t.bm;
+    cfg.tile_n = t.bn;
+    cfg.warps_m = t.wm;
+    cfg.warps_n = t.wn;
+    cfg.stages = t.stages;
+    ASSERT_TRUE(cfg.Validate().ok()) << cfg.Validate();
+    absl::StatusOr<std::string> ptx = GenerateQuantGemm(cfg);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    const int blocks_per_row = c.k / BlockElems(c.format);
+    const int64_t row_bytes = int64_t{blocks_per_row} * BlockBytes(c.format);
+    ASSERT_EQ(row_bytes % 16, 0);
+    const std::vector<uint8_t> block = BlockOfOnes(c.format);
+    std::vector<uint8_t> w;
+    for (int b = 0; b < c.n * blocks_per_row; ++b) w.insert(w.end(), block.begin(), block.end());
+    const uint64_t w_bytes = w.size();
+    w.resize((w.size() + 15) / 16 * 16);  // readable to the next 16 bytes (gemm_quant.h)
+    EmuHarness h(Counting());
+    const uint64_t dx = h.Upload(std::vector<float>(static_cast<size_t>(c.m) * c.k, 1.0f));
+    const uint64_t dw = h.Upload(w), dy = h.Alloc(static_cast<size_t>(c.m) * c.n * 4);
+    ASSERT_EQ(dw % 32, 0u);
+    const LaunchDims d = QuantGemmLaunch(cfg, c.m);
+    ASSERT_TRUE(
+        h.Run(*ptx, kQuantGemmEntry, d, {Ptr(dx), Ptr(dw), Ptr(0), Ptr(dy), U32(c.m)}).ok());
+    const std::vector<float> y = h.Download<float>(dy, static_cast<size_t>(c.m) * c.n);
+    EXPECT_EQ(y.front(), static_cast<float>(c.k));
+    EXPECT_EQ(y.back(), static_cast<float>(c.k));
+    const emu::KernelCounters kc = Only(h);
+
+    // The grid: a CTA per bm x bn output tile, 32 wm wn threads, one k step of 32 a loop trip.
+    const uint64_t m = c.m, n = c.n, k = c.k;
+    const uint64_t col_tiles = n / t.bn, row_tiles = m / t.bm;
+    ASSERT_EQ(kc.ctas, col_tiles * row_tiles);
+    const int warps = t.wm * t.wn, steps = c.k / 32;
+    // Warps that own weight rows: thread i stages row i of the tile (bn <= 32 wm wn here).
+    ASSERT_LE(t.bn, 32 * warps);
+    const uint64_t row_warps = t.bn / 32;
+
+    // Tensor cores: per warp and k16, mi = bm / wm / 16 m16 tiles by nj = bn / wn / 8 n8
+    // tiles of mma.m16n8k16, their fragments by mi + nj / 2 ldmatrix.x4: M/16 x N/8 x K/16
+    // mma over the grid, 2 x 16 x 8 x 16 FLOPs each.
+    const uint64_t mi = t.bm / t.wm / 16, nj = t.bn / t.wn / 8;
+    const uint64_t k16s = kc.ctas * warps * steps * 2;
+    const uint64_t mma = m / 16 * (n / 8) * (k / 16);
+    EXPECT_EQ(k16s * mi * nj, mma);
+    EXPECT_EQ(kc.tensor_flops, mma * 2 * 16 * 8 * 16);
+    const uint64_t ldmatrix = k16s * (mi + nj / 2);
+    EXPECT_EQ(kc.Instructions(emu::InstrClass::kTensor), mma + ldmatrix);
+
+    // cp.async: each owning warp copies its rows' units of every k step once (q4_0's
+    // zero-filled unit included), and every warp commits a group per step and per prologue
+    // stage and waits once per step.
+    int units_issued = 0, units_read = 0;
+    for (int s = 0; s < steps; ++s) {
+      units_issued += 3;
+      units_read += UnitsRead(c.format, s);
+    }
+    EXPECT_EQ(kc.Instructions(emu::InstrClass::kAsyncCopy),
+              kc.ctas * (row_warps * units_issued + warps * (t.stages - 1 + 2 * steps)));
+
+    // Weights: DRAM sees each quantized byte once (the units of consecutive steps and rows
+    // tile the rows with no gap, up to the next 16 bytes). The caches see a CTA's bn rows
+    // once per CTA, so each weight unit once per row tile, and one sector per lane and unit:
+    // rows lie at least 128 bytes apart, so 32 sectors per request where 16 would carry
+    // the same bytes (a sector's other half is the neighbouring unit, copied a request
+    // earlier or later by the same thread).
+    const emu::BufferTraffic* wt = kc.Buffer(dw);
+    ASSERT_NE(wt, nullptr);
+    EXPECT_EQ(wt->dram_read_bytes, (w_bytes + 31) / 32 * 32);
+    EXPECT_EQ(wt->access.requests, kc.ctas * row_warps * units_read);
+    EXPECT_EQ(wt->access.sectors, row_tiles * n * units_read);
+    EXPECT_EQ(wt->access.ideal_sectors * 2, wt->access.sectors);
+    EXPECT_EQ(kc.global_load.requests, wt->access.requests + kc.Buffer(dx)->access.requests);
+
+    // Activations: each CTA loads its bm rows of x (f32, 16 bytes a lane, 8 lanes a 128-byte
+    // row piece), fully coalesced, once per column tile; DRAM once.
+    const emu::BufferTraffic* xt = kc.Buffer(dx);
+    ASSERT_NE(xt, nullptr);
+    EXPECT_EQ(xt->dram_read_bytes, m * k * 4);
+    EXPECT_EQ(xt->access.sectors, col_tiles * m * k * 4 / 32);
+    EXPECT_EQ(xt->access.sectors, xt->access.ideal_sectors);
+    EXPECT_EQ(kc.Buffer(dy)->dram_write_bytes, m * n * 4);
+
+    // Shared memory. Stores: each thread's activation chunks (one 8-byte store a round, four
+    // rows of 20 words per warp at 0, 16, 8, 24 words mod 32) and the decoded f16 rows (four
+    // 16-byte stores a row, rows of 20 words: 8 lanes cover the 32 banks) are conflict-free.
+    const uint64_t a_rounds = static_cast<uint64_t>(t.bm) * 8 / (32 * warps);
+    EXPECT_EQ(kc.shared_store.requests, kc.ctas * steps * (warps * a_rounds + row_warps * 4));
+    EXPECT_EQ(kc.shared_store.BankConflicts(), 0u);
+    // Loads: ldmatrix reads rows of 80 bytes, 8 rows of a matrix in distinct bank groups: its
+    // ideal 4 wavefronts. The staging reads are not conflict-free: a thread's units sit
+    // 48 bytes (12 words) from its neighbour's, so lanes l, l + 8, l + 16 and l + 24 read
+    // distinct words of one bank, 4 wavefronts where 1 would do.
+    const uint64_t staging_loads = kc.ctas * row_warps * steps * StagingLoadsPerRow(c.format);
+    EXPECT_EQ(kc.shared_load.requests, ldmatrix + staging_loads);
+    EXPECT_EQ(kc.shared_load.ideal_wavefronts, 4 * ldmatrix + staging_loads);
+    EXPECT_EQ(kc.shared_load.BankConflicts(), 3 * staging_loads);
+
+    absl::PrintF(
+        "qgemm tc %s m %d n %d k %d tile %dx%d: %u mma, %u ldmatrix; weights %u B, DRAM %u B, "
+        "requested %u B (%.1f sectors/request, ideal %.1f); shared loads %u, bank conflicts "
+        "%u wavefronts (staging reads)\n",
+        BlockFormatName(c.format), c.m, c.n, c.k, t.bm, t.bn, mma, ldmatrix, w_bytes,
+        wt->dram_read_bytes, wt->access.sectors * 32, wt->access.SectorsPerRequest(),
+        static_cast<double>(wt->access.ideal_sectors) / wt->access.requests,
+        kc.shared_load.requests, kc.shared_load.BankConflicts());
   }
 }
 
