@@ -12,7 +12,8 @@
 //  - widened rows (every format): kWidenRows rows at a time are dequantized into an f32
 //    buffer that gemm.cc's own kernel runs over for all rows of x: also bit for bit, and
 //    the widening is paid once per weight row, not once per MR rows of x;
-//  - integer (q8_0, q4_0): x is first rounded to 8-bit codes with an f32 scale per block
+//  - integer (q8_0, q4_0; q4_k and q6_k in gemm_quant_k.cc): x is first rounded to 8-bit codes with
+//  an f32 scale per block
 //    of 32, then each block pair is one 32-wide integer dot product (vpmaddubsw, vpmaddwd
 //    to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator. Fewest instructions per
 //    weight; x's rounding moves a result by the bound in ops.h. On CPUs with AVX512-VNNI
