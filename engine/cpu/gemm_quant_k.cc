@@ -12,7 +12,8 @@
 // super-blocks in integers; x's scale per 32 here costs an f32 FMA per block instead and
 // keeps x's rounding, and its bound, that of the other integer kernels.
 //
-// Tiles as gemm_quant.cc's: NR weight rows far apart (separate streams) times MR rows of x.
+// Tiles as gemm_quant.cc's: NR weight rows far apart (separate streams) times MR rows of x;
+// the helpers are forced inline, as the accumulators would otherwise live in memory.
 #include "engine/cpu/gemm_quant_k.h"
 
 #include <immintrin.h>
@@ -97,8 +98,9 @@ inline void Store(__m256 (&acc)[MR][4], const TileArgs& a) {
 // acc[i] += cvt(sum of c's 32 codes times x row i's block, times scales16) * (d * dx):
 // c unsigned (vpmaddubsw's first operand), xq signed.
 template <int MR>
-inline void BlockDot(__m256i c, __m256i scales16, float d, const TileArgs& a, int64_t blk,
-                     __m256 (&acc)[MR]) {
+inline __attribute__((always_inline)) void BlockDot(__m256i c, __m256i scales16, float d,
+                                                    const TileArgs& a, int64_t blk,
+                                                    __m256 (&acc)[MR]) {
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     const int64_t xb = i * a.blocks + blk;
@@ -110,8 +112,9 @@ inline void BlockDot(__m256i c, __m256i scales16, float d, const TileArgs& a, in
 
 // As BlockDot for signed codes q (|q| <= 32): |q| times xq with q's sign.
 template <int MR>
-inline void SignedBlockDot(__m256i q, __m256i scales16, float d, const TileArgs& a, int64_t blk,
-                           __m256 (&acc)[MR]) {
+inline __attribute__((always_inline)) void SignedBlockDot(__m256i q, __m256i scales16, float d,
+                                                          const TileArgs& a, int64_t blk,
+                                                          __m256 (&acc)[MR]) {
   const __m256i abs = _mm256_sign_epi8(q, q);
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -125,7 +128,8 @@ inline void SignedBlockDot(__m256i q, __m256i scales16, float d, const TileArgs&
 
 // One weight row's super-block `sb` against MR rows of x, into acc (8 lanes per x row).
 template <int MR>
-inline void SuperBlockQ4K(const uint8_t* b, int64_t sb, const TileArgs& a, __m256 (&acc)[MR]) {
+inline __attribute__((always_inline)) void SuperBlockQ4K(const uint8_t* b, int64_t sb,
+                                                         const TileArgs& a, __m256 (&acc)[MR]) {
   const float d = Half(b), dmin = Half(b + 2);
   alignas(8) uint8_t sc[kSubBlocks], m[kSubBlocks];
   Q4K::ScalesMins(b, sc, m);
@@ -150,7 +154,8 @@ inline void SuperBlockQ4K(const uint8_t* b, int64_t sb, const TileArgs& a, __m25
 }
 
 template <int MR>
-inline void SuperBlockQ6K(const uint8_t* b, int64_t sb, const TileArgs& a, __m256 (&acc)[MR]) {
+inline __attribute__((always_inline)) void SuperBlockQ6K(const uint8_t* b, int64_t sb,
+                                                         const TileArgs& a, __m256 (&acc)[MR]) {
   const float d = Half(b + 208);
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
   const __m256i low4 = _mm256_set1_epi8(0xF), high2 = _mm256_set1_epi8(0x30);
