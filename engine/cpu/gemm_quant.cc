@@ -12,7 +12,8 @@
 //  - widened rows (every format): kWidenRows rows at a time are dequantized into an f32
 //    buffer that gemm.cc's own kernel runs over for all rows of x: also bit for bit, and
 //    the widening is paid once per weight row, not once per MR rows of x;
-//  - integer (q8_0, q4_0): x is first rounded to 8-bit codes with an f32 scale per block
+//  - integer (q8_0, q4_0; q4_k and q6_k in gemm_quant_k.cc): x is first rounded to 8-bit codes with
+//  an f32 scale per block
 //    of 32, then each block pair is one 32-wide integer dot product (vpmaddubsw, vpmaddwd
 //    to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator. Fewest instructions per
 //    weight; x's rounding moves a result by the bound in ops.h. On CPUs with AVX512-VNNI
@@ -25,6 +26,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/cpu/gemm_quant_k.h"
 #include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
@@ -436,7 +438,9 @@ constexpr int64_t kQ8_0IntegerRows = 64;
 constexpr int64_t kHfWideningRows = 8;
 
 BlockKernel ChooseBlockKernel(QuantType t, int64_t M) {
-  if (t == QuantType::kQ4_0) return BlockKernel::kInteger;
+  if (t == QuantType::kQ4_0 || t == QuantType::kQ4_K || t == QuantType::kQ6_K) {
+    return BlockKernel::kInteger;  // q4_k/q6_k: gemm_quant_k.cc
+  }
   if (t == QuantType::kQ8_0 && (M <= kQ8_0IntegerRows || GemmIsa() >= Isa::kAvx512Vnni)) {
     return BlockKernel::kInteger;
   }
@@ -457,6 +461,10 @@ void GemmQuantized(const float* x, WeightMatrix w, const float* bias, int64_t M,
     GemmBlocks<Q8_0>(p, integer);
   } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kQ4_0) {
     GemmBlocks<Q4_0>(p, integer);
+  } else if (integer && (w.quant == QuantType::kQ4_K || w.quant == QuantType::kQ6_K)) {
+    thread_local QuantizedRows xq;
+    QuantizeActivations(x, M, K, 0, /*vnni=*/false, &xq);
+    GemmKQuantInteger(w.quant, xq.codes.data(), xq.scales.data(), p.w, bias, M, N, K, y);
   } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kFp8E4M3) {
     RunPanels(p, [&](int64_t b, int64_t e) { BlockPanel<WideningKernel, Fp8E4M3>(p, b, e); });
   } else if (kernel != BlockKernel::kWidenedRows && w.quant == QuantType::kInt4G128) {

@@ -70,8 +70,8 @@ void IntegerPanelAvx512Vnni(QuantType t, const QuantizedX& x, const uint8_t* w, 
 // The ways to multiply by blocks (gemm_quant.cc): widening codes to f32 weights in
 // registers (q8_0, q4_0, fp8_e4m3, int4_g128), widening a few rows at a time into an f32
 // buffer for gemm.cc's kernel (every format), both exact; or integer dot products against
-// x rounded to 8 bits (q8_0, q4_0). kChosen takes ChooseBlockKernel's; tests and
-// benchmarks name one (a format without the one named widens rows).
+// x rounded to 8 bits (q8_0, q4_0; q4_k, q6_k in gemm_quant_k.cc). kChosen takes
+// ChooseBlockKernel's; tests and benchmarks name one (a format without the one named widens rows).
 enum class BlockKernel { kChosen, kWidening, kWidenedRows, kInteger };
 
 // The kernel Gemm uses for M rows of x against `t` blocks (never kChosen), under GemmIsa().

@@ -27,10 +27,10 @@ struct WeightMatrix {
 // thread pool.
 // Block-quantized w (K a multiple of the block size) gives the result of the f32 GEMM
 // over DequantizeRow's rows, bit for bit, except where gemm_quant.cc's integer kernel
-// runs (q8_0 and q4_0, as ChooseBlockKernel says): there x is rounded to 8 bits per block
-// of 32 first, which moves each output by at most
+// runs (q8_0, q4_0, q4_k and q6_k, as ChooseBlockKernel says): there x is rounded to 8 bits
+// per block of 32 first, which moves each output by at most
 //   sum over blocks b of (amax_b(x[m]) / 254) * sum_{k in b} |w[n, k]|
-// beyond f32 rounding.
+// beyond f32 rounding (for q4_k, of its scale * code and min terms summed apart: gemm_quant_k.cc).
 void Gemm(const float* x, WeightMatrix w, const float* bias, int64_t M, int64_t N, int64_t K,
           float* y);
 inline void Gemm(const float* x, const float* w, const float* bias, int64_t M, int64_t N, int64_t K,

@@ -1,6 +1,6 @@
 // The CPU backend over block-quantized weights against the same model with those
-// weights dequantized to f32: bit for bit where the GEMMs widen the blocks (q4_k, q6_k),
-// close where they round x to 8 bits (q8_0 and q4_0 in small batches).
+// weights dequantized to f32: bit for bit where the GEMMs widen the blocks, close where they
+// round x to 8 bits (q4_0, q4_k, q6_k, and q8_0 in small batches).
 #include <memory>
 #include <string>
 #include <tuple>
@@ -131,8 +131,8 @@ bool Widens(QuantType q, int64_t rows) {
   return true;
 }
 
-// Bit for bit where the GEMMs widen the blocks. Where they round x to 8 bits (q8_0 and
-// q4_0 in batches this small), each GEMM moves by up to amax/254 per x element (ops.h's
+// Bit for bit where the GEMMs widen the blocks. Where they round x to 8 bits (q8_0, q4_0, q4_k and
+// q6_k in batches this small), each GEMM moves by up to amax/254 per x element (ops.h's
 // bound, checked GEMM by GEMM in gemm_quant_test.cc); through two layers and the LM head
 // the logits measured within 0.6% (the LM head alone) to 2% (every GEMM) of the largest.
 void ExpectCloseLogits(const std::vector<float>& a, const std::vector<float>& b, bool exact,

@@ -1,0 +1,302 @@
+// The integer GEMM for llama.cpp's k-quants (q4_k, q6_k: super-blocks of 256 with a scale
+// per sub-block, engine/model/quant.h), against x rounded to 8 bits per block of 32 as for
+// q8_0/q4_0 (gemm_quant.cc), so ops.h's bound on that rounding holds unchanged.
+//
+// A q4_k sub-block is 32 elements d * sc * q - dmin * m (q 0..15, 6-bit sc and m), exactly
+// one block of x: its sum is d * dx * (sc * q . xq) - dmin * m * (dx * sum xq), the integer
+// dot product taking sc through vpmaddwd's multiplier, the min term one FMA per 8
+// sub-blocks against x's block sums (computed once per x block). A q6_k element is
+// d * sc * (q - 32) with a signed 8-bit sc per 16 elements: a block of x covers two scales,
+// which vpmaddwd applies lane half by lane half (its low 128 bits hold elements 0..15).
+// llama.cpp (ggml_vec_dot_q4_K_q8_K) rounds x per 256 with one scale and so sums whole
+// super-blocks in integers; x's scale per 32 here costs an f32 FMA per block instead and
+// keeps x's rounding, and its bound, that of the other integer kernels.
+//
+// Tiles as gemm_quant.cc's: NR weight rows far apart (separate streams) times MR rows of x;
+// the helpers are forced inline, as the accumulators would otherwise live in memory.
+#include "engine/cpu/gemm_quant_k.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/simd.h"
+#include "engine/util/thread_pool.h"
+
+namespace ptxserve::cpu {
+namespace {
+
+constexpr int kNR = 4;                    // weight rows (streams) per tile
+constexpr int kMR = 3;                    // x rows per tile
+constexpr int64_t kMBlock = 48;           // x rows per pass over a thread's weight rows
+constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
+constexpr int kSubBlocks = 8;             // blocks of 32 per super-block of 256
+
+inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// What a tile kernel reads: x from its first row (rows `blocks` blocks apart), the tile's
+// first weight row, the distance between its rows, and where its outputs go.
+struct TileArgs {
+  const int8_t* x_codes;
+  const float* x_scales;
+  const float* x_sums;  // q4_k: dx * sum of the block's codes, per block
+  int64_t blocks;       // blocks of 32 per row of x
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t col_step;
+  const float* bias;
+  int64_t ldy;
+  float* y;
+};
+
+// q4_k: f16 d, f16 dmin, 12 bytes of scales and mins, 128 bytes of nibbles (sub-blocks 2p
+// and 2p + 1 in the low and high nibbles of bytes 32p..32p + 31).
+struct Q4K {
+  static constexpr int kBytes = 144;
+  static constexpr bool kSums = true;
+  // The 8 six-bit scales and mins as bytes (quant.cc's Q4KScaleMin, four at a time):
+  // sub-blocks 0..3 in the low six bits of bytes 0..3 (scales) and 4..7 (mins); 4..7 in
+  // the nibbles of bytes 8..11 with their top two bits in the spare high bits of 0..7.
+  static void ScalesMins(const uint8_t* b, uint8_t* sc, uint8_t* m) {
+    uint32_t w[3];
+    std::memcpy(w, b + 4, 12);
+    const uint32_t lo[2] = {w[0] & 0x3F3F3F3F, (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030)};
+    const uint32_t mins[2] = {w[1] & 0x3F3F3F3F,
+                              ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030)};
+    std::memcpy(sc, lo, 8);
+    std::memcpy(m, mins, 8);
+  }
+};
+
+// q6_k: 128 bytes ql (low nibbles), 64 bytes qh (2 high bits each), int8 scales[16], f16 d;
+// each half of 128 elements takes 64 bytes of ql, 32 of qh and 8 scales.
+struct Q6K {
+  static constexpr int kBytes = 210;
+  static constexpr bool kSums = false;
+};
+
+template <int MR, int NR>
+inline void Store(__m256 (&acc)[MR][4], const TileArgs& a) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, simd::Hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      a.y[i * a.ldy + j * a.col_step] =
+          a.bias != nullptr ? sums[j] + a.bias[j * a.col_step] : sums[j];
+    }
+  }
+}
+
+// acc[i] += cvt(sum of c's 32 codes times x row i's block, times scales16) * (d * dx):
+// c unsigned (vpmaddubsw's first operand), xq signed.
+template <int MR>
+inline __attribute__((always_inline)) void BlockDot(__m256i c, __m256i scales16, float d,
+                                                    const TileArgs& a, int64_t blk,
+                                                    __m256 (&acc)[MR]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const int64_t xb = i * a.blocks + blk;
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x_codes + xb * 32));
+    const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(c, xq), scales16);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.x_scales[xb]), acc[i]);
+  }
+}
+
+// As BlockDot for signed codes q (|q| <= 32): |q| times xq with q's sign.
+template <int MR>
+inline __attribute__((always_inline)) void SignedBlockDot(__m256i q, __m256i scales16, float d,
+                                                          const TileArgs& a, int64_t blk,
+                                                          __m256 (&acc)[MR]) {
+  const __m256i abs = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const int64_t xb = i * a.blocks + blk;
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x_codes + xb * 32));
+    const __m256i pairs = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(xq, q));
+    const __m256i dot = _mm256_madd_epi16(pairs, scales16);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.x_scales[xb]), acc[i]);
+  }
+}
+
+// One weight row's super-block `sb` against MR rows of x, into acc (8 lanes per x row).
+template <int MR>
+inline __attribute__((always_inline)) void SuperBlockQ4K(const uint8_t* b, int64_t sb,
+                                                         const TileArgs& a, __m256 (&acc)[MR]) {
+  const float d = Half(b), dmin = Half(b + 2);
+  alignas(8) uint8_t sc[kSubBlocks], m[kSubBlocks];
+  Q4K::ScalesMins(b, sc, m);
+  // The min term: dmin * m_s against dx * sum(xq) of x's block s, lane s.
+  const __m256 mins = _mm256_mul_ps(
+      _mm256_set1_ps(dmin),
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<__m128i*>(m)))));
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m256 sums = _mm256_loadu_ps(a.x_sums + i * a.blocks + sb * kSubBlocks);
+    acc[i] = _mm256_fnmadd_ps(mins, sums, acc[i]);
+  }
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+#pragma GCC unroll 4
+  for (int p = 0; p < kSubBlocks / 2; ++p) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * p));
+    const int64_t blk = sb * kSubBlocks + 2 * p;
+    BlockDot<MR>(_mm256_and_si256(q, low4), _mm256_set1_epi16(sc[2 * p]), d, a, blk, acc);
+    BlockDot<MR>(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), _mm256_set1_epi16(sc[2 * p + 1]),
+                 d, a, blk + 1, acc);
+  }
+}
+
+template <int MR>
+inline __attribute__((always_inline)) void SuperBlockQ6K(const uint8_t* b, int64_t sb,
+                                                         const TileArgs& a, __m256 (&acc)[MR]) {
+  const float d = Half(b + 208);
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const __m256i low4 = _mm256_set1_epi8(0xF), high2 = _mm256_set1_epi8(0x30);
+  const __m256i offset = _mm256_set1_epi8(32);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b + 64 * h;
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    // Block k = 4h + j of the super-block: ql0's or ql1's low or high nibbles (j & 1, j / 2)
+    // and qh's bits 2j, 2j + 1 as bits 4, 5; scales sc[2k] (elements 0..15) and sc[2k + 1].
+    const __m256i q[4] = {
+        _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), high2)),
+        _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), high2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                        _mm256_and_si256(qh, high2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), high2)),
+    };
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const int k = 4 * h + j;
+      const __m256i scales16 =
+          _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+      SignedBlockDot<MR>(_mm256_sub_epi8(q[j], offset), scales16, d, a, sb * kSubBlocks + k, acc);
+    }
+  }
+}
+
+template <int MR, int NR, class F>
+void Tile(const TileArgs& a) {
+  __m256 acc[MR][4];
+  __m256 row_acc[4][MR];
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) row_acc[j][i] = _mm256_setzero_ps();
+  }
+  const int64_t supers = a.blocks / kSubBlocks;
+  for (int64_t sb = 0; sb < supers; ++sb) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* b = a.w + j * a.col_step * a.row_bytes + sb * F::kBytes;
+      if constexpr (F::kSums) {
+        SuperBlockQ4K<MR>(b, sb, a, row_acc[j]);
+      } else {
+        SuperBlockQ6K<MR>(b, sb, a, row_acc[j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[i][j] = j < NR ? row_acc[j][i] : _mm256_setzero_ps();
+  }
+  Store<MR, NR>(acc, a);
+}
+
+using TileKernel = void (*)(const TileArgs&);
+
+template <class F, int MR>
+TileKernel PickNR(int nr) {
+  switch (nr) {
+    case 1:
+      return Tile<MR, 1, F>;
+    case 2:
+      return Tile<MR, 2, F>;
+    case 3:
+      return Tile<MR, 3, F>;
+    default:
+      return Tile<MR, 4, F>;
+  }
+}
+
+template <class F>
+TileKernel PickTile(int mr, int nr) {
+  switch (mr) {
+    case 1:
+      return PickNR<F, 1>(nr);
+    case 2:
+      return PickNR<F, 2>(nr);
+    default:
+      return PickNR<F, 3>(nr);
+  }
+}
+
+// dx * (sum of the block's 32 codes) for every block of x: q4_k's min term.
+void BlockSums(const int8_t* codes, const float* scales, int64_t blocks, float* sums) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + b * 32));
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, q), _mm256_set1_epi16(1));
+    const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    const int32_t total = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_srli_epi64(s2, 32)));
+    sums[b] = scales[b] * static_cast<float>(total);
+  }
+}
+
+template <class F>
+void Run(const int8_t* x_codes, const float* x_scales, const float* x_sums, const uint8_t* w,
+         const float* bias, int64_t M, int64_t N, int64_t K, float* y) {
+  const int64_t blocks = K / 32, row_bytes = K / 256 * F::kBytes;
+  auto panel = [&](int64_t n_begin, int64_t n_end) {
+    ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
+                [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
+                  const TileArgs a{x_codes + m0 * blocks * 32,
+                                   x_scales + m0 * blocks,
+                                   x_sums != nullptr ? x_sums + m0 * blocks : nullptr,
+                                   blocks,
+                                   w + n * row_bytes,
+                                   row_bytes,
+                                   col_step,
+                                   bias != nullptr ? bias + n : nullptr,
+                                   N,
+                                   y + m0 * N + n};
+                  PickTile<F>(mr, nr)(a);
+                });
+  };
+  if (M * N * K < kSerialWork) {
+    panel(0, N);
+  } else {
+    ThreadPool::Default().ParallelFor(N, panel);
+  }
+}
+
+}  // namespace
+
+void GemmKQuantInteger(QuantType t, const int8_t* x_codes, const float* x_scales, const uint8_t* w,
+                       const float* bias, int64_t M, int64_t N, int64_t K, float* y) {
+  if (t == QuantType::kQ6_K) {
+    Run<Q6K>(x_codes, x_scales, nullptr, w, bias, M, N, K, y);
+    return;
+  }
+  thread_local std::vector<float> sums;
+  sums.resize(M * K / 32);
+  BlockSums(x_codes, x_scales, M * K / 32, sums.data());
+  Run<Q4K>(x_codes, x_scales, sums.data(), w, bias, M, N, K, y);
+}
+
+}  // namespace ptxserve::cpu
