@@ -81,7 +81,8 @@ struct Q8_0 {
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
     return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  static void Pack(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out);
+  static void Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                   PackedBlock* out);
 };
 struct Q4_0 {
   static constexpr int kBytes = 18;
@@ -97,7 +98,8 @@ struct Q4_0 {
     v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
     return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   }
-  static void Pack(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out);
+  static void Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                   PackedBlock* out);
 };
 
 // The f16 scales of four weight rows' blocks as f32, row j's in lane 5j (where SumLanes
@@ -221,6 +223,7 @@ constexpr int kPackedMR = 8;  // x rows per packed tile: 8 accumulators, 8 weigh
 // x codes per pass over the weight rows (each pass repacks them): all of x up to this size,
 // read from L2/L3 once per 16 weight rows.
 constexpr int64_t kPassXBytes = int64_t{2} << 20;
+constexpr int kPrefetchBlocks = 8;  // how far ahead PackedPanel prefetches the weight rows
 
 // The 4 x 4 transposes of a tile's rows: lane l holds row LaneRow(l) (its own inverse).
 constexpr int LaneRow(int l) { return 4 * (l % 4) + l / 4; }
@@ -258,31 +261,38 @@ void Transpose(const __m512i (&a)[4], __m512i* g) {
 }
 
 // The scales (f16 at a block's start) and the correction of a block whose codes are packed.
-void PackScalesAndCorrection(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out) {
-  alignas(32) uint16_t h[kLanes];
-  for (int l = 0; l < kLanes; ++l) std::memcpy(&h[l], rows[LaneRow(l)] + at, 2);
-  out->scales = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
-  __m512i sum = _mm512_setzero_si512();
-  for (int g = 0; g < 8; ++g) {
-    sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(static_cast<char>(0x80)), out->codes[g]);
+// lane_offsets: lane l's row from rows[0], in bytes. The scales come by one gather: 16 scalar
+// stores read back as a vector missed store forwarding and stalled the packing. The
+// correction's 8 products run as two chains of 4.
+void PackScalesAndCorrection(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                             PackedBlock* out) {
+  const __m512i words = _mm512_i32gather_epi32(lane_offsets, rows[0] + at, 1);
+  out->scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+  const __m512i ones = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+  for (int g = 0; g < 8; g += 2) {
+    even = _mm512_dpbusd_epi32(even, ones, out->codes[g]);
+    odd = _mm512_dpbusd_epi32(odd, ones, out->codes[g + 1]);
   }
-  out->correction = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
+  out->correction = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(even, odd));
 }
 
-void Q8_0::Pack(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out) {
+void Q8_0::Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                PackedBlock* out) {
   for (int half = 0; half < 2; ++half) {
     const __m512i a[4] = {
         LoadRows4(rows, 0, at + 2 + 16 * half), LoadRows4(rows, 1, at + 2 + 16 * half),
         LoadRows4(rows, 2, at + 2 + 16 * half), LoadRows4(rows, 3, at + 2 + 16 * half)};
     Transpose(a, out->codes + 4 * half);
   }
-  PackScalesAndCorrection(rows, at, out);
+  PackScalesAndCorrection(rows, lane_offsets, at, out);
 }
 
 // Dword d of a q4_0 block holds elements 4d..4d+3 in its low nibbles and 16 + 4d.. in its
 // high ones; 8 comes off each nibble n without AVX512-BW's byte subtraction: n + 0x78 stays
 // within its byte (at most 0x87), and flipping its top bit then makes it n - 8 mod 256.
-void Q4_0::Pack(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out) {
+void Q4_0::Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                PackedBlock* out) {
   const __m512i a[4] = {LoadRows4(rows, 0, at + 2), LoadRows4(rows, 1, at + 2),
                         LoadRows4(rows, 2, at + 2), LoadRows4(rows, 3, at + 2)};
   __m512i g[4];
@@ -296,7 +306,7 @@ void Q4_0::Pack(const uint8_t* const (&rows)[16], int64_t at, PackedBlock* out) 
     out->codes[d] = _mm512_xor_si512(_mm512_add_epi32(lo, bias), flip);
     out->codes[4 + d] = _mm512_xor_si512(_mm512_add_epi32(hi, bias), flip);
   }
-  PackScalesAndCorrection(rows, at, out);
+  PackScalesAndCorrection(rows, lane_offsets, at, out);
 }
 
 // y[i * ldy + n] for i < MR and the tile's nr rows n (lane LaneRow(n)) against its packed
@@ -367,8 +377,21 @@ void PackedPanel(const QuantizedX& x, const uint8_t* w, int64_t row_bytes, const
     for (int64_t n = n_begin; n < n_end; n += kLanes) {
       const int nr = static_cast<int>(std::min<int64_t>(kLanes, n_end - n));
       const uint8_t* rows[kLanes];
-      for (int r = 0; r < kLanes; ++r) rows[r] = w + (n + std::min(r, nr - 1)) * row_bytes;
-      for (int64_t blk = 0; blk < x.blocks; ++blk) F::Pack(rows, blk * F::kBytes, &packed[blk]);
+      alignas(64) int32_t offsets[kLanes];
+      for (int r = 0; r < kLanes; ++r) {
+        rows[r] = w + (n + std::min(r, nr - 1)) * row_bytes;
+        offsets[r] = static_cast<int32_t>(std::min(LaneRow(r), nr - 1) * row_bytes);
+      }
+      const __m512i lane_offsets = _mm512_load_si512(offsets);
+      for (int64_t blk = 0; blk < x.blocks; ++blk) {
+        // 16 rows read a block at a time: prefetched kPrefetchBlocks ahead, which the
+        // hardware's stream prefetchers, tracking fewer streams, did not cover.
+        for (int r = 0; r < kLanes; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + (blk + kPrefetchBlocks) * F::kBytes),
+                       _MM_HINT_T0);
+        }
+        F::Pack(rows, lane_offsets, blk * F::kBytes, &packed[blk]);
+      }
       for (int64_t m0 = m_begin; m0 < m_end; m0 += kPackedMR) {
         const int mr = static_cast<int>(std::min<int64_t>(kPackedMR, m_end - m0));
         const QuantizedX xm{x.codes + m0 * x.blocks * 32, x.scales + m0 * x.blocks, x.blocks};
