@@ -61,9 +61,11 @@ namespace {
 // ---- Decode: two weight rows per register, lanes summed per block ----
 
 constexpr int kNR = 4;  // weight rows (streams) per decode tile, as in gemm_quant.cc
-// x rows from which PackedPanel runs (a repacked block serves this many rows or more);
-// below, Tile runs. A one-thread L2-resident q4_0 panel (256 x 2048, this Zen 5 VM) at 1
-// row took 9.6 us offsetting the weights, 11.2-12.0 us offsetting x.
+// x rows from which PackedPanel runs: its packing (per 16 rows' block: 16 loads, the
+// transposes, a gather) is paid once per pass over x, so it needs a few rows to spread over;
+// q4_0 8192 x 2048 at 8 rows packed took the CPU time the old 8-row tile did
+// (quant_gemm_bench). Under this, Tile runs (4 was the old kernel's switch between putting
+// the offset on x and on the weights; rows 4-7 are not measured apart).
 constexpr int kMinRowsToPack = 4;
 constexpr int kMR = kMinRowsToPack - 1;  // x rows per decode tile
 constexpr int64_t kMBlock = 48;          // x rows whose decode tiles reuse the same weight rows
