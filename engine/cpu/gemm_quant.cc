@@ -15,10 +15,12 @@
 //  - integer (q8_0, q4_0; q4_k and q6_k in gemm_quant_k.cc): x is first rounded to 8-bit codes with
 //  an f32 scale per block
 //    of 32, then each block pair is one 32-wide integer dot product (vpmaddubsw, vpmaddwd
-//    to 8 int32 sums) scaled by d_w * d_x into an f32 accumulator. Fewest instructions per
-//    weight; x's rounding moves a result by the bound in ops.h. On CPUs with AVX512-VNNI
-//    gemm_quant_vnni.cc's kernel computes the same int32 sums with vpdpbusd, two weight
-//    rows per register, and gives the same results bit for bit.
+//    to 8 int32 lanes, summed to one int32 per output by a vphaddd tree over 4 outputs),
+//    converted once and added into the output's f32 accumulator as float(sum) * (d_w * d_x)
+//    + acc, block after block. Fewest instructions per weight; x's rounding moves a result
+//    by the bound in ops.h. On CPUs with AVX512-VNNI gemm_quant_vnni.cc's kernel computes
+//    the same int32 sums with vpdpbusd and the same f32 steps in the same order, so it gives
+//    the same results bit for bit.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -218,6 +220,12 @@ inline void StoreTile(__m256 (&acc)[MR][4], const float* bias, int64_t col_step,
   }
 }
 
+// The int32 lanes of four outputs' products summed, output j's sum in lane j.
+inline __m128i HsumInt4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
 // The arguments every tile kernel takes: x (f32 rows K apart, or their codes), the
 // tile's first weight row, the distance between its rows, and where its outputs go.
 struct TileArgs {
@@ -282,30 +290,42 @@ void IntegerKernel<MR, NR, F>::Run(const TileArgs& a) {
   const uint8_t* wr[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j) wr[j] = a.w + j * a.col_step * a.row_bytes;
-  __m256 acc[MR][4];
+  __m128 acc[MR];  // lane j: output j's sum so far
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
-  }
+  for (int i = 0; i < MR; ++i) acc[i] = _mm_setzero_ps();
   for (int64_t blk = 0; blk < blocks; ++blk) {
+    typename F::Codes wq[NR];
+    alignas(16) float dw[4] = {0, 0, 0, 0};
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
       const uint8_t* wb = wr[j] + blk * F::kBytes;
-      const typename F::Codes wq = F::Load(wb);
-      const float dw = Scale(wb);
+      wq[j] = F::Load(wb);
+      dw[j] = Scale(wb);
+    }
+    const __m128 scales = _mm_load_ps(dw);
 #pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const int64_t xb = i * blocks + blk;
-        const __m256i xq =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x_codes + xb * 32));
-        const __m256i dot = F::Dot(wq, xq, a.x_corrections + xb * 8);
-        const __m256 scale = _mm256_set1_ps(dw * a.x_scales[xb]);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i][j]);
-      }
+    for (int i = 0; i < MR; ++i) {
+      const int64_t xb = i * blocks + blk;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x_codes + xb * 32));
+      __m256i dot[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) dot[j] = F::Dot(wq[j], xq, a.x_corrections + xb * 8);
+      const __m128i sums = HsumInt4(dot[0], dot[1], dot[2], dot[3]);
+      acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(scales, _mm_set1_ps(a.x_scales[xb])),
+                            acc[i]);
     }
   }
-  StoreTile<MR, NR>(acc, a.bias, a.col_step, a.ldy, a.y);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, acc[i]);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      a.y[i * a.ldy + j * a.col_step] =
+          a.bias != nullptr ? sums[j] + a.bias[j * a.col_step] : sums[j];
+    }
+  }
 }
 
 using TileKernel = void (*)(const TileArgs&);

@@ -1,29 +1,33 @@
 // gemm_quant.cc's integer kernel (q8_0 and q4_0 weights against x rounded to 8 bits per
 // block of 32) for CPUs with AVX512-VNNI, chosen at run time (engine/cpu/isa.h).
 //
-// vpdpbusd adds the four products of unsigned bytes (first operand) and signed bytes
-// (second) in each int32 lane to that lane. Here the weights are the signed operand, as
-// they are (q8_0's codes) or made so (q4_0's nibbles minus 8), and x's codes the unsigned
-// one, stored offset by 128 (QuantizedX: x + 128 in 0..255). Each weight block's
-// accumulation starts from -128 times its codes summed four at a time (itself one vpdpbusd
-// of 128 against them, negated), so
-//   (x + 128) . w - 128 sum(w) = x . w
-// lane by lane, exactly. The offset's cost is paid once per weight block and tile, shared
-// by the tile's 8 rows of x, where putting the offset c on the weights (the usual way
-// round: q4_0's nibbles are its codes plus 8, q8_0's codes get 128 by a flip of their top
-// bit; then (w + c) . x - c sum(x) = w . x) needs x's correction (a vpdpbusd and a
-// subtraction) once per x row and weight block of every tile. x's flipped codes are stored
-// once per GEMM (QuantizeActivations), not flipped per tile. Tiles of few x rows, where
-// the weights' side costs more, take the usual way (kMinRowsToOffsetX); same lanes.
-// The lanes are the AVX2 kernel's (lane l: elements 4l..4l+3 of the block, summed
-// exactly), and the f32 work after them is the AVX2 kernel's too, in the same order: the
-// lanes are converted to f32 and added into 8 f32 lanes per output as
-// acc = lanes * (d_w * d_x) + acc (one FMA, d_w * d_x rounded first), block after block,
-// then summed across by simd::Hsum4. So the results equal the AVX2 kernel's bit for bit.
+// Both ISA kernels round alike: for each output and weight block, the block's 32 products
+// are summed exactly in int32 (s), and the output's one f32 accumulator takes
+//   acc = float(s) * (d_w * d_x) + acc
+// (one FMA, d_w * d_x rounded first; float(s) exact, |s| <= 32 * 128 * 127 < 2^24), block
+// after block, then y = acc + bias. So the results equal the AVX2 kernel's bit for bit,
+// however each kernel arranges its integer lanes.
 //
-// As in gemm_avx512.cc, a 512-bit register holds two weight rows' 8-lane sums side by side,
-// with x's 32 codes broadcast to both halves: 8 x rows x 4 weight rows per tile, 16
-// accumulators of the 32 registers, and each weight block unpacked once per 8 rows of x.
+// vpdpbusd adds the four products of unsigned bytes (first operand) and signed bytes
+// (second) in each int32 lane to that lane. x's codes are stored offset by 128
+// (QuantizedX: x + 128 in 0..255), the weights' are signed (q8_0's codes; q4_0's nibbles
+// minus 8), and a block's sum starts from -128 times the weights' codes summed, so
+//   (x + 128) . w - 128 sum(w) = x . w
+// exactly.
+//
+// Prefill (PackedPanel, 4 rows of x or more): the lanes are outputs. Each weight block of
+// 16 rows is repacked once per pass over x (PackedBlock: register g's lane l holds elements
+// 4g..4g+3 of one row, with the rows' scales and corrections in the same lanes), and each
+// x row's block is then 8 vpdpbusd of its 4-byte groups broadcast against those registers,
+// one int32 -> f32 conversion, one multiply and one FMA for 16 outputs. The f32 work per
+// block and output that bounded the kernel before (8 lanes converted and scaled per output)
+// is gone; the vpdpbusd count per product is the same.
+//
+// Decode (Tile, under 4 rows): a 512-bit register holds two weight rows' 8-lane sums side by
+// side, with x's 32 codes broadcast to both halves, and the lanes of 4 outputs are summed
+// per block by a shuffle-add tree. There the offset goes on the weights (q4_0's nibbles as
+// stored, q8_0's codes + 128) and x's correction on x, which costs less than repacking a
+// tile's weights for one row.
 //
 // Compiled for AVX-512 by a target pragma after the includes, for the reasons
 // gemm_avx512.cc gives; no intrinsics in lambdas below, which Clang's pragma does not reach.
@@ -36,11 +40,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
-#include "engine/cpu/simd.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512vnni"))), \
@@ -53,39 +58,33 @@
 namespace ptxserve::cpu {
 namespace {
 
-constexpr int kNR = 4;           // weight rows (streams) per tile, as in gemm_quant.cc
-constexpr int kMR = 8;           // x rows per tile: 8 x 2 accumulator registers
-constexpr int64_t kMBlock = 48;  // x rows whose tiles reuse the same weight rows
-// Tiles of fewer x rows (decode's 1) put the offset on the weights instead: the offset on x
-// costs a vpdpbusd and a subtraction per weight block pair and tile, on the weights the same
-// per x row and block (and an xor for x's signed codes); a one-thread L2-resident q4_0 panel
-// (256 x 2048, this Zen 5 VM) at 1 row took 9.6 us offsetting the weights, 11.2-12.0 us
-// offsetting x, and at 48 rows 219-220 us offsetting x, 232 us with the weights' offset.
-constexpr int kMinRowsToOffsetX = 4;
+// ---- Decode: two weight rows per register, lanes summed per block ----
 
-// The f16 block scales of two weight rows' blocks as f32: a's in the low 8 lanes.
-__m512 ScalePair(const uint8_t* a, const uint8_t* b) {
-  uint16_t ha, hb;
-  std::memcpy(&ha, a, 2);
-  std::memcpy(&hb, b, 2);
-  return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hb)),
-                                          _mm_set1_epi16(static_cast<int16_t>(ha))));
-}
+constexpr int kNR = 4;  // weight rows (streams) per decode tile, as in gemm_quant.cc
+// x rows from which PackedPanel runs: its packing (per 16 rows' block: 16 loads, the
+// transposes, a gather) is paid once per pass over x, so it needs a few rows to spread over;
+// q4_0 8192 x 2048 at 8 rows packed took the CPU time the old 8-row tile did
+// (quant_gemm_bench). Under this, Tile runs (4 was the old kernel's switch between putting
+// the offset on x and on the weights; rows 4-7 are not measured apart).
+constexpr int kMinRowsToPack = 4;
+constexpr int kMR = kMinRowsToPack - 1;  // x rows per decode tile
+constexpr int64_t kMBlock = 48;          // x rows whose decode tiles reuse the same weight rows
 
-// The two formats' blocks, two rows' blocks a and b per register, a's 32 in the low half,
-// in the element order of x's codes: as vpdpbusd's signed operand (LoadSigned: the codes)
-// or as its unsigned one (LoadOffset: the codes plus kOffset).
+// The two formats' blocks: for Tile two rows' blocks a and b per register, a's 32 in the low
+// half, in the element order of x's codes, as vpdpbusd's unsigned operand (LoadOffset: the
+// codes plus kOffset); for PackedPanel 16 rows' blocks repacked (Pack).
+struct PackedBlock;
 struct Q8_0 {
   static constexpr int kBytes = 34;
   static constexpr int kOffset = 128;
-  static __m512i LoadSigned(const uint8_t* a, const uint8_t* b) {
-    return _mm512_inserti64x4(
+  static __m512i LoadOffset(const uint8_t* a, const uint8_t* b) {
+    const __m512i v = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  static __m512i LoadOffset(const uint8_t* a, const uint8_t* b) {
-    return _mm512_xor_si512(LoadSigned(a, b), _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
+  static void Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                   PackedBlock* out);
 };
 struct Q4_0 {
   static constexpr int kBytes = 18;
@@ -101,15 +100,35 @@ struct Q4_0 {
     v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
     return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   }
-  // 8 comes off each nibble n without AVX512-BW's byte subtraction: n + 0x78 stays within
-  // its byte (at most 0x87), and flipping its top bit then makes it n + 0xF8, n - 8 mod 256.
-  static __m512i LoadSigned(const uint8_t* a, const uint8_t* b) {
-    const __m512i v = _mm512_add_epi32(LoadOffset(a, b), _mm512_set1_epi8(0x78));
-    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
+  static void Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                   PackedBlock* out);
 };
 
-__m256 High(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+// The f16 scales of four weight rows' blocks as f32, row j's in lane 5j (where SumLanes
+// leaves output j's sum; each 128-bit lane holds all four). Built in registers: four
+// scalar stores read back as one vector missed store forwarding and stalled the tile.
+int F16Bits(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+__m512 ScaleQuad(const uint8_t* const (&w)[4]) {
+  __m128i h = _mm_setzero_si128();
+  h = _mm_insert_epi16(h, F16Bits(w[0]), 0);
+  h = _mm_insert_epi16(h, F16Bits(w[1]), 1);
+  h = _mm_insert_epi16(h, F16Bits(w[2]), 2);
+  h = _mm_insert_epi16(h, F16Bits(w[3]), 3);
+  return _mm512_broadcast_f32x4(_mm_cvtph_ps(h));
+}
+
+// a holds outputs 0 and 1 (8 lanes each), b outputs 2 and 3: each output's 8 lanes summed,
+// output j's sum in lanes 4j..4j+3 (the 128-bit lane j).
+__m512i SumLanes(__m512i a, __m512i b) {
+  __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+  return _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+}
 
 // What a tile needs: x's rows from its first, the tile's first weight row, the distance
 // between its rows (weight rows and output columns), and where its outputs go.
@@ -123,76 +142,52 @@ struct TileArgs {
   float* y;
 };
 
-// y[i * ldy + j * col_step] for i < MR, j < NR. Register p of row i holds the sums of
-// weight rows 2p and 2p + 1 (with NR odd, the last row twice). Loops over MR/kPairs carry
-// `#pragma GCC unroll` so the accumulators stay in registers.
+// y[i * ldy + j * col_step] for i < MR, j < NR. Register p of a row's products holds weight
+// rows 2p and 2p + 1 (with NR odd, the last row twice). x's signed codes against the
+// weights' plus kOffset, so each x row and block carries -kOffset times its codes summed.
+// Loops over MR/kPairs carry `#pragma GCC unroll` so the accumulators stay in registers.
 template <int MR, int NR, class F>
 void Tile(const TileArgs& a) {
-  constexpr int kPairs = (NR + 1) / 2;
+  constexpr int kPairs = 2;
   const uint8_t* wr[2 * kPairs];
 #pragma GCC unroll 4
   for (int j = 0; j < 2 * kPairs; ++j) wr[j] = a.w + std::min(j, NR - 1) * a.col_step * a.row_bytes;
-  __m512 acc[MR][kPairs];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) acc[i][p] = _mm512_setzero_ps();
-  }
+  __m512 acc[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t blocks = a.x.blocks;
-  // Below kMinRowsToOffsetX rows of x the offset goes on the weights (see the top).
-  constexpr bool kOffsetWeights = MR < kMinRowsToOffsetX;
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(kOffsetWeights ? F::kOffset : 128));
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(F::kOffset));
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    __m512i wq[kPairs], correction[kPairs];
-    __m512 dw[kPairs];
+    const uint8_t* wb[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) wb[j] = wr[j] + blk * F::kBytes;
+    __m512i wq[kPairs];
 #pragma GCC unroll 2
-    for (int p = 0; p < kPairs; ++p) {
-      const uint8_t* wa = wr[2 * p] + blk * F::kBytes;
-      const uint8_t* wb = wr[2 * p + 1] + blk * F::kBytes;
-      if constexpr (kOffsetWeights) {
-        wq[p] = F::LoadOffset(wa, wb);
-      } else {
-        wq[p] = F::LoadSigned(wa, wb);
-        correction[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, wq[p]));
-      }
-      dw[p] = ScalePair(wa, wb);
-    }
-#pragma GCC unroll 8
+    for (int p = 0; p < kPairs; ++p) wq[p] = F::LoadOffset(wb[2 * p], wb[2 * p + 1]);
+    const __m512 dw = ScaleQuad(wb);
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const int64_t xb = i * blocks + blk;
       const __m512i xu = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.codes + xb * 32)));
-      const __m512 dx = _mm512_set1_ps(a.x.scales[xb]);
-      if constexpr (kOffsetWeights) {
-        const __m512i xs = _mm512_xor_si512(xu, flip);  // x's signed codes
-        const __m512i x_correction = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xs));
-#pragma GCC unroll 2
-        for (int p = 0; p < kPairs; ++p) {
-          const __m512i dot = _mm512_dpbusd_epi32(x_correction, wq[p], xs);
-          acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
-        }
-      } else {
-#pragma GCC unroll 2
-        for (int p = 0; p < kPairs; ++p) {
-          const __m512i dot = _mm512_dpbusd_epi32(correction[p], xu, wq[p]);
-          acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[p], dx), acc[i][p]);
-        }
-      }
+      const __m512i xs = _mm512_xor_si512(xu, flip);  // x's signed codes
+      const __m512i x_correction = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xs));
+      const __m512i sums = SumLanes(_mm512_dpbusd_epi32(x_correction, wq[0], xs),
+                                    _mm512_dpbusd_epi32(x_correction, wq[1], xs));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(a.x.scales[xb])), acc[i]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    const __m256 z = _mm256_setzero_ps();
-    alignas(16) float sums[4];
-    _mm_store_ps(sums, simd::Hsum4(_mm512_castps512_ps256(acc[i][0]), High(acc[i][0]),
-                                   kPairs > 1 ? _mm512_castps512_ps256(acc[i][kPairs - 1]) : z,
-                                   kPairs > 1 ? High(acc[i][kPairs - 1]) : z));
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, acc[i]);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
       a.y[i * a.ldy + j * a.col_step] =
-          a.bias != nullptr ? sums[j] + a.bias[j * a.col_step] : sums[j];
+          a.bias != nullptr ? sums[5 * j] + a.bias[j * a.col_step] : sums[5 * j];
     }
   }
 }
@@ -223,15 +218,210 @@ void Panel(const QuantizedX& x, const uint8_t* w, int64_t row_bytes, const float
               });
 }
 
+// ---- Prefill: lanes are outputs ----
+
+constexpr int kLanes = 16;    // weight rows per packed tile, one per int32 lane
+constexpr int kPackedMR = 8;  // x rows per packed tile: 8 accumulators, 8 weight registers
+// x codes per pass over the weight rows (each pass repacks them): all of x up to this size,
+// read from L2/L3 once per 16 weight rows.
+constexpr int64_t kPassXBytes = int64_t{2} << 20;
+constexpr int kPrefetchBlocks = 8;  // how far ahead PackedPanel prefetches the weight rows
+
+// The 4 x 4 transposes of a tile's rows: lane l holds row LaneRow(l) (its own inverse).
+constexpr int LaneRow(int l) { return 4 * (l % 4) + l / 4; }
+
+// A weight block of 16 rows, repacked: codes[g] lane l holds elements 4g..4g+3 of row
+// LaneRow(l) as signed bytes; scales and correction (-128 times the row's codes summed) in
+// the same lanes.
+struct PackedBlock {
+  __m512i codes[8];
+  __m512 scales;
+  __m512i correction;
+};
+
+__m128i Load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 bytes at offset `at` of rows 4k..4k+3, a 128-bit lane each.
+__m512i LoadRows4(const uint8_t* const (&rows)[16], int k, int64_t at) {
+  __m512i v = _mm512_castsi128_si512(Load16(rows[4 * k] + at));
+  v = _mm512_inserti32x4(v, Load16(rows[4 * k + 1] + at), 1);
+  v = _mm512_inserti32x4(v, Load16(rows[4 * k + 2] + at), 2);
+  return _mm512_inserti32x4(v, Load16(rows[4 * k + 3] + at), 3);
+}
+
+// a[k] with rows 4k..4k+3 per 128-bit lane (LoadRows4) to g[d]: each row's dword d, at the
+// lanes LaneRow gives.
+void Transpose(const __m512i (&a)[4], __m512i* g) {
+  const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]);
+  const __m512i t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]);
+  const __m512i t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+  g[0] = _mm512_unpacklo_epi64(t0, t2);
+  g[1] = _mm512_unpackhi_epi64(t0, t2);
+  g[2] = _mm512_unpacklo_epi64(t1, t3);
+  g[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// The scales (f16 at a block's start) and the correction of a block whose codes are packed.
+// lane_offsets: lane l's row from rows[0], in bytes. The scales come by one gather: 16 scalar
+// stores read back as a vector missed store forwarding and stalled the packing. The
+// correction's 8 products run as two chains of 4.
+void PackScalesAndCorrection(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                             PackedBlock* out) {
+  const __m512i words = _mm512_i32gather_epi32(lane_offsets, rows[0] + at, 1);
+  out->scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+  const __m512i ones = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+  for (int g = 0; g < 8; g += 2) {
+    even = _mm512_dpbusd_epi32(even, ones, out->codes[g]);
+    odd = _mm512_dpbusd_epi32(odd, ones, out->codes[g + 1]);
+  }
+  out->correction = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(even, odd));
+}
+
+void Q8_0::Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                PackedBlock* out) {
+  for (int half = 0; half < 2; ++half) {
+    const __m512i a[4] = {
+        LoadRows4(rows, 0, at + 2 + 16 * half), LoadRows4(rows, 1, at + 2 + 16 * half),
+        LoadRows4(rows, 2, at + 2 + 16 * half), LoadRows4(rows, 3, at + 2 + 16 * half)};
+    Transpose(a, out->codes + 4 * half);
+  }
+  PackScalesAndCorrection(rows, lane_offsets, at, out);
+}
+
+// Dword d of a q4_0 block holds elements 4d..4d+3 in its low nibbles and 16 + 4d.. in its
+// high ones; 8 comes off each nibble n without AVX512-BW's byte subtraction: n + 0x78 stays
+// within its byte (at most 0x87), and flipping its top bit then makes it n - 8 mod 256.
+void Q4_0::Pack(const uint8_t* const (&rows)[16], __m512i lane_offsets, int64_t at,
+                PackedBlock* out) {
+  const __m512i a[4] = {LoadRows4(rows, 0, at + 2), LoadRows4(rows, 1, at + 2),
+                        LoadRows4(rows, 2, at + 2), LoadRows4(rows, 3, at + 2)};
+  __m512i g[4];
+  Transpose(a, g);
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const __m512i bias = _mm512_set1_epi8(0x78);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int d = 0; d < 4; ++d) {
+    const __m512i lo = _mm512_and_si512(g[d], mask);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(g[d], 4), mask);
+    out->codes[d] = _mm512_xor_si512(_mm512_add_epi32(lo, bias), flip);
+    out->codes[4 + d] = _mm512_xor_si512(_mm512_add_epi32(hi, bias), flip);
+  }
+  PackScalesAndCorrection(rows, lane_offsets, at, out);
+}
+
+// y[i * ldy + n] for i < MR and the tile's nr rows n (lane LaneRow(n)) against its packed
+// blocks. Loops over MR carry `#pragma GCC unroll` so the accumulators stay in registers.
+template <int MR>
+void PackedTile(const PackedBlock* w, const QuantizedX& x, const float* bias, int nr, int64_t ldy,
+                float* y) {
+  __m512 acc[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t blocks = x.blocks;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const PackedBlock& b = w[blk];
+    __m512i codes[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) codes[g] = _mm512_load_si512(&b.codes[g]);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* xc = x.codes + (i * blocks + blk) * 32;
+      __m512i sum = b.correction;
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        int32_t group;
+        std::memcpy(&group, xc + 4 * g, 4);
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi32(group), codes[g]);
+      }
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                               _mm512_mul_ps(b.scales, _mm512_set1_ps(x.scales[i * blocks + blk])),
+                               acc[i]);
+    }
+  }
+  const __m512i order =
+      _mm512_setr_epi32(LaneRow(0), LaneRow(1), LaneRow(2), LaneRow(3), LaneRow(4), LaneRow(5),
+                        LaneRow(6), LaneRow(7), LaneRow(8), LaneRow(9), LaneRow(10), LaneRow(11),
+                        LaneRow(12), LaneRow(13), LaneRow(14), LaneRow(15));
+  const __mmask16 keep = static_cast<__mmask16>((1u << nr) - 1);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    __m512 v = _mm512_permutexvar_ps(order, acc[i]);
+    if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, bias));
+    _mm512_mask_storeu_ps(y + i * ldy, keep, v);
+  }
+}
+
+using PackedTileFn = void (*)(const PackedBlock*, const QuantizedX&, const float*, int, int64_t,
+                              float*);
+
+template <int... I>
+constexpr std::array<PackedTileFn, sizeof...(I)> PackedTileTable(std::integer_sequence<int, I...>) {
+  return {&PackedTile<I + 1>...};
+}
+
+// Weight rows [n_begin, n_end) 16 at a time, each 16 repacked once per pass over x's rows.
+template <class F>
+void PackedPanel(const QuantizedX& x, const uint8_t* w, int64_t row_bytes, const float* bias,
+                 int64_t M, int64_t ldy, int64_t n_begin, int64_t n_end, float* y) {
+  static constexpr auto kTiles = PackedTileTable(std::make_integer_sequence<int, kPackedMR>());
+  // A byte buffer aligned by hand: std::vector<PackedBlock> came back 32-byte aligned here.
+  thread_local std::vector<uint8_t> storage;
+  storage.resize(x.blocks * sizeof(PackedBlock) + alignof(PackedBlock));
+  PackedBlock* packed = reinterpret_cast<PackedBlock*>(
+      (reinterpret_cast<uintptr_t>(storage.data()) + alignof(PackedBlock) - 1) &
+      ~uintptr_t{alignof(PackedBlock) - 1});
+  const int64_t pass_rows =
+      std::max<int64_t>(kPackedMR, kPassXBytes / (32 * x.blocks) / kPackedMR * kPackedMR);
+  for (int64_t m_begin = 0; m_begin < M; m_begin += pass_rows) {
+    const int64_t m_end = std::min(M, m_begin + pass_rows);
+    for (int64_t n = n_begin; n < n_end; n += kLanes) {
+      const int nr = static_cast<int>(std::min<int64_t>(kLanes, n_end - n));
+      const uint8_t* rows[kLanes];
+      alignas(64) int32_t offsets[kLanes];
+      for (int r = 0; r < kLanes; ++r) {
+        rows[r] = w + (n + std::min(r, nr - 1)) * row_bytes;
+        offsets[r] = static_cast<int32_t>(std::min(LaneRow(r), nr - 1) * row_bytes);
+      }
+      const __m512i lane_offsets = _mm512_load_si512(offsets);
+      for (int64_t blk = 0; blk < x.blocks; ++blk) {
+        // 16 rows read a block at a time: prefetched kPrefetchBlocks ahead, which the
+        // hardware's stream prefetchers, tracking fewer streams, did not cover.
+        for (int r = 0; r < kLanes; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + (blk + kPrefetchBlocks) * F::kBytes),
+                       _MM_HINT_T0);
+        }
+        F::Pack(rows, lane_offsets, blk * F::kBytes, &packed[blk]);
+      }
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += kPackedMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kPackedMR, m_end - m0));
+        const QuantizedX xm{x.codes + m0 * x.blocks * 32, x.scales + m0 * x.blocks, x.blocks};
+        kTiles[mr - 1](packed, xm, bias != nullptr ? bias + n : nullptr, nr, ldy, y + m0 * ldy + n);
+      }
+    }
+  }
+}
+
+template <class F>
+void AnyPanel(const QuantizedX& x, const uint8_t* w, int64_t row_bytes, const float* bias,
+              int64_t M, int64_t ldy, int64_t n_begin, int64_t n_end, float* y) {
+  if (M >= kMinRowsToPack) {
+    PackedPanel<F>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
+  } else {
+    Panel<F>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
+  }
+}
+
 }  // namespace
 
 void IntegerPanelAvx512Vnni(QuantType t, const QuantizedX& x, const uint8_t* w, int64_t row_bytes,
                             const float* bias, int64_t M, int64_t ldy, int64_t n_begin,
                             int64_t n_end, float* y) {
   if (t == QuantType::kQ8_0) {
-    Panel<Q8_0>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
+    AnyPanel<Q8_0>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
   } else {
-    Panel<Q4_0>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
+    AnyPanel<Q4_0>(x, w, row_bytes, bias, M, ldy, n_begin, n_end, y);
   }
 }
 

@@ -102,9 +102,10 @@ TEST_F(GemmIsaTest, WidenedQuantRowsGiveTheSameBits) {
   }
 }
 
-// The integer kernel (x rounded to 8 bits per block) over q8_0 and q4_0: M across the
-// 8-row VNNI and 3-row AVX2 tiles and the 48-row blocks, N across the 4-row tiles (odd
-// counts leave half a register pair) and the thread split, K of 1 to 9 blocks. Weight codes
+// The integer kernel (x rounded to 8 bits per block) over q8_0 and q4_0: M across the VNNI
+// kernel's decode tiles (under 4 rows), its packed 8-row tiles and the 3-row AVX2 tiles and
+// 48-row blocks, N across the 4-row tiles (odd counts leave half a register pair), the
+// packed 16-row tiles (67 leaves 3) and the thread split, K of 1 to 9 blocks. Weight codes
 // at the extremes (q8_0's -128 and 127, q4_0's 0 and 15) and x blocks of one sign, of
 // zeros and with a single large element exercise the offset trick's corrections.
 TEST(GemmIsaVnniTest, IntegerKernelGivesTheSameBits) {
@@ -147,6 +148,32 @@ TEST(GemmIsaVnniTest, IntegerKernelGivesTheSameBits) {
         }
       }
     }
+  }
+}
+
+// x larger than the VNNI kernel's pass over x (2 MiB of codes: 64 rows at K = 32768), so
+// the packed weight tiles are repacked for a second pass of 6 rows.
+TEST(GemmIsaVnniTest, IntegerKernelPassesOverXGiveTheSameBits) {
+  if (DetectIsa() < Isa::kAvx512Vnni) {
+    std::printf("skipping: this CPU lacks AVX512-VNNI, only the AVX2 integer kernel runs\n");
+    GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  }
+  const int64_t M = 70, N = 17, K = 32768;
+  const std::vector<float> x = Random(M * K, 9), wf = Random(N * K, 10);
+  for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_0}) {
+    SCOPED_TRACE(QuantName(q));
+    const int64_t row_bytes = QuantRowBytes(q, K);
+    std::vector<uint8_t> w(N * row_bytes);
+    for (int64_t n = 0; n < N; ++n) {
+      ASSERT_TRUE(QuantizeRow(q, wf.data() + n * K, K, w.data() + n * row_bytes).ok());
+    }
+    ExpectSameUnderBothIsas(
+        M, N,
+        [&](float* y) {
+          GemmQuantized(x.data(), WeightMatrix{w.data(), DType::kF32, q}, nullptr, M, N, K, y,
+                        BlockKernel::kInteger);
+        },
+        Isa::kAvx512Vnni);
   }
 }
 
