@@ -6,14 +6,14 @@
 # llama.cpp's; asserts nothing about speed. Companion of bench/prefill_vs_llama_cpp.sh.
 #
 # usage: bench/decode_vs_llama_cpp.sh [LLAMA_BENCH] [ROUNDS] [TYPES...]
-#   defaults: /work/llama.cpp/build/bin/llama-bench, 3 rounds, f16 q8_0 q4_0; the models
-#   are /tmp/m1b-TYPE.gguf (the llama-3.2-1b preset written by `ptxserve quantize`).
+#   defaults: /work/llama.cpp/build/bin/llama-bench, 3 rounds, f16 bf16 q8_0 q4_0; the
+#   models are /tmp/m1b-TYPE.gguf (the llama-3.2-1b preset written by `ptxserve quantize`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_BENCH=${1:-/work/llama.cpp/build/bin/llama-bench}
 ROUNDS=${2:-3}
 shift $(($# < 2 ? $# : 2))
-TYPES=${*:-f16 q8_0 q4_0}
+TYPES=${*:-f16 bf16 q8_0 q4_0}
 TOKENS=32
 THREADS=2  # llama.cpp's; ours uses the machine's cores (2 here)
 

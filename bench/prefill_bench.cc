@@ -102,7 +102,8 @@ void BM_Attention(benchmark::State& state, DType dtype) {
       benchmark::Counter(p.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// arg: the GEMM's instruction set (0 avx2, 1 avx512, 2 avx512_vnni; engine/cpu/isa.h).
+// arg: the GEMM's instruction set (0 avx2, 1 avx512, 2 avx512_vnni, 3 avx512_bf16;
+// engine/cpu/isa.h).
 void BM_PrefillStep(benchmark::State& state) {
   const auto isa = static_cast<cpu::Isa>(state.range(0));
   if (!cpu::SetGemmIsa(isa)) return state.SkipWithError("this CPU lacks the instruction set");
@@ -170,6 +171,7 @@ BENCHMARK(BM_PrefillStep)
     ->Arg(static_cast<int>(cpu::Isa::kAvx2))
     ->Arg(static_cast<int>(cpu::Isa::kAvx512))
     ->Arg(static_cast<int>(cpu::Isa::kAvx512Vnni))
+    ->Arg(static_cast<int>(cpu::Isa::kAvx512Bf16))
     ->Iterations(2)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

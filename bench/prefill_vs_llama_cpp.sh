@@ -7,17 +7,19 @@
 #
 # usage: [OURS="BIN:ISA ..."] bench/prefill_vs_llama_cpp.sh [LLAMA_BENCH] [ROUNDS] [TYPES...]
 #   OURS: prefill_bench binaries with BM_PrefillStep's instruction set argument each (0 avx2,
-#         1 avx512, 2 avx512_vnni; engine/cpu/isa.h), e.g. a copy built before a change
-#         beside the current one (default build/bench/prefill_bench:2)
-#   defaults: /work/llama.cpp/build/bin/llama-bench, 3 rounds, f16 q8_0 q4_0; the models
-#   are /tmp/m1b-TYPE.gguf (the llama-3.2-1b preset written by `ptxserve quantize`).
+#         1 avx512, 2 avx512_vnni, 3 avx512_bf16; engine/cpu/isa.h), e.g. a copy built before
+#         a change beside the current one (default build/bench/prefill_bench at 3 where
+#         /proc/cpuinfo lists avx512_bf16, else 2; a binary from before avx512_bf16 knows 0-2)
+#   defaults: /work/llama.cpp/build/bin/llama-bench, 3 rounds, f16 bf16 q8_0 q4_0; the
+#   models are /tmp/m1b-TYPE.gguf (the llama-3.2-1b preset written by `ptxserve quantize`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OURS=${OURS:-build/bench/prefill_bench:2}
+if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then BEST_ISA=3; else BEST_ISA=2; fi
+OURS=${OURS:-build/bench/prefill_bench:$BEST_ISA}
 LLAMA_BENCH=${1:-/work/llama.cpp/build/bin/llama-bench}
 ROUNDS=${2:-3}
 shift $(($# < 2 ? $# : 2))
-TYPES=${*:-f16 q8_0 q4_0}
+TYPES=${*:-f16 bf16 q8_0 q4_0}
 THREADS=2  # llama.cpp's; ours uses the machine's cores (2 here)
 
 # Column `name` of a CSV (header line first) on stdin, first data row, quotes dropped.

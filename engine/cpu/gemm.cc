@@ -16,13 +16,15 @@
 //
 // f16 and bf16 weights are read as they are stored and widened to f32 in registers
 // (F16C's vcvtph2ps; bf16 by a 16-bit shift): exact, so the products and sums are those of
-// the f32 copy, in half the bytes.
+// the f32 copy, in half the bytes. Except on CPUs with AVX512-BF16, where bf16 weights against
+// kBf16DotMinRows or more rows of x take gemm_bf16.cc's dot products over x rounded to bf16.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
+#include "engine/cpu/gemm_bf16.h"
 #include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/isa.h"
 #include "engine/cpu/ops.h"
@@ -171,6 +173,9 @@ template <class W>
 void GemmOf(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t N,
             int64_t K, float* y) {
   if (M <= 0 || N <= 0) return;
+  if constexpr (std::is_same_v<W, uint16_t>) {
+    if (UsesBf16Dot(wt, M)) return GemmBf16Dot(x, w, bias, M, N, K, y);
+  }
   if (M * N * K < kSerialWork) {
     GemmPanel(x, w, wt, bias, M, N, K, 0, N, y);
     return;

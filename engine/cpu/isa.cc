@@ -1,5 +1,7 @@
 #include "engine/cpu/isa.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 
 namespace ptxserve::cpu {
@@ -9,6 +11,16 @@ namespace {
 std::atomic<Isa>& GemmChoice() {
   static std::atomic<Isa> choice{DetectIsa()};
   return choice;
+}
+
+// cpuid leaf 7, subleaf 1, EAX bit 5: AVX512-BF16, read from cpuid itself rather than relying on
+// each compiler's __builtin_cpu_supports list to know this newer leaf. The OS's saving of the
+// AVX-512 registers is already established by __builtin_cpu_supports("avx512f"), which checks
+// XCR0.
+bool HasAvx512Bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (eax & (1u << 5)) != 0;
 }
 
 }  // namespace
@@ -21,6 +33,8 @@ const char* IsaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512_vnni";
+    case Isa::kAvx512Bf16:
+      return "avx512_bf16";
   }
   return "unknown";
 }
@@ -30,7 +44,10 @@ Isa DetectIsa() {
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) {
       return Isa::kAvx2;
     }
-    return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
+    if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
+    // Every CPU with AVX512-BF16 has BW (its masked 16-bit loads); checked all the same.
+    return __builtin_cpu_supports("avx512bw") && HasAvx512Bf16() ? Isa::kAvx512Bf16
+                                                                 : Isa::kAvx512Vnni;
   }();
   return isa;
 }

@@ -10,6 +10,7 @@ enum class Isa {
   kAvx2,        // the build target's AVX2/FMA/F16C
   kAvx512,      // + AVX-512 F and VL (512-bit FMAs, 32 vector registers)
   kAvx512Vnni,  // + AVX512-VNNI (vpdpbusd: 4 u8 x s8 products summed into each int32)
+  kAvx512Bf16,  // + AVX512-BF16 and BW (vdpbf16ps: 2 bf16 x bf16 products added to each f32)
 };
 
 const char* IsaName(Isa isa);
@@ -17,7 +18,8 @@ const char* IsaName(Isa isa);
 // The best Isa this CPU supports (cpuid, read once).
 Isa DetectIsa();
 
-// The Isa the GEMM kernels (f32/f16/bf16, and the q8_0/q4_0 integer one) use: DetectIsa()
+// The Isa the GEMM kernels (f32/f16/bf16, the bf16 dot-product one, and the q8_0/q4_0 integer
+// one) use: DetectIsa()
 // unless SetGemmIsa chose another.
 Isa GemmIsa();
 

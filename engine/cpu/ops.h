@@ -23,8 +23,10 @@ struct WeightMatrix {
 };
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n] when bias != nullptr), for m < M, n < N,
-// f32 products and sums whatever w's dtype (f16/bf16 widen exactly). Uses the engine's
-// thread pool.
+// f32 products and sums whatever w's dtype (f16/bf16 widen exactly), except bf16 w against
+// 16 or more rows of x where GemmIsa() >= Isa::kAvx512Bf16: there x is rounded to bf16 first
+// (gemm_bf16.h), which moves each output by at most 2^-8 * sum_k |x[m, k] * w[n, k]| beyond
+// f32 rounding. Uses the engine's thread pool.
 // Block-quantized w (K a multiple of the block size) gives the result of the f32 GEMM
 // over DequantizeRow's rows, bit for bit, except where gemm_quant.cc's integer kernel
 // runs (q8_0, q4_0, q4_k and q6_k, as ChooseBlockKernel says): there x is rounded to 8 bits
