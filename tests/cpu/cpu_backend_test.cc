@@ -64,11 +64,9 @@ std::vector<RandomModelSpec> ReferenceSpecs() {
   return v;
 }
 
-class CpuBackendReferenceTest : public ::testing::TestWithParam<RandomModelSpec> {};
-
 // A 21-token prompt in one prefill: every row's logits within 1e-4 of the f64 model.
-TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
-  const Model model = MakeRandomModel(GetParam());
+void ExpectPrefillMatchesReference(const RandomModelSpec& spec) {
+  const Model model = MakeRandomModel(spec);
   auto ref = reference::ReferenceModel::Create(model);
   ASSERT_TRUE(ref.ok()) << ref.status();
   auto backend = MakeBackend(model);
@@ -83,6 +81,21 @@ TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
   for (int64_t t = 0; t < 21; ++t) {
     EXPECT_LT(RelErr(logits.data() + t * V, want[t].data(), V), 1e-4) << "row " << t;
   }
+}
+
+class CpuBackendReferenceTest : public ::testing::TestWithParam<RandomModelSpec> {};
+
+TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
+  ExpectPrefillMatchesReference(GetParam());
+}
+
+// 21 rows x 4096 intermediate values: enough for the SiLU to split its rows over the
+// thread pool (kParallelSiluElements in cpu_backend.cc), where the specs above run it on
+// the calling thread.
+TEST(CpuBackendTest, WidePrefillSplitsSiluOverThePoolAndMatchesReferenceModel) {
+  RandomModelSpec spec = ReferenceSpecs()[0];
+  spec.intermediate = 4096;
+  ExpectPrefillMatchesReference(spec);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuBackendReferenceTest, ::testing::ValuesIn(ReferenceSpecs()),
