@@ -64,21 +64,22 @@ std::vector<RandomModelSpec> ReferenceSpecs() {
   return v;
 }
 
-// A 21-token prompt in one prefill: every row's logits within 1e-4 of the f64 model.
-void ExpectPrefillMatchesReference(const RandomModelSpec& spec) {
+// A prompt of `tokens` tokens in one prefill: every row's logits within 1e-4 of the f64
+// model.
+void ExpectPrefillMatchesReference(const RandomModelSpec& spec, int64_t tokens = 21) {
   const Model model = MakeRandomModel(spec);
   auto ref = reference::ReferenceModel::Create(model);
   ASSERT_TRUE(ref.ok()) << ref.status();
   auto backend = MakeBackend(model);
   ASSERT_NE(backend, nullptr);
   KvBlockManager blocks(64, 8);
-  Seq s{Prompt(21, model.config.vocab_size, 3), 0, {}};
+  Seq s{Prompt(tokens, model.config.vocab_size, 3), 0, {}};
   std::vector<float> logits;
-  ASSERT_TRUE(backend->Step(MakeBatch({&s}, {21}, &blocks, true), &logits).ok());
+  ASSERT_TRUE(backend->Step(MakeBatch({&s}, {tokens}, &blocks, true), &logits).ok());
   const auto want = ref->Forward(s.tokens);
   const int64_t V = model.config.vocab_size;
-  ASSERT_EQ(logits.size(), static_cast<size_t>(21 * V));
-  for (int64_t t = 0; t < 21; ++t) {
+  ASSERT_EQ(logits.size(), static_cast<size_t>(tokens * V));
+  for (int64_t t = 0; t < tokens; ++t) {
     EXPECT_LT(RelErr(logits.data() + t * V, want[t].data(), V), 1e-4) << "row " << t;
   }
 }
@@ -89,13 +90,18 @@ TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
   ExpectPrefillMatchesReference(GetParam());
 }
 
-// 21 rows x 4096 intermediate values: enough for the SiLU to split its rows over the
-// thread pool (kParallelSiluElements in cpu_backend.cc), where the specs above run it on
-// the calling thread.
-TEST(CpuBackendTest, WidePrefillSplitsSiluOverThePoolAndMatchesReferenceModel) {
+// 64 rows of 1024 hidden, 1024 intermediate and 512 + 2 x 256 q/k/v values: enough for
+// embed, RMSNorm, RoPE with the KV write and SiLU to split their rows over the thread pool
+// (kParallelRowElements in cpu_backend.cc), where the specs above run them on the calling
+// thread.
+TEST(CpuBackendTest, WidePrefillSplitsRowOpsOverThePoolAndMatchesReferenceModel) {
   RandomModelSpec spec = ReferenceSpecs()[0];
-  spec.intermediate = 4096;
-  ExpectPrefillMatchesReference(spec);
+  spec.hidden = 1024;
+  spec.intermediate = 1024;
+  spec.heads = 16;
+  spec.kv_heads = 8;
+  spec.head_dim = 32;
+  ExpectPrefillMatchesReference(spec, 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuBackendReferenceTest, ::testing::ValuesIn(ReferenceSpecs()),
