@@ -22,8 +22,9 @@ namespace ptxserve {
 namespace {
 
 // From this many elements (rows x elements per row) on, the row-wise ops of a step (embed,
-// RMSNorm, RoPE and the KV write, SiLU) split their rows over the thread pool: a decode
-// step's few rows cost less than waking the workers.
+// RMSNorm, RoPE and the KV write, SiLU, a GEMM's copy or residual add into its outputs)
+// split their rows over the thread pool: a decode step's few rows cost less than waking
+// the workers.
 constexpr int64_t kParallelRowElements = 1 << 16;
 
 // All of `t`'s elements as f32 (exact for every dtype and block format).
@@ -444,15 +445,17 @@ class CpuBackend::StepOps final : public ForwardOps {
     for (const Projection* p = first; p != last; ++p) {
       const View out = ViewOf(p->out);
       const int64_t width = MatrixOf(p->weight).n;
-      for (int64_t t = 0; t < m; ++t) {
-        float* dst = out.data + t * out.stride;
-        const float* src = product + t * n + col;
-        if (p->accumulate) {
-          cpu::AddInPlace(dst, src, width);
-        } else {
-          std::memcpy(dst, src, width * sizeof(float));
+      ForRows(m, width, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* dst = out.data + t * out.stride;
+          const float* src = product + t * n + col;
+          if (p->accumulate) {
+            cpu::AddInPlace(dst, src, width);
+          } else {
+            std::memcpy(dst, src, width * sizeof(float));
+          }
         }
-      }
+      });
       col += width;
     }
   }
