@@ -65,21 +65,19 @@ std::vector<RandomModelSpec> ReferenceSpecs() {
   return v;
 }
 
-class CpuBackendReferenceTest : public ::testing::TestWithParam<RandomModelSpec> {};
-
-// A 21-token prompt in one prefill: every row's logits within 1e-4 of the f64 model, with f32
-// GEMM sums (a bf16 model's prefill GEMMs pinned below Isa::kAvx512Bf16, whose dot products
-// round x to bf16). With them, where the CPU has them, within 3e-2: x rounded to bf16 at every
-// GEMM, 2^-8 relative each, as HalfPrecisionKvCacheIsCloseToF32 allows a bf16 cache.
-TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
-  const Model model = MakeRandomModel(GetParam());
+// A prompt of `tokens` tokens in one prefill: every row's logits within 1e-4 of the f64
+// model, with f32 GEMM sums (a bf16 model's prefill GEMMs pinned below Isa::kAvx512Bf16,
+// whose dot products round x to bf16). With them, where the CPU has them, within 3e-2: x
+// rounded to bf16 at every GEMM, 2^-8 relative each, as HalfPrecisionKvCacheIsCloseToF32
+// allows a bf16 cache.
+void ExpectPrefillMatchesReference(const RandomModelSpec& spec, int64_t tokens = 21) {
+  const Model model = MakeRandomModel(spec);
   auto ref = reference::ReferenceModel::Create(model);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<int32_t> prompt = Prompt(21, model.config.vocab_size, 3);
+  const std::vector<int32_t> prompt = Prompt(tokens, model.config.vocab_size, 3);
   const auto want = ref->Forward(prompt);
   const int64_t V = model.config.vocab_size;
-  const bool bf16_dot =
-      GetParam().dtype == DType::kBF16 && cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16;
+  const bool bf16_dot = spec.dtype == DType::kBF16 && cpu::DetectIsa() >= cpu::Isa::kAvx512Bf16;
   for (bool pinned : {true, false}) {
     if (!pinned && !bf16_dot) continue;
     SCOPED_TRACE(pinned ? "f32 sums" : "bf16 dot products");
@@ -91,15 +89,35 @@ TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
     KvBlockManager blocks(64, 8);
     Seq s{prompt, 0, {}};
     std::vector<float> logits;
-    const bool ok = backend->Step(MakeBatch({&s}, {21}, &blocks, true), &logits).ok();
+    const bool ok = backend->Step(MakeBatch({&s}, {tokens}, &blocks, true), &logits).ok();
     ASSERT_TRUE(cpu::SetGemmIsa(cpu::DetectIsa()));
     ASSERT_TRUE(ok);
-    ASSERT_EQ(logits.size(), static_cast<size_t>(21 * V));
-    for (int64_t t = 0; t < 21; ++t) {
+    ASSERT_EQ(logits.size(), static_cast<size_t>(tokens * V));
+    for (int64_t t = 0; t < tokens; ++t) {
       EXPECT_LT(RelErr(logits.data() + t * V, want[t].data(), V), pinned ? 1e-4 : 3e-2)
           << "row " << t;
     }
   }
+}
+
+class CpuBackendReferenceTest : public ::testing::TestWithParam<RandomModelSpec> {};
+
+TEST_P(CpuBackendReferenceTest, PrefillMatchesReferenceModel) {
+  ExpectPrefillMatchesReference(GetParam());
+}
+
+// 64 rows of 1024 hidden, 1024 intermediate and 512 + 2 x 256 q/k/v values: enough for
+// embed, RMSNorm, RoPE with the KV write and SiLU to split their rows over the thread pool
+// (kParallelRowElements in cpu_backend.cc), where the specs above run them on the calling
+// thread.
+TEST(CpuBackendTest, WidePrefillSplitsRowOpsOverThePoolAndMatchesReferenceModel) {
+  RandomModelSpec spec = ReferenceSpecs()[0];
+  spec.hidden = 1024;
+  spec.intermediate = 1024;
+  spec.heads = 16;
+  spec.kv_heads = 8;
+  spec.head_dim = 32;
+  ExpectPrefillMatchesReference(spec, 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuBackendReferenceTest, ::testing::ValuesIn(ReferenceSpecs()),
