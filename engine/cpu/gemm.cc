@@ -34,11 +34,6 @@
 namespace ptxserve::cpu {
 namespace {
 
-constexpr int kNR = 4;                    // weight rows (streams) per tile
-constexpr int kMR = 3;                    // x rows per tile (3x4 accumulators + 4 loads)
-constexpr int64_t kMBlock = 48;           // x rows whose tiles reuse the same weight rows
-constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
-
 // Eight weights from `p` as f32; the tail form reads only the first `n` (< 8), zeros after.
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p, DType t) {

@@ -52,9 +52,9 @@
 namespace ptxserve::cpu {
 namespace {
 
-constexpr int kNR = 4;           // weight rows (streams) per tile, as in gemm.cc
-constexpr int kMR = 8;           // x rows per tile: 8 x 2 accumulator registers
-constexpr int64_t kMBlock = 48;  // x rows whose tiles reuse the same weight rows
+// Weight rows per tile and x rows per block as gemm.cc's (kNR, kMBlock, gemm_tiles.h); x rows
+// per tile: 8 x 2 accumulator registers.
+constexpr int kWideMR = 8;
 // Tiles over packed x (PackX): 6 x rows x 8 weight rows, 24 accumulator registers, so that
 // each broadcast x load feeds 4 FMAs (against 2 at 8 x 4), which leaves the FMA pipes busy.
 constexpr int kPackNR = 8;
@@ -205,8 +205,8 @@ void Panel(const float* x, const W* w, DType wt, const float* bias, int64_t M, i
            int64_t K, int64_t n_begin, int64_t n_end, float* y) {
   if (M < kPackMinRows) {
     static constexpr auto kKernels =
-        KernelTable<W, kNR, false>(std::make_integer_sequence<int, kMR * kNR>());
-    ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
+        KernelTable<W, kNR, false>(std::make_integer_sequence<int, kWideMR * kNR>());
+    ForEachTile(M, n_begin, n_end, kNR, kWideMR, kMBlock,
                 [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
                   kKernels[(mr - 1) * kNR + nr - 1](x + m0 * K, w + n * K, wt,
                                                     bias != nullptr ? bias + n : nullptr, K,

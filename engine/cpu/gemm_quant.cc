@@ -38,11 +38,7 @@
 namespace ptxserve::cpu {
 namespace {
 
-constexpr int kNR = 4;                    // weight rows (streams) per tile
-constexpr int kMR = 3;                    // x rows per tile
-constexpr int64_t kMBlock = 48;           // x rows per pass over a thread's weight rows
-constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
-constexpr int64_t kWidenRows = 16;        // rows widened into the f32 buffer at a time
+constexpr int64_t kWidenRows = 16;  // rows widened into the f32 buffer at a time
 
 inline float Scale(const uint8_t* p) {
   uint16_t h;

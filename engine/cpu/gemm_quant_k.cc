@@ -28,11 +28,7 @@
 namespace ptxserve::cpu {
 namespace {
 
-constexpr int kNR = 4;                    // weight rows (streams) per tile
-constexpr int kMR = 3;                    // x rows per tile
-constexpr int64_t kMBlock = 48;           // x rows per pass over a thread's weight rows
-constexpr int64_t kSerialWork = 1 << 15;  // below this many MACs, threads cost more than they save
-constexpr int kSubBlocks = 8;             // blocks of 32 per super-block of 256
+constexpr int kSubBlocks = 8;  // blocks of 32 per super-block of 256
 
 inline float Half(const uint8_t* p) {
   uint16_t h;

@@ -10,6 +10,14 @@
 
 namespace ptxserve::cpu {
 
+// The AVX2 kernels' tile (gemm.cc, gemm_quant.cc, gemm_quant_k.cc): 3 x rows by 4 weight rows
+// (3x4 accumulators + 4 loads in 16 ymm registers), the x rows in blocks of 48 that reuse the
+// same weight rows from L1; and below kSerialWork MACs threads cost more than they save.
+constexpr int kNR = 4;
+constexpr int kMR = 3;
+constexpr int64_t kMBlock = 48;
+constexpr int64_t kSerialWork = 1 << 15;
+
 // y[m * ldy + n] = x[m] . w[n] (+ bias[n]) for m < M, n < N, on the calling thread, with
 // exactly the sums Gemm computes for f32 weights.
 void GemmF32Serial(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
