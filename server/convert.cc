@@ -44,12 +44,14 @@ absl::StatusOr<int32_t> ResolveMaxNewTokens(int64_t n, std::optional<int64_t> re
   if (requested) {
     const int64_t m = *requested;
     if (m < 0) return absl::InvalidArgumentError(absl::StrCat(max_field, " must be >= 0, got ", m));
-    if (n + m > limits.context_length) {
+    // Compared against what is left (n < context_length here), never as n + m: a requested
+    // count near INT64_MAX overflowed the sum (found by fuzz/request_fuzzer.cc).
+    if (m > limits.context_length - n) {
       return absl::InvalidArgumentError(absl::StrCat(max_field, " = ", m, " with a prompt of ", n,
                                                      " tokens exceeds the context of ",
                                                      limits.context_length, " tokens"));
     }
-    if (n + m - 1 > limits.kv_capacity_tokens) {
+    if (m - 1 > limits.kv_capacity_tokens - n) {
       return absl::InvalidArgumentError(absl::StrCat(max_field, " = ", m, " with a prompt of ", n,
                                                      " tokens exceeds the KV cache capacity of ",
                                                      limits.kv_capacity_tokens, " tokens"));

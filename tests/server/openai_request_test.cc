@@ -67,5 +67,27 @@ TEST(OpenAiRequestTest, DeeplyNestedBodyIsA400NotAStackOverflow) {
       ParseJsonObject(absl::StrCat(R"({"a": ")", std::string(100000, '['), R"(\""})")).ok());
 }
 
+// max_completion_tokens = INT64_MAX overflowed prompt + max in the context check (signed
+// overflow, UBSan's report in the fuzz target): it is refused naming the field.
+TEST(OpenAiRequestTest, HugeMaxTokensIsA400NamingTheField) {
+  testing::FakeTokenizer tok;
+  JobContext ctx = Context(&tok);
+  ctx.render_chat = [](const json&, bool, const json&) -> absl::StatusOr<std::string> {
+    return std::string("abc");
+  };
+  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+    const std::string body = absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], ")",
+                                          field, R"(": 9223372036854775807})");
+    auto job = ParseCompletionJob(body, /*chat=*/true, ctx);
+    ASSERT_FALSE(job.ok()) << body;
+    EXPECT_EQ(ToApiError(job.status()).status, 400) << body;
+    EXPECT_THAT(std::string(job.status().message()),
+                HasSubstr("9223372036854775807 with a prompt of"))
+        << body;
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr("exceeds the context of 32"))
+        << body;
+  }
+}
+
 }  // namespace
 }  // namespace ptxserve::server::http
