@@ -74,48 +74,55 @@ size_t CpuBackend::Matrix::RowBytes(int64_t width) const {
                                                        : QuantRowBytes(quant, width));
 }
 
-// The parts, checked, stacked in their common format: their bytes one after another when
-// they share a dtype and block format (rows of blocks stack like rows of elements), else
-// f32 (exact).
-absl::Status CpuBackend::Stack(const Model& model, const std::vector<Part>& parts, Matrix* out) {
-  const Tensor& first = parts.front().tensor;
-  out->dtype = first.dtype;
-  out->quant = first.quant;
-  // A block format's tensors have no meaningful dtype.
-  auto stored_as_out = [out](const Tensor& t) {
-    return t.quant == out->quant && (t.quant != QuantType::kNone || t.dtype == out->dtype);
+// The parts, checked, copied one after another; each run of consecutive parts stored in
+// one dtype or block format is one Matrix (rows of blocks stack like rows of elements).
+absl::Status CpuBackend::Stack(const Model& model, const std::vector<Part>& parts, Stacked* out) {
+  auto same_format = [](const Tensor& a, const Tensor& b) {
+    return a.quant == b.quant && (a.quant != QuantType::kNone || a.dtype == b.dtype);
   };
   for (const Part& p : parts) {
     if (absl::Status s = CheckTensorShape(p.tensor, p.shape, p.name, true); !s.ok()) return s;
-    if (!stored_as_out(p.tensor)) {
-      out->dtype = DType::kF32;
-      out->quant = QuantType::kNone;
+  }
+  *out = Stacked{};
+  out->width = parts.front().shape.back();
+  for (size_t begin = 0; begin < parts.size();) {
+    size_t end = begin + 1;
+    while (end < parts.size() && same_format(parts[end].tensor, parts[begin].tensor)) ++end;
+    Matrix& m = out->runs.emplace_back();
+    m.dtype = parts[begin].tensor.dtype;
+    m.quant = parts[begin].tensor.quant;
+    auto part_bytes = [&m](const Part& p) {
+      return p.tensor.shape.front() * m.RowBytes(p.tensor.shape.back());
+    };
+    size_t total = 0;
+    for (size_t i = begin; i < end; ++i) total += part_bytes(parts[i]);
+    m.bytes = HugePageBuffer(total);
+    size_t at = 0;
+    int64_t row = 0;
+    for (size_t i = begin; i < end; ++i) {
+      std::memcpy(m.bytes.data() + at, parts[i].tensor.data, part_bytes(parts[i]));
+      at += part_bytes(parts[i]);
+      out->run_of.push_back(static_cast<int>(out->runs.size() - 1));
+      out->first_row.push_back(row);
+      row += parts[i].tensor.shape.front();
+      model.ReleasePages(parts[i].tensor);
     }
+    begin = end;
   }
-  auto part_bytes = [out](const Part& p) {
-    return p.tensor.shape.front() * out->RowBytes(p.tensor.shape.back());
-  };
-  if (parts.size() == 1 && model.storage_holds_tensors && stored_as_out(first)) {
-    out->data = static_cast<const uint8_t*>(first.data);
-    out->size = part_bytes(parts.front());
-    return absl::OkStatus();
-  }
-  size_t total = 0;
-  for (const Part& p : parts) total += part_bytes(p);
-  out->owned.resize(total);
-  size_t at = 0;
-  for (const Part& p : parts) {
-    if (stored_as_out(p.tensor)) {
-      std::memcpy(out->owned.data() + at, p.tensor.data, part_bytes(p));
-    } else {
-      ToFloat(p.tensor, reinterpret_cast<float*>(out->owned.data() + at));
-    }
-    at += part_bytes(p);
-    model.ReleasePages(p.tensor);
-  }
-  out->data = out->owned.data();
-  out->size = total;
   return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Copy(const Model& model, const Part& part, Matrix* out) {
+  Stacked one;
+  if (absl::Status s = Stack(model, {part}, &one); !s.ok()) return s;
+  *out = std::move(one.runs.front());
+  return absl::OkStatus();
+}
+
+size_t CpuBackend::Stacked::size() const {
+  size_t n = 0;
+  for (const Matrix& m : runs) n += m.bytes.size();
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
@@ -134,17 +141,16 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
         kv.num_blocks, kv.block_size, kv_bytes / double(1 << 30), *avail / double(1 << 30)));
   }
   std::unique_ptr<CpuBackend> b(new CpuBackend(c, kv));
-  if (model.storage_holds_tensors) b->model_storage_ = model.storage;
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.q_dim(), KD = c.kv_dim();
 
   auto load = [](const Tensor& t, std::vector<int64_t> shape, const std::string& what,
                  std::vector<float>* out) { return AppendTensor(t, shape, what, out); };
-  if (auto s = Stack(model, {{mt.embed, {V, H}, "embed"}}, &b->embed_); !s.ok()) return s;
+  if (auto s = Copy(model, {mt.embed, {V, H}, "embed"}, &b->embed_); !s.ok()) return s;
   if (auto s = load(mt.final_norm, {H}, "final_norm", &b->final_norm_); !s.ok()) return s;
   const bool tied = c.tie_word_embeddings || mt.lm_head.data == mt.embed.data;
   if (!tied) {
-    if (auto s = Stack(model, {{mt.lm_head, {V, H}, "lm_head"}}, &b->lm_head_); !s.ok()) return s;
+    if (auto s = Copy(model, {mt.lm_head, {V, H}, "lm_head"}, &b->lm_head_); !s.ok()) return s;
   }
   const size_t pool_bytes = static_cast<size_t>(kv.num_blocks) * c.num_kv_heads * kv.block_size *
                             c.head_dim * DTypeSize(kv.dtype);
@@ -165,13 +171,13 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
       if (s.ok()) s = load(lt.bk, {KD}, p + "bk", &l.bqkv);
       if (s.ok()) s = load(lt.bv, {KD}, p + "bv", &l.bqkv);
     }
-    if (s.ok()) s = Stack(model, {{lt.wo, {H, QD}, p + "wo"}}, &l.wo);
+    if (s.ok()) s = Copy(model, {lt.wo, {H, QD}, p + "wo"}, &l.wo);
     if (s.ok()) s = load(lt.mlp_norm, {H}, p + "mlp_norm", &l.mlp_norm);
     if (s.ok()) {
       s = Stack(model, {{lt.w_gate, {I, H}, p + "w_gate"}, {lt.w_up, {I, H}, p + "w_up"}},
                 &l.w_gate_up);
     }
-    if (s.ok()) s = Stack(model, {{lt.w_down, {H, I}, p + "w_down"}}, &l.w_down);
+    if (s.ok()) s = Copy(model, {lt.w_down, {H, I}, p + "w_down"}, &l.w_down);
     if (!s.ok()) return s;
     l.k_pool.assign(pool_bytes, 0);
     l.v_pool.assign(pool_bytes, 0);
@@ -182,26 +188,18 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
 }
 
 size_t CpuBackend::weight_bytes() const {
-  size_t n = embed_.size + lm_head_.size + final_norm_.size() * sizeof(float);
+  size_t n = embed_.bytes.size() + lm_head_.bytes.size() + final_norm_.size() * sizeof(float);
   for (const Layer& l : layers_) {
-    n += (l.attn_norm.size() + l.bqkv.size() + l.mlp_norm.size()) * sizeof(float) + l.wqkv.size +
-         l.wo.size + l.w_gate_up.size + l.w_down.size;
-  }
-  return n;
-}
-
-size_t CpuBackend::copied_weight_bytes() const {
-  size_t n = embed_.owned.size() + lm_head_.owned.size();
-  for (const Layer& l : layers_) {
-    n += l.wqkv.owned.size() + l.wo.owned.size() + l.w_gate_up.owned.size() + l.w_down.owned.size();
+    n += (l.attn_norm.size() + l.bqkv.size() + l.mlp_norm.size()) * sizeof(float) + l.wqkv.size() +
+         l.wo.bytes.size() + l.w_gate_up.size() + l.w_down.bytes.size();
   }
   return n;
 }
 
 size_t CpuBackend::step_weight_bytes() const {
-  size_t n = (lm_head_.size == 0 ? embed_ : lm_head_).size;
+  size_t n = (lm_head_.bytes.size() == 0 ? embed_ : lm_head_).bytes.size();
   for (const Layer& l : layers_) {
-    n += l.wqkv.size + l.wo.size + l.w_gate_up.size + l.w_down.size;
+    n += l.wqkv.size() + l.wo.bytes.size() + l.w_gate_up.size() + l.w_down.bytes.size();
   }
   return n;
 }
@@ -230,8 +228,8 @@ class CpuBackend::StepOps final : public ForwardOps {
   absl::Status Embed() override {
     const int64_t H = c_.hidden_size;
     ForRows(batch_.num_tokens(), H, [&](int64_t begin, int64_t end) {
-      cpu::Embed(WeightsOf(b_.embed_.data, b_.embed_), batch_.token_ids.data() + begin, end - begin,
-                 H, b_.x_.data() + begin * H);
+      cpu::Embed(WeightsOf(b_.embed_.bytes.data(), b_.embed_), batch_.token_ids.data() + begin,
+                 end - begin, H, b_.x_.data() + begin * H);
     });
     return absl::OkStatus();
   }
@@ -397,26 +395,31 @@ class CpuBackend::StepOps final : public ForwardOps {
     const int64_t H = c_.hidden_size, I = c_.intermediate_size, QD = c_.q_dim(), KD = c_.kv_dim();
     // Rows `first` .. of `m`, whose rows are `width` wide.
     auto rows = [](const Matrix& m, int64_t first, int64_t width, const float* bias, int64_t n) {
-      return WeightRows{&m, m.data + first * m.RowBytes(width), bias, n};
+      return WeightRows{&m, m.bytes.data() + first * m.RowBytes(width), bias, n};
+    };
+    // Part `i` of a stacked matrix.
+    auto part = [&rows](const Stacked& s, int i, const float* bias, int64_t n) {
+      return rows(s.runs[s.run_of[i]], s.first_row[i], s.width, bias, n);
     };
     if (w.role == Weight::kLmHead) {
-      return rows(b_.lm_head_.size == 0 ? b_.embed_ : b_.lm_head_, 0, H, nullptr, c_.vocab_size);
+      return rows(b_.lm_head_.bytes.size() == 0 ? b_.embed_ : b_.lm_head_, 0, H, nullptr,
+                  c_.vocab_size);
     }
     const Layer& l = b_.layers_[w.layer];
     const float* bias = l.bqkv.empty() ? nullptr : l.bqkv.data();
     switch (w.role) {
       case Weight::kQ:
-        return rows(l.wqkv, 0, H, bias, QD);
+        return part(l.wqkv, 0, bias, QD);
       case Weight::kK:
-        return rows(l.wqkv, QD, H, bias ? bias + QD : nullptr, KD);
+        return part(l.wqkv, 1, bias ? bias + QD : nullptr, KD);
       case Weight::kV:
-        return rows(l.wqkv, QD + KD, H, bias ? bias + QD + KD : nullptr, KD);
+        return part(l.wqkv, 2, bias ? bias + QD + KD : nullptr, KD);
       case Weight::kO:
         return rows(l.wo, 0, QD, nullptr, H);
       case Weight::kGate:
-        return rows(l.w_gate_up, 0, H, nullptr, I);
+        return part(l.w_gate_up, 0, nullptr, I);
       case Weight::kUp:
-        return rows(l.w_gate_up, I, H, nullptr, I);
+        return part(l.w_gate_up, 1, nullptr, I);
       default:  // kDown
         return rows(l.w_down, 0, I, nullptr, H);
     }

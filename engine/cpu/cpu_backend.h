@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/model/model.h"
+#include "engine/util/huge_page_buffer.h"
 
 namespace ptxserve {
 
@@ -37,32 +38,36 @@ class CpuBackend final : public Backend {
   // Bytes the GEMMs read per step whatever the batch: every layer's linear weights
   // plus the LM head. Divided by memory bandwidth it is the decode roofline time.
   size_t step_weight_bytes() const;
-  // Bytes of weight matrices copied out of the model: of a file-mapped model only the
-  // stacked q/k/v and gate/up (and any part converted to f32); the rest are views.
-  size_t copied_weight_bytes() const;
 
  private:
   // A weight matrix, or several stacked, as stored: one dtype or block format, the
-  // checkpoint's when its parts share one, else f32. A lone tensor of a file-mapped model
-  // is a view into the mapping (model_storage_ keeps it alive); stacked or converted
-  // parts are copied into `owned`.
+  // checkpoint's when its parts share one, else f32. Always a copy, on huge pages
+  // (engine/util/huge_page_buffer.h): every decode step streams all of it.
   struct Matrix {
-    const uint8_t* data = nullptr;
-    size_t size = 0;  // bytes
-    std::vector<uint8_t> owned;
+    HugePageBuffer bytes;
     DType dtype = DType::kF32;
     QuantType quant = QuantType::kNone;
 
     // Bytes of one row of `width` elements.
     size_t RowBytes(int64_t width) const;
   };
+  // Projections stored one after another (q/k/v, gate/up): each run of consecutive parts
+  // in one format is one Matrix, so parts sharing a format run as one GEMM, and a part in
+  // another (Q4_K_M's q6_k attn_v beside q4_k q/k) keeps its own format, not widened.
+  struct Stacked {
+    int64_t width = 0;  // elements per row
+    std::vector<Matrix> runs;
+    std::vector<int> run_of;         // per part: its run
+    std::vector<int64_t> first_row;  // per part: its first row in its run
+    size_t size() const;             // bytes of all runs
+  };
   struct Layer {
     std::vector<float> attn_norm;
-    Matrix wqkv;              // [q_dim + 2 kv_dim, hidden]: wq, wk, wv stacked
+    Stacked wqkv;             // [q_dim + 2 kv_dim, hidden]: wq, wk, wv
     std::vector<float> bqkv;  // [q_dim + 2 kv_dim] or empty without attention_bias
     Matrix wo;                // [hidden, q_dim]
     std::vector<float> mlp_norm;
-    Matrix w_gate_up;          // [2 intermediate, hidden]: gate then up
+    Stacked w_gate_up;         // [2 intermediate, hidden]: gate then up
     Matrix w_down;             // [hidden, intermediate]
     std::vector<char> k_pool;  // [num_blocks][num_kv_heads][block_size][head_dim]
     std::vector<char> v_pool;
@@ -75,11 +80,11 @@ class CpuBackend final : public Backend {
   struct Part;
 
   CpuBackend(const ModelConfig& config, const KvCacheConfig& kv) : config_(config), kv_(kv) {}
-  // The parts (tensor, expected shape, name), checked and stacked into `out`.
-  // Copies are made only where the parts must be joined or converted, and the copied
-  // tensors' file pages are released (Model::ReleasePages), so a model loads in about its
-  // file size.
-  static absl::Status Stack(const Model& model, const std::vector<Part>& parts, Matrix* out);
+  // The parts (tensor, expected shape, name), checked and copied into `out`, and a lone
+  // tensor into a Matrix; the tensors' file pages are released (Model::ReleasePages), so a
+  // model loads in about its file size.
+  static absl::Status Stack(const Model& model, const std::vector<Part>& parts, Stacked* out);
+  static absl::Status Copy(const Model& model, const Part& part, Matrix* out);
   // Grows the activation buffers to hold `tokens` rows (never shrinks).
   void Reserve(int64_t tokens);
 
@@ -87,8 +92,7 @@ class CpuBackend final : public Backend {
   KvCacheConfig kv_;
   Matrix embed_;
   std::vector<float> final_norm_;
-  Matrix lm_head_;                             // empty when tied: embed_ is used
-  std::shared_ptr<const void> model_storage_;  // the mapping Matrix views point into
+  Matrix lm_head_;  // empty when tied: embed_ is used
   std::vector<float> inv_freq_;
   std::vector<Layer> layers_;
 
