@@ -66,14 +66,13 @@ Reg MagicCode(KernelBuilder& kb, Reg nibbles, int b, const Operand& zero) {
 
 namespace gen {
 
-LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
+LaneUnit DecodeBlock(KernelBuilder& kb, BlockFormat f, BlockReader& r) {
   LaneUnit u;
   u.codes.resize(kQuantLaneElems);
   if (f == BlockFormat::kFp8E4M3) {
-    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(a.blk, off)),
-                    Operand::F32(256.0f));
+    u.d = gen::FMul(kb, r.Scale(kb), Operand::F32(256.0f));
     for (int i = 0; i < kQuantLaneElems / 4; ++i) {
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off + 4 + 4 * i));
+      const Reg w = r.CodeUnit(kb, i);
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 8), u.codes, 4 * i, 4 * i + 2);
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 0), u.codes, 4 * i + 1, 4 * i + 3);
     }
@@ -82,13 +81,12 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a,
   if (f == BlockFormat::kInt4G128) {
     // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte. z as the f32
     // 2^23 + z (its byte under 2^23's exponent), which every code's 2^23 + q less is q - z.
-    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off));
+    const Reg hdr = r.Scale(kb);
     u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]);
     const Reg zf = kb.Emit(Op::kPrmt, Type::kB32, {hdr, kMagicBits, kMagicSelect + 2});
     for (int i = 0; i < kQuantLaneElems / 8; ++i) {
       // Byte b of the word holds elements 8i + 2b (low nibble) and 8i + 2b + 1 (high).
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
-      const NibbleBytes nb = SplitNibbles(kb, w);
+      const NibbleBytes nb = SplitNibbles(kb, r.CodeUnit(kb, i));
       for (int b = 0; b < 4; ++b) {
         u.codes[8 * i + 2 * b] = MagicCode(kb, nb.lo, b, zf);
         u.codes[8 * i + 2 * b + 1] = MagicCode(kb, nb.hi, b, zf);
@@ -96,41 +94,85 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a,
     }
     return u;
   }
-  u.d =
-      kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(a.blk, off)));
-  // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
-  auto word = [&](int i) {
-    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(a.blk, off + 2 + 2 * i));
-    return kb.Cvt(Type::kU32, Type::kU16, h);
-  };
+  u.d = kb.Cvt(Type::kF32, Type::kF16, r.Scale(kb));
   if (f == BlockFormat::kQ8_0) {
-    for (int i = 0; i < kQuantLaneElems / 2; ++i) {
-      const Reg v = word(i);
-      for (int byte = 0; byte < 2; ++byte) {
+    const int ub = r.CodeBytes();
+    for (int i = 0; i < kQuantLaneElems / ub; ++i) {
+      const Reg v = r.CodeUnit(kb, i);
+      for (int byte = 0; byte < ub; ++byte) {
         const Reg q = kb.Emit(Op::kBfe, Type::kS32, {v, 8 * byte, 8});  // sign-extended
-        u.codes[2 * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
+        u.codes[ub * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
       }
     }
     return u;
   }
-  // q4_0: the 16 nibble bytes start 2 bytes into the block, which is 4-byte aligned in
-  // every other block: five aligned words cover them, and prmt takes each word's 4 bytes
-  // from a pair (a's upper half and b's lower one where they start at 2 mod 4).
-  std::vector<Reg> aligned(5);
-  for (int i = 0; i < 5; ++i) {
-    aligned[i] = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
-  }
   const Operand q4_zero = Operand::F32(0x1p23f + 8);
   for (int i = 0; i < kQuantLaneElems / 8; ++i) {
     // Byte b of the word holds elements 4i + b (low nibble) and 4i + b + 16 (high).
-    const Reg w = kb.Emit(Op::kPrmt, Type::kB32, {aligned[i], aligned[i + 1], a.sel});
-    const NibbleBytes nb = SplitNibbles(kb, w);
+    const NibbleBytes nb = SplitNibbles(kb, r.CodeUnit(kb, i));
     for (int b = 0; b < 4; ++b) {
       u.codes[4 * i + b] = MagicCode(kb, nb.lo, b, q4_zero);
       u.codes[4 * i + b + 16] = MagicCode(kb, nb.hi, b, q4_zero);
     }
   }
   return u;
+}
+
+namespace {
+// A block in shared memory at `a` + `off` (DecodeLaneUnit).
+class SharedBlockReader : public BlockReader {
+ public:
+  SharedBlockReader(BlockFormat f, const LaneUnitAddr& a, int64_t off) : f_(f), a_(a), off_(off) {}
+  Reg Scale(KernelBuilder& kb) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(a_.blk, off_));
+      case BlockFormat::kInt4G128:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.blk, off_));
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    return kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(a_.blk, off_));
+  }
+  Reg CodeUnit(KernelBuilder& kb, int i) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.blk, off_ + 4 + 4 * i));
+      case BlockFormat::kInt4G128:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.codes, off_ + 4 * i));
+      case BlockFormat::kQ8_0: {
+        // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
+        const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(a_.blk, off_ + 2 + 2 * i));
+        return kb.Cvt(Type::kU32, Type::kU16, h);
+      }
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // q4_0: the 16 nibble bytes start 2 bytes into the block, which is 4-byte aligned in
+    // every other block: five aligned words cover them, and prmt takes each word's 4 bytes
+    // from a pair (a's upper half and b's lower one where they start at 2 mod 4).
+    if (aligned_.empty()) {
+      for (int j = 0; j < 5; ++j) {
+        aligned_.push_back(
+            kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.codes, off_ + 4 * j)));
+      }
+    }
+    return kb.Emit(Op::kPrmt, Type::kB32, {aligned_[i], aligned_[i + 1], a_.sel});
+  }
+  int CodeBytes() const override { return f_ == BlockFormat::kQ8_0 ? 2 : 4; }
+
+ private:
+  BlockFormat f_;
+  LaneUnitAddr a_;
+  int64_t off_;
+  std::vector<Reg> aligned_;  // q4_0: the five aligned words, once loaded
+};
+}  // namespace
+
+LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
+  SharedBlockReader r(f, a, off);
+  return DecodeBlock(kb, f, r);
 }
 
 LaneUnitAddr Q4_0LaneUnitAddr(KernelBuilder& kb, Reg blk) {

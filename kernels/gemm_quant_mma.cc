@@ -5,11 +5,19 @@
 // Each k step of 32 covers one block per weight row (a quarter of an int4_g128 block). A
 // thread owns a row of the CTA's weight tile: it copies the aligned 16-byte units that hold
 // the row's block for the step by cp.async into its own staging (rows are only 2- or
-// 4-byte aligned; a q8_0 or fp8 block spans 3 units wherever it starts, q4_0 2 (and a
-// zero-filled third), an int4_g128 quarter 1 for its header and 2 for its codes), stages - 1 steps
-// ahead, and before the step's barrier decodes that block (gemm_quant_decode.h) and writes its 32
-// weights as f16 into GemmMma's ldmatrix-ready tile. A thread reads back only its own
-// copies, so the staging needs no barrier.
+// 4-byte aligned; a q8_0 or fp8 block spans 3 units wherever it starts, q4_0 2, an
+// int4_g128 quarter 1 for its header and 2 for its codes), stages - 1 steps ahead, and
+// before the step's barrier reads its units back whole (16-byte loads), realigns the block's
+// words in registers, decodes it (gemm_quant_decode.h) and writes its 32 weights as f16
+// into GemmMma's ldmatrix-ready tile. A thread reads back only its own copies, so the
+// staging needs no barrier.
+//
+// Bank conflicts: a thread's units lie 48 bytes (3 units, 12 words) from its neighbour's,
+// so the 8 lanes of each quarter of a warp read 16-byte slots 12 l mod 32 words = 0, 12,
+// 24, 4, 16, 28, 8, 20: every bank once, the 4 wavefronts a warp's 512 bytes need. Word
+// reads at the block's offset (the same in every lane where the rows share an alignment)
+// would hit 8 of the 32 banks, 4 lanes each, whatever the stride: units start 16-byte
+// aligned, so a word's bank is one of 8 for a given offset in its unit.
 //
 // Rounding: each weight d * code is exact in f32 (q8_0, q4_0, int4_g128: an f16 scale times
 // a code of at most 8 bits; fp8: the f32 scale times an E4M3 value rounded once to f32)
@@ -37,12 +45,79 @@ namespace {
 
 constexpr int kStepK = 32;  // k per step: one block of 32, a quarter of an int4_g128 block
 
-// Aligned 16-byte units a thread stages per row and step (see the header comment). A q4_0
-// block's 2 units have a third zero-filled (cp.async of 0 source bytes, no global read)
-// after them: a block 14 bytes into its units has its nibbles 4-byte aligned, and the
-// decode's fifth aligned word (unused then) lies past them.
+// Aligned 16-byte units a thread stages per row and step (see the header comment): room for
+// 3, q4_0's 2 at the same stride, which keeps the reads conflict-free.
 constexpr int kUnitsPerStep = 3;
 int UnitsCopied(BlockFormat f) { return f == BlockFormat::kQ4_0 ? 2 : 3; }
+
+// out[j] = w[j + byte_off / 4] for j < count, byte_off < 16 (w holds count + 3 words): two
+// rounds of selp, by 2 words and by 1.
+std::vector<Reg> ShiftWords(KernelBuilder& kb, const std::vector<Reg>& w, Reg byte_off, int count) {
+  const Reg by2 = kb.Setp(Cmp::kGe, Type::kU32, byte_off, 8);
+  const Reg by1 = kb.Setp(Cmp::kNe, Type::kU32, kb.Emit(Op::kAnd, Type::kB32, {byte_off, 4}), 0);
+  std::vector<Reg> half(count + 1), out(count);
+  for (int j = 0; j <= count; ++j) half[j] = kb.Selp(Type::kB32, w[j + 2], w[j], by2);
+  for (int j = 0; j < count; ++j) out[j] = kb.Selp(Type::kB32, half[j + 1], half[j], by1);
+  return out;
+}
+
+// A row's block of a step from the thread's units in registers (`units`: their words),
+// the block `at` bytes into them (int4_g128: the header `at`, the codes `codes_at` bytes
+// into units 1 and 2).
+class UnitsReader : public gen::BlockReader {
+ public:
+  UnitsReader(KernelBuilder& kb, BlockFormat f, const std::vector<Reg>& units, Reg at, Reg codes_at)
+      : f_(f) {
+    switch (f) {
+      case BlockFormat::kFp8E4M3:  // 4-byte aligned: the scale word, then 8 code words
+        words_ = ShiftWords(kb, units, at, 9);
+        return;
+      case BlockFormat::kInt4G128:
+        words_ = ShiftWords(kb, {units.begin(), units.begin() + 4}, at, 1);
+        codes_ = ShiftWords(kb, {units.begin() + 4, units.end()}, codes_at, 4);
+        return;
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // 2-byte aligned: the words from the aligned one at or below the block, and the prmt
+    // selector of bytes r + 2.. of a word pair, r = at mod 4 (0 or 2): code unit i.
+    words_ = ShiftWords(kb, units, at, f == BlockFormat::kQ8_0 ? 9 : 5);
+    sel_ =
+        kb.Emit(Op::kMadLo, Type::kU32, {kb.Emit(Op::kAnd, Type::kB32, {at, 3}), 0x1111, 0x5432});
+  }
+  Reg Scale(KernelBuilder& kb) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Mov(Type::kF32, words_[0]);
+      case BlockFormat::kInt4G128:
+        return words_[0];
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // Bytes r, r + 1 of the first word.
+    const Reg sel = kb.Emit(Op::kSub, Type::kU32, {sel_, 0x2222});
+    return kb.Unpack(kb.Emit(Op::kPrmt, Type::kB32, {words_[0], words_[0], sel}), Type::kB16)[0];
+  }
+  Reg CodeUnit(KernelBuilder& kb, int i) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return words_[1 + i];
+      case BlockFormat::kInt4G128:
+        return codes_[i];
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    return kb.Emit(Op::kPrmt, Type::kB32, {words_[i], words_[i + 1], sel_});
+  }
+
+ private:
+  BlockFormat f_;
+  std::vector<Reg> words_, codes_;
+  Reg sel_;
+};
 
 // Staging of `threads` threads, each owning rows tid + threads i of the bn-row tile.
 struct Staging {
@@ -92,7 +167,6 @@ class BlockSource : public gen::MmaWeightSource {
       if (cfg_.format != BlockFormat::kInt4G128) {
         const Reg base = AlignDown(kb, gen::AddrAdd(kb, r.blocks, t, BlockBytes(cfg_.format)));
         for (int u = 0; u < UnitsCopied(cfg_.format); ++u) unit(u, base, int64_t{u} * 16);
-        if (cfg_.format == BlockFormat::kQ4_0) unit(2, base, 0, Operand(0));
       } else {
         const auto [hdr, codes] = Int4Parts(kb, t);
         const Reg hdr_at = gen::AddrAdd(kb, r.blocks, hdr, 1);
@@ -113,18 +187,21 @@ class BlockSource : public gen::MmaWeightSource {
     for (const Row& r : rows_) {
       const std::optional<ptx::Label> skip = SkipUnlessOwned(kb, r);
       const Reg st = gen::UAdd(kb, r.staging, slot);
-      gen::LaneUnitAddr a;
+      std::vector<Reg> units;
+      for (int v = 0; v < UnitsCopied(cfg_.format); ++v) {
+        const std::vector<Reg> q = kb.Ld(Space::kShared, Type::kB32, Operand::Addr(st, v * 16), 4);
+        units.insert(units.end(), q.begin(), q.end());
+      }
+      Reg at, codes_at;
       if (cfg_.format != BlockFormat::kInt4G128) {
-        a.blk = gen::UAdd(
-            kb, st,
-            Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)})));
-        if (cfg_.format == BlockFormat::kQ4_0) a = gen::Q4_0LaneUnitAddr(kb, a.blk);
+        at = Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)}));
       } else {
         const auto [hdr, code_off] = Int4Parts(kb, t);
-        a.blk = gen::UAdd(kb, st, Low4(kb, r.head, hdr));
-        a.codes = gen::UAdd(kb, gen::UAdd(kb, st, 16), Low4(kb, r.head, code_off));
+        at = Low4(kb, r.head, hdr);
+        codes_at = Low4(kb, r.head, code_off);
       }
-      const gen::LaneUnit u = gen::DecodeLaneUnit(kb, cfg_.format, a, 0);
+      UnitsReader reader(kb, cfg_.format, units, at, codes_at);
+      const gen::LaneUnit u = gen::DecodeBlock(kb, cfg_.format, reader);
       std::vector<Reg> packed;
       for (int e = 0; e < kStepK; e += 2) {
         packed.push_back(kb.CvtPack(Type::kF16x2, gen::FMul(kb, u.d, u.codes[e + 1]),
