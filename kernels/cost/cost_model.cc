@@ -21,12 +21,6 @@ namespace {
 //            clock; "Arithmetic instructions" table: 16 results per clock per SM for the
 //            special functions (ex2, lg2, rsqrt, sin, cos) on 8.0 and 9.0. Shared memory
 //            serves one 128-byte wavefront per clock per SM.
-//  [L1]      CUDA C++ Programming Guide, compute capabilities 8.x and 9.0 ("Shared Memory"
-//            and "Global Memory"): the L1 cache and shared memory are one unified on-chip
-//            array per SM (its carve-out is the shared_bytes_per_sm above). Its one
-//            128-byte/clock datapath carries shared-memory wavefronts and the data global
-//            loads return alike, L1 hits and lines filled from L2 (a cp.async's bytes land
-//            in shared memory through it too).
 //  [LAT]     DRAM latency under load: public microbenchmarks put an unloaded HBM access of
 //            A100/H100 near 600 SM cycles (~300-450 ns); a streaming kernel sees queueing on
 //            top. 600 ns is this model's assumption, to calibrate on hardware.
@@ -87,8 +81,6 @@ const std::vector<DeviceSpec>& Devices() {
 constexpr double kIssuePerSmClock = 4;
 constexpr double kSfuPerSmClock = 0.5;
 constexpr double kWavefrontsPerSmClock = 1;
-// [L1]: global loads' bytes take the same datapath, a wavefront's 128 bytes a clock.
-constexpr double kL1BytesPerSmClock = 128;
 // A dependent instruction waits about 4 cycles for its operand (the ALU pipeline depth of
 // sm_80/sm_90): the floor of a lone warp's chain.
 constexpr double kDependentIssueCycles = 4;
@@ -155,13 +147,8 @@ Estimate EstimateLaunch(const DeviceSpec& d, const emu::KernelCounters& c, const
   e.issue_s = static_cast<double>(c.warp_instructions) * share / (kIssuePerSmClock * sm_clock);
   e.sfu_s = static_cast<double>(c.Instructions(emu::InstrClass::kSfu)) * share /
             (kSfuPerSmClock * sm_clock);
-  // [L1]: shared memory's wavefronts and the bytes global loads bring through L1 share one
-  // datapath. The emulator models no L1 (counters.h): every sector a load request touches
-  // passes it once, whether a real L1 would hit or fill it from L2.
-  const double wavefronts =
-      static_cast<double>(c.shared_load.wavefronts + c.shared_store.wavefronts) +
-      static_cast<double>(c.global_load.sectors) * 32 / kL1BytesPerSmClock;
-  e.shared_s = wavefronts * share / (kWavefrontsPerSmClock * sm_clock);
+  e.shared_s = static_cast<double>(c.shared_load.wavefronts + c.shared_store.wavefronts) * share /
+               (kWavefrontsPerSmClock * sm_clock);
 
   // Little's law: the bytes the resident warps keep in flight over the latency. A warp keeps
   // in flight the requests it issues between two waits: its requests over the load

@@ -13,10 +13,7 @@
 //  - tensor:  tensor FLOPs / the tensor peak of the SMs the grid occupies.
 //  - fp32:    FP32 FLOPs / the FP32 peak of the SMs the grid occupies.
 //  - issue:   warp instructions / (4 schedulers x clock) of the SMs the grid occupies; the
-//             SFU has its own, lower rate.
-//  - shared:  the SM's L1/shared-memory datapath, 128 bytes a clock: shared-memory
-//             wavefronts and the sectors of global loads (which pass L1 whether they hit
-//             there or not; the emulator models no L1, so it charges every load sector).
+//             SFU and shared-memory wavefronts have their own, lower rates.
 //  - latency: the chain one warp cannot hide alone, once per wave: its instructions at one
 //             per 4 cycles (an ALU's dependent-issue latency) and the DRAM latencies the
 //             load-wait model says it waits out; and no less than the longest warp's chain

@@ -84,9 +84,8 @@ int Registers(const std::string& ptx, const std::string& arch) {
 // the layer's share (one launch of each, as gpu_estimate's table is read: qkv and gate/up
 // with their input's RMSNorm fused, "+norm", as a decode step runs them). The figures are
 // estimates. Gate/up, the layer's largest, must come within 80% of its roofline bound by DRAM in
-// the 8-bit formats and within 74% in the 4-bit ones, where x's bytes through L1 bind by
-// less than 15% (below), with the RMSNorm fused or not: no format's unpacking, nor the norm,
-// may be what limits it.
+// every format, with the RMSNorm fused or not: no format's unpacking, nor the norm, may be
+// what limits it.
 TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
   struct Shape {
     const char* role;
@@ -145,27 +144,15 @@ TEST(CostEstimate, QuantGemvPerFormatAtTheLlamaLayerShapes) {
       }
       absl::PrintF(
           "estimate (not measured): qgemm %-9s %-12s %5dx%-5d on h100: %6.2f us, bound by %-7s "
-          "(dram %.2f, shared %.2f, issue %.2f, latency %.2f us; per 32 weights %.1f warp "
-          "instructions, %.1f L1 bytes, %.2f shared wavefronts), roofline %.2f us = %.1f%%\n",
+          "(dram %.2f, issue %.2f, latency %.2f us; %.1f warp instructions per 32 weights), "
+          "roofline %.2f us = %.1f%%\n",
           BlockFormatName(f), sh.role, sh.n, sh.k, e.seconds * 1e6, e.binding, e.dram_s * 1e6,
-          e.shared_s * 1e6, e.issue_s * 1e6, e.latency_s * 1e6,
+          e.issue_s * 1e6, e.latency_s * 1e6,
           static_cast<double>(c.warp_instructions) / (static_cast<double>(sh.n) * sh.k / 32),
-          32.0 * static_cast<double>(c.global_load.sectors) /
-              (static_cast<double>(sh.n) * sh.k / 32),
-          static_cast<double>(c.shared_load.wavefronts + c.shared_store.wavefronts) /
-              (static_cast<double>(sh.n) * sh.k / 32),
           roofline * 1e6, 100 * roofline / e.seconds);
       if (sh.n == 16384) {
-        // DRAM binds, or the L1/shared datapath where x's bytes outweigh the weights': a
-        // 4-bit format's 17-18 bytes per 32 weights come with 128 bytes of f32 x through L1
-        // (the printed L1 bytes; 32 with the norm fused, x staged in shared memory), and
-        // with its 0.47-1.23 shared wavefronts that is (146 / 128 + 0.56) = 1.70 clocks per
-        // 32 weights per SM against the 18 bytes' 1.56 at the sustained 11.5 bytes a clock
-        // (q4_0): 9% over DRAM, 75% of the roofline with the launch. The 8-bit formats'
-        // 34-36 bytes keep DRAM binding (q8_0: 1.27 + 1.38 = 2.65 clocks against 2.95).
-        EXPECT_TRUE(e.binding == "dram" || e.binding == "shared") << e.binding;
-        EXPECT_LE(e.shared_s, 1.15 * e.dram_s);
-        EXPECT_GE(roofline / e.seconds, BlockBytes(f) * 32 / BlockElems(f) >= 34 ? 0.80 : 0.74);
+        EXPECT_EQ(e.binding, "dram");
+        EXPECT_GE(roofline / e.seconds, 0.80);
       }
     }
     absl::PrintF(

@@ -1,8 +1,8 @@
 // The cost model on counters whose answer follows from the device figures by hand: a large
 // copy runs at the sustained bandwidth, a tensor-core tile loop at the tensor peak, a lone
-// warp is latency-bound, a grid smaller than the SM count gets only its SMs' share, loads
-// that hit in L1 are charged on the L1/shared datapath, and the occupancy limits (warps,
-// registers, shared memory) fall where the programming guide's tables put them.
+// warp is latency-bound, a grid smaller than the SM count gets only its SMs' share, and the
+// occupancy limits (warps, registers, shared memory) fall where the programming guide's
+// tables put them.
 #include "kernels/cost/cost_model.h"
 
 #include <gtest/gtest.h>
@@ -129,31 +129,6 @@ TEST(CostModel, TensorWorkRunsAtThePeakOfTheSmsItOccupies) {
   c.ctas = 66;
   e = EstimateLaunch(d, c, {}, false);
   EXPECT_NEAR(e.tensor_s, 2 * 1e12 / 989.4e12, 1e-9);
-}
-
-// [L1]: shared-memory wavefronts and the bytes of global loads share the SM's 128-byte/clock
-// datapath, so a kernel whose loads mostly hit in L1 is bound there, not by DRAM.
-TEST(CostModel, GlobalLoadsShareTheL1AndSharedDatapath) {
-  const DeviceSpec& d = H100();
-  // 132 x 8 CTAs (one wave, 8 a SM) of 8 warps, 64 loads of 512 B a warp, no stores; each
-  // sector read 64 times, DRAM once: 4.3 MB read, 1.4 us at the sustained bandwidth.
-  emu::KernelCounters c = Streaming(132 * 8, 64);
-  c.global_store = {};
-  c.dram_write_bytes = 0;
-  c.dram_read_bytes /= 64;
-  c.shared_load.wavefronts = 132 * 3072;
-  c.shared_store.wavefronts = 132 * 1024;
-  const Estimate e = EstimateLaunch(d, c, {}, false);
-  // A SM's 8 CTAs load 8 x 8 x 64 x 512 B = 2 MiB: 16,384 clocks of 128 bytes, after its
-  // 4,096 shared wavefronts: 20,480 clocks, 10.3 us. Issue: 8 x 8 x 64 x 6 instructions
-  // at 4 a clock, 6,144 clocks.
-  EXPECT_NEAR(e.shared_s, (16384 + 4096) / 1.98e9, 1e-12);
-  EXPECT_NEAR(e.issue_s, 6144 / 1.98e9, 1e-12);
-  EXPECT_NEAR(e.dram_s, 132 * 8 * 8 * 64 * 512 / 64 / (3.35e12 * 0.9), 1e-12);
-  EXPECT_EQ(e.binding, "shared");
-  // Without the loads' bytes, the wavefronts alone: a fifth of that.
-  c.global_load.sectors = 0;
-  EXPECT_NEAR(EstimateLaunch(d, c, {}, false).shared_s, 4096 / 1.98e9, 1e-12);
 }
 
 TEST(CostModel, OccupancyFollowsTheProgrammingGuidesLimits) {
