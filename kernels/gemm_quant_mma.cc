@@ -7,10 +7,10 @@
 // the row's block for the step by cp.async into its own staging (rows are only 2- or
 // 4-byte aligned; a q8_0 or fp8 block spans 3 units wherever it starts, q4_0 2, an
 // int4_g128 quarter 1 for its header and 2 for its codes), stages - 1 steps ahead, and
-// before the step's barrier reads its units back whole (16-byte loads), realigns the block's
-// words in registers, decodes it (gemm_quant_decode.h) and writes its 32 weights as f16
-// into GemmMma's ldmatrix-ready tile. A thread reads back only its own copies, so the
-// staging needs no barrier.
+// before the step's barrier reads its units back whole (16-byte loads), decodes the block
+// from their words (gemm_quant_decode.h; the copy of the decode for the block's word offset)
+// and writes its 32 weights as f16 into GemmMma's ldmatrix-ready tile. A thread reads back only its
+// own copies, so the staging needs no barrier.
 //
 // Bank conflicts: a thread's units lie 48 bytes (3 units, 12 words) from its neighbour's,
 // so the 8 lanes of each quarter of a warp read 16-byte slots 12 l mod 32 words = 0, 12,
@@ -50,31 +50,24 @@ constexpr int kStepK = 32;  // k per step: one block of 32, a quarter of an int4
 constexpr int kUnitsPerStep = 3;
 int UnitsCopied(BlockFormat f) { return f == BlockFormat::kQ4_0 ? 2 : 3; }
 
-// out[j] = w[j + byte_off / 4] for j < count, byte_off < 16 (w holds count + 3 words): two
-// rounds of selp, by 2 words and by 1.
-std::vector<Reg> ShiftWords(KernelBuilder& kb, const std::vector<Reg>& w, Reg byte_off, int count) {
-  const Reg by2 = kb.Setp(Cmp::kGe, Type::kU32, byte_off, 8);
-  const Reg by1 = kb.Setp(Cmp::kNe, Type::kU32, kb.Emit(Op::kAnd, Type::kB32, {byte_off, 4}), 0);
-  std::vector<Reg> half(count + 1), out(count);
-  for (int j = 0; j <= count; ++j) half[j] = kb.Selp(Type::kB32, w[j + 2], w[j], by2);
-  for (int j = 0; j < count; ++j) out[j] = kb.Selp(Type::kB32, half[j + 1], half[j], by1);
-  return out;
-}
-
-// A row's block of a step from the thread's units in registers (`units`: their words),
-// the block `at` bytes into them (int4_g128: the header `at`, the codes `codes_at` bytes
-// into units 1 and 2).
+// A row's block of a step from the thread's units in registers (`units`: their words), the
+// block `word` words into them (int4_g128: its header; its codes start a word further, mod 4,
+// in units 1 and 2, since a quarter's codes lie 4 + 16 i bytes past the header). `at`: the
+// block's byte offset, for the 2-byte formats' half-word.
 class UnitsReader : public gen::BlockReader {
  public:
-  UnitsReader(KernelBuilder& kb, BlockFormat f, const std::vector<Reg>& units, Reg at, Reg codes_at)
+  UnitsReader(KernelBuilder& kb, BlockFormat f, const std::vector<Reg>& units, int word, Reg at)
       : f_(f) {
+    auto from = [&](int first, int count) {
+      return std::vector<Reg>(units.begin() + first, units.begin() + first + count);
+    };
     switch (f) {
       case BlockFormat::kFp8E4M3:  // 4-byte aligned: the scale word, then 8 code words
-        words_ = ShiftWords(kb, units, at, 9);
+        words_ = from(word, 9);
         return;
       case BlockFormat::kInt4G128:
-        words_ = ShiftWords(kb, {units.begin(), units.begin() + 4}, at, 1);
-        codes_ = ShiftWords(kb, {units.begin() + 4, units.end()}, codes_at, 4);
+        words_ = from(word, 1);
+        codes_ = from(4 + (word + 1) % 4, 4);
         return;
       case BlockFormat::kQ8_0:
       case BlockFormat::kQ4_0:
@@ -82,7 +75,7 @@ class UnitsReader : public gen::BlockReader {
     }
     // 2-byte aligned: the words from the aligned one at or below the block, and the prmt
     // selector of bytes r + 2.. of a word pair, r = at mod 4 (0 or 2): code unit i.
-    words_ = ShiftWords(kb, units, at, f == BlockFormat::kQ8_0 ? 9 : 5);
+    words_ = from(word, f == BlockFormat::kQ8_0 ? 9 : 5);
     sel_ =
         kb.Emit(Op::kMadLo, Type::kU32, {kb.Emit(Op::kAnd, Type::kB32, {at, 3}), 0x1111, 0x5432});
   }
@@ -192,26 +185,41 @@ class BlockSource : public gen::MmaWeightSource {
         const std::vector<Reg> q = kb.Ld(Space::kShared, Type::kB32, Operand::Addr(st, v * 16), 4);
         units.insert(units.end(), q.begin(), q.end());
       }
-      Reg at, codes_at;
-      if (cfg_.format != BlockFormat::kInt4G128) {
-        at = Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)}));
-      } else {
-        const auto [hdr, code_off] = Int4Parts(kb, t);
-        at = Low4(kb, r.head, hdr);
-        codes_at = Low4(kb, r.head, code_off);
-      }
-      UnitsReader reader(kb, cfg_.format, units, at, codes_at);
-      const gen::LaneUnit u = gen::DecodeBlock(kb, cfg_.format, reader);
-      std::vector<Reg> packed;
-      for (int e = 0; e < kStepK; e += 2) {
-        packed.push_back(kb.CvtPack(Type::kF16x2, gen::FMul(kb, u.d, u.codes[e + 1]),
-                                    gen::FMul(kb, u.d, u.codes[e])));
-      }
+      const Reg at =
+          cfg_.format != BlockFormat::kInt4G128
+              ? Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)}))
+              : Low4(kb, r.head, Int4Parts(kb, t).first);
       const Reg dst = kb.Emit(Op::kMadLo, Type::kU32, {r.tile_row, row_bytes, tile});
-      for (int q = 0; q < 4; ++q) {
-        kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{q} * 16),
-              std::vector<Reg>(packed.begin() + 4 * q, packed.begin() + 4 * q + 4));
+      // The block's first word in the units, at / 4, picks one of four copies of the decode,
+      // each with its words known: a branch, where realigning the words in registers would
+      // take two selp a word. It is warp-uniform wherever the rows' lengths are multiples of
+      // 16 bytes (every row then starts where the first does).
+      const Reg high = kb.Setp(Cmp::kGe, Type::kU32, at, 8);
+      const Reg odd = kb.Setp(Cmp::kNe, Type::kU32, kb.Emit(Op::kAnd, Type::kB32, {at, 4}), 0);
+      const ptx::Label words23 = kb.NewLabel("words23"), decoded = kb.NewLabel("decoded");
+      kb.BraIf(high, words23);
+      for (int word = 0; word < 4; ++word) {
+        if (word == 2) kb.Bind(words23);
+        std::optional<ptx::Label> next;  // the odd word's copy, after an even one's
+        if (word % 2 == 0) {
+          next = kb.NewLabel("odd_word");
+          kb.BraIf(odd, *next);
+        }
+        UnitsReader reader(kb, cfg_.format, units, word, at);
+        const gen::LaneUnit u = gen::DecodeBlock(kb, cfg_.format, reader);
+        std::vector<Reg> packed;
+        for (int e = 0; e < kStepK; e += 2) {
+          packed.push_back(kb.CvtPack(Type::kF16x2, gen::FMul(kb, u.d, u.codes[e + 1]),
+                                      gen::FMul(kb, u.d, u.codes[e])));
+        }
+        for (int q = 0; q < 4; ++q) {
+          kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{q} * 16),
+                std::vector<Reg>(packed.begin() + 4 * q, packed.begin() + 4 * q + 4));
+        }
+        if (word < 3) kb.Bra(decoded);
+        if (next) kb.Bind(*next);
       }
+      kb.Bind(decoded);
       if (skip) kb.Bind(*skip);
     }
   }
