@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gemm_quant_decode.h"
+#include "kernels/gemm_quant_normed_x.h"
 #include "kernels/generator.h"
 
 namespace ptxserve::kernels {
@@ -61,106 +62,17 @@ Reg MagicCode(KernelBuilder& kb, Reg nibbles, int b, const Operand& zero) {
                  {kb.Emit(Op::kPrmt, Type::kB32, {nibbles, kMagicBits, kMagicSelect + b}), zero});
 }
 
-// With the fused RMSNorm, the CTA stages its rows of x times norm_w in shared memory once,
-// where its warps would each scale and square every element of x themselves (on a GEMV of
-// a 4-bit format that is a fifth of a warp's instructions). Budget: mt * K * 4 bytes
-// (K 4096 at one row); larger tiles scale x in each warp as they load it.
-constexpr int64_t kNormedXBytes = 16384;
-
-// x[m] * norm_w for the CTA's rows m0.. (rows past M as the last row) into `xs`: mt rows of
-// K f32, 16-byte chunk q of a row stored at chunk q ^ ((q >> 3) & 7), so that a warp's
-// reads of its lanes' units (chunk i of 128-byte unit u per lane) spread over all banks.
-// Returns each row's sum of squares of x, the CTA's total, in every thread. Every thread
-// of the CTA runs it (it ends in bar.sync).
-std::vector<Reg> StageNormedX(KernelBuilder& kb, const QuantGemmConfig& cfg,
-                              const gen::GemvParams& p, Reg m0, Reg last_row, Reg tid, Reg lane,
-                              Reg warp, const ptx::Symbol& xs) {
-  const int threads = cfg.Threads();
-  const int64_t chunks = cfg.k / 4;
-  const int64_t row_bytes = int64_t{cfg.k} * 4;
-  const int rounds = static_cast<int>(CeilDiv(chunks, threads));
-  // Thread t takes chunks t + threads * j, whose swizzle is (t >> 3) & 7 with bit 2 flipped
-  // where threads / 8 * j is 4 mod 8 (an odd number of warps, odd j).
-  const Reg key = kb.Emit(Op::kAnd, Type::kB32, {kb.Emit(Op::kShr, Type::kU32, {tid, 3}), 7});
-  const Reg phys = kb.Emit(Op::kXor, Type::kB32, {tid, key});
-  const Reg xs_base = kb.AddressOf(xs);
-  const Reg dst[2] = {
-      kb.Emit(Op::kMadLo, Type::kU32, {phys, 16, xs_base}),
-      kb.Emit(Op::kMadLo, Type::kU32, {kb.Emit(Op::kXor, Type::kB32, {phys, 4}), 16, xs_base})};
-  std::vector<Reg> x_row(cfg.m_tile);
-  for (int m = 0; m < cfg.m_tile; ++m) {
-    const Reg r = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
-    x_row[m] = gen::AddrAdd(kb, gen::AddrAdd(kb, p.x, r, row_bytes), tid, 16);
-  }
-  const Reg nw = gen::AddrAdd(kb, p.norm_w, tid, 16);
-  // Loads first, all of them, so that one latency covers them.
-  auto in_range = [&](int j) -> std::optional<Reg> {
-    if (int64_t{threads} * (j + 1) <= chunks) return std::nullopt;
-    return kb.Setp(Cmp::kLt, Type::kU32, tid, chunks - int64_t{threads} * j);
-  };
-  std::vector<std::optional<Reg>> ok(rounds);
-  std::vector<std::vector<Reg>> nwv(rounds), xv(rounds * cfg.m_tile);
-  for (int j = 0; j < rounds; ++j) {
-    ok[j] = in_range(j);
-    std::optional<KernelBuilder::ScopedGuard> g;
-    if (ok[j]) g.emplace(&kb, *ok[j], false);
-    const int64_t off = int64_t{threads} * j * 16;
-    nwv[j] = kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(nw, off), 4);
-    for (int m = 0; m < cfg.m_tile; ++m) {
-      xv[j * cfg.m_tile + m] = kb.Ld(Space::kGlobal, Type::kF32, Operand::Addr(x_row[m], off), 4);
-    }
-  }
-  std::vector<Reg> sq(cfg.m_tile);
-  for (Reg& q : sq) q = kb.Mov(Type::kF32, Operand::F32(0.0f));
-  for (int j = 0; j < rounds; ++j) {
-    std::optional<KernelBuilder::ScopedGuard> g;
-    if (ok[j]) g.emplace(&kb, *ok[j], false);
-    const bool flip = int64_t{threads} / 8 * j % 8 == 4;
-    for (int m = 0; m < cfg.m_tile; ++m) {
-      const std::vector<Reg>& v = xv[j * cfg.m_tile + m];
-      std::vector<Reg> xn(4);
-      for (int e = 0; e < 4; ++e) {
-        kb.EmitTo(sq[m], Op::kFma, Type::kF32, {v[e], v[e], sq[m]});
-        xn[e] = gen::FMul(kb, v[e], nwv[j][e]);
-      }
-      kb.St(Space::kShared, Type::kF32,
-            Operand::Addr(dst[flip ? 1 : 0], int64_t{threads} * j * 16 + m * row_bytes), xn);
-    }
-  }
-  // The warps' sums meet in shared memory, added in warp order by every thread.
-  const ptx::Symbol sums = kb.Shared("norm_sums", int64_t{cfg.warps} * cfg.m_tile * 4, 4);
-  const Reg sums_base = kb.AddressOf(sums);
-  for (Reg& q : sq) q = gen::WarpReduceToLane0(kb, q, gen::Reduce::kSum);
-  {
-    auto g = kb.If(kb.Setp(Cmp::kEq, Type::kU32, lane, 0));
-    const Reg mine = kb.Emit(Op::kMadLo, Type::kU32, {warp, cfg.m_tile * 4, sums_base});
-    for (int m = 0; m < cfg.m_tile; ++m) {
-      kb.St(Space::kShared, Type::kF32, Operand::Addr(mine, int64_t{m} * 4), {sq[m]});
-    }
-  }
-  kb.BarSync();  // the sums and the staged rows are visible to every thread
-  for (int m = 0; m < cfg.m_tile; ++m) {
-    sq[m] = kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(sums_base, int64_t{m} * 4));
-    for (int w = 1; w < cfg.warps; ++w) {
-      const Reg other = kb.Ld1(Space::kShared, Type::kF32,
-                               Operand::Addr(sums_base, (int64_t{w} * cfg.m_tile + m) * 4));
-      kb.EmitTo(sq[m], Op::kAdd, Type::kF32, {sq[m], other});
-    }
-  }
-  return sq;
-}
 }  // namespace
 
 namespace gen {
 
-LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
+LaneUnit DecodeBlock(KernelBuilder& kb, BlockFormat f, BlockReader& r) {
   LaneUnit u;
   u.codes.resize(kQuantLaneElems);
   if (f == BlockFormat::kFp8E4M3) {
-    u.d = gen::FMul(kb, kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(a.blk, off)),
-                    Operand::F32(256.0f));
+    u.d = gen::FMul(kb, r.Scale(kb), Operand::F32(256.0f));
     for (int i = 0; i < kQuantLaneElems / 4; ++i) {
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off + 4 + 4 * i));
+      const Reg w = r.CodeUnit(kb, i);
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 8), u.codes, 4 * i, 4 * i + 2);
       WidenCodePair(kb, E4M3PairToF16x2(kb, w, 0), u.codes, 4 * i + 1, 4 * i + 3);
     }
@@ -169,13 +81,12 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a,
   if (f == BlockFormat::kInt4G128) {
     // The header word: f16 s in bits 0..15, z in 16..23, a zero pad byte. z as the f32
     // 2^23 + z (its byte under 2^23's exponent), which every code's 2^23 + q less is q - z.
-    const Reg hdr = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.blk, off));
+    const Reg hdr = r.Scale(kb);
     u.d = kb.Cvt(Type::kF32, Type::kF16, kb.Unpack(hdr, Type::kB16)[0]);
     const Reg zf = kb.Emit(Op::kPrmt, Type::kB32, {hdr, kMagicBits, kMagicSelect + 2});
     for (int i = 0; i < kQuantLaneElems / 8; ++i) {
       // Byte b of the word holds elements 8i + 2b (low nibble) and 8i + 2b + 1 (high).
-      const Reg w = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
-      const NibbleBytes nb = SplitNibbles(kb, w);
+      const NibbleBytes nb = SplitNibbles(kb, r.CodeUnit(kb, i));
       for (int b = 0; b < 4; ++b) {
         u.codes[8 * i + 2 * b] = MagicCode(kb, nb.lo, b, zf);
         u.codes[8 * i + 2 * b + 1] = MagicCode(kb, nb.hi, b, zf);
@@ -183,41 +94,85 @@ LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a,
     }
     return u;
   }
-  u.d =
-      kb.Cvt(Type::kF32, Type::kF16, kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(a.blk, off)));
-  // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
-  auto word = [&](int i) {
-    const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(a.blk, off + 2 + 2 * i));
-    return kb.Cvt(Type::kU32, Type::kU16, h);
-  };
+  u.d = kb.Cvt(Type::kF32, Type::kF16, r.Scale(kb));
   if (f == BlockFormat::kQ8_0) {
-    for (int i = 0; i < kQuantLaneElems / 2; ++i) {
-      const Reg v = word(i);
-      for (int byte = 0; byte < 2; ++byte) {
+    const int ub = r.CodeBytes();
+    for (int i = 0; i < kQuantLaneElems / ub; ++i) {
+      const Reg v = r.CodeUnit(kb, i);
+      for (int byte = 0; byte < ub; ++byte) {
         const Reg q = kb.Emit(Op::kBfe, Type::kS32, {v, 8 * byte, 8});  // sign-extended
-        u.codes[2 * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
+        u.codes[ub * i + byte] = kb.Cvt(Type::kF32, Type::kS32, q, ptx::Round::kRn);
       }
     }
     return u;
   }
-  // q4_0: the 16 nibble bytes start 2 bytes into the block, which is 4-byte aligned in
-  // every other block: five aligned words cover them, and prmt takes each word's 4 bytes
-  // from a pair (a's upper half and b's lower one where they start at 2 mod 4).
-  std::vector<Reg> aligned(5);
-  for (int i = 0; i < 5; ++i) {
-    aligned[i] = kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a.codes, off + 4 * i));
-  }
   const Operand q4_zero = Operand::F32(0x1p23f + 8);
   for (int i = 0; i < kQuantLaneElems / 8; ++i) {
     // Byte b of the word holds elements 4i + b (low nibble) and 4i + b + 16 (high).
-    const Reg w = kb.Emit(Op::kPrmt, Type::kB32, {aligned[i], aligned[i + 1], a.sel});
-    const NibbleBytes nb = SplitNibbles(kb, w);
+    const NibbleBytes nb = SplitNibbles(kb, r.CodeUnit(kb, i));
     for (int b = 0; b < 4; ++b) {
       u.codes[4 * i + b] = MagicCode(kb, nb.lo, b, q4_zero);
       u.codes[4 * i + b + 16] = MagicCode(kb, nb.hi, b, q4_zero);
     }
   }
   return u;
+}
+
+namespace {
+// A block in shared memory at `a` + `off` (DecodeLaneUnit).
+class SharedBlockReader : public BlockReader {
+ public:
+  SharedBlockReader(BlockFormat f, const LaneUnitAddr& a, int64_t off) : f_(f), a_(a), off_(off) {}
+  Reg Scale(KernelBuilder& kb) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Ld1(Space::kShared, Type::kF32, Operand::Addr(a_.blk, off_));
+      case BlockFormat::kInt4G128:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.blk, off_));
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    return kb.Ld1(Space::kShared, Type::kB16, Operand::Addr(a_.blk, off_));
+  }
+  Reg CodeUnit(KernelBuilder& kb, int i) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.blk, off_ + 4 + 4 * i));
+      case BlockFormat::kInt4G128:
+        return kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.codes, off_ + 4 * i));
+      case BlockFormat::kQ8_0: {
+        // Two code bytes per load: the only width the blocks' 2-byte alignment allows.
+        const Reg h = kb.Ld1(Space::kShared, Type::kU16, Operand::Addr(a_.blk, off_ + 2 + 2 * i));
+        return kb.Cvt(Type::kU32, Type::kU16, h);
+      }
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // q4_0: the 16 nibble bytes start 2 bytes into the block, which is 4-byte aligned in
+    // every other block: five aligned words cover them, and prmt takes each word's 4 bytes
+    // from a pair (a's upper half and b's lower one where they start at 2 mod 4).
+    if (aligned_.empty()) {
+      for (int j = 0; j < 5; ++j) {
+        aligned_.push_back(
+            kb.Ld1(Space::kShared, Type::kB32, Operand::Addr(a_.codes, off_ + 4 * j)));
+      }
+    }
+    return kb.Emit(Op::kPrmt, Type::kB32, {aligned_[i], aligned_[i + 1], a_.sel});
+  }
+  int CodeBytes() const override { return f_ == BlockFormat::kQ8_0 ? 2 : 4; }
+
+ private:
+  BlockFormat f_;
+  LaneUnitAddr a_;
+  int64_t off_;
+  std::vector<Reg> aligned_;  // q4_0: the five aligned words, once loaded
+};
+}  // namespace
+
+LaneUnit DecodeLaneUnit(KernelBuilder& kb, BlockFormat f, const LaneUnitAddr& a, int64_t off) {
+  SharedBlockReader r(f, a, off);
+  return DecodeBlock(kb, f, r);
 }
 
 LaneUnitAddr Q4_0LaneUnitAddr(KernelBuilder& kb, Reg blk) {
@@ -397,23 +352,13 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       }
     }
     // x of unit `lane` of the step, for each row of the tile; rows past M read the last
-    // row (valid memory) and are never stored. Staged normed x: chunk i of the lane's unit
-    // (StageNormedX's swizzle), for every row at a multiple of K * 4 bytes.
-    const bool stage_x = cfg.norm && int64_t{mt} * cfg.k * 4 <= kNormedXBytes;
+    // row (valid memory) and are never stored. With the fused RMSNorm, normed x staged by
+    // the CTA where its rows fit (gemm_quant_normed_x.h), else norm_w applied in the loop.
+    const bool stage_x = gen::NormedX::Fits(cfg);
     const bool norm_in_loop = cfg.norm && !stage_x;
-    std::optional<ptx::Symbol> normed_x;
-    std::vector<Reg> x_lane(stage_x ? 0 : mt), xs_chunk(stage_x ? kQuantLaneElems / 4 : 0);
-    if (stage_x) {
-      normed_x = kb.Shared("normed_x", int64_t{mt} * cfg.k * 4);
-      const Reg u0 = split_log2 == 0 ? lane : kb.Emit(Op::kMadLo, Type::kU32, {slice, nu, lane});
-      const Reg base =
-          kb.Emit(Op::kMadLo, Type::kU32, {u0, kQuantLaneElems * 4, kb.AddressOf(*normed_x)});
-      const Reg key = kb.Emit(Op::kAnd, Type::kB32, {u0, 7});
-      for (int i = 0; i < static_cast<int>(xs_chunk.size()); ++i) {
-        xs_chunk[i] = kb.Emit(Op::kMadLo, Type::kU32,
-                              {i == 0 ? key : kb.Emit(Op::kXor, Type::kB32, {key, i}), 16, base});
-      }
-    }
+    std::optional<gen::NormedX> normed_x;
+    std::vector<Reg> x_lane(stage_x ? 0 : mt);
+    if (stage_x) normed_x.emplace(kb, cfg, lane, slice, nu);
     for (int m = 0; m < static_cast<int>(x_lane.size()); ++m) {
       const Reg r = kb.Emit(Op::kMin, Type::kU32, {gen::UAdd(kb, m0, m), last_row});
       Reg xr = gen::AddrAdd(kb, x, r, int64_t{cfg.k} * 4);
@@ -463,9 +408,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
     }
     // The staged rows' sums of squares are the CTA's: added up before the loop, or (one
     // step) while the step's blocks load.
-    auto stage_normed_x = [&] {
-      sq = StageNormedX(kb, cfg, params, m0, last_row, tid, lane, warp, *normed_x);
-    };
+    auto stage_normed_x = [&] { sq = normed_x->Stage(kb, params, m0, last_row, tid, lane, warp); };
     if (stage_x && steps > 1) stage_normed_x();
     Reg left, t;
     std::optional<ptx::Label> loop;
@@ -516,11 +459,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
           xv[m] = gen::LoadAsF32(kb, ElemType::kF32, x_lane[m], off, kQuantLaneElems, 16);
           continue;
         }
-        for (const Reg& c : xs_chunk) {
-          const std::vector<Reg> v =
-              kb.Ld(Space::kShared, Type::kF32, Operand::Addr(c, off + m * int64_t{cfg.k} * 4), 4);
-          xv[m].insert(xv[m].end(), v.begin(), v.end());
-        }
+        xv[m] = normed_x->Load(kb, m, off);
       }
       if (norm_in_loop)
         xv.push_back(gen::LoadAsF32(kb, ElemType::kF32, nw_lane, off, kQuantLaneElems, 16));
@@ -584,8 +523,7 @@ absl::StatusOr<std::string> GenerateQuantGemm(const QuantGemmConfig& cfg) {
       }
       for (Reg& xa : x_lane)
         kb.EmitTo(xa, Op::kAdd, Type::kU64, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
-      for (Reg& xa : xs_chunk)
-        kb.EmitTo(xa, Op::kAdd, Type::kU32, {xa, int64_t{kStepUnits} * kQuantLaneElems * 4});
+      if (normed_x) normed_x->Advance(kb, int64_t{kStepUnits} * kQuantLaneElems * 4);
       if (norm_in_loop) {
         kb.EmitTo(nw_lane, Op::kAdd, Type::kU64,
                   {nw_lane, int64_t{kStepUnits} * kQuantLaneElems * 4});

@@ -5,11 +5,19 @@
 // Each k step of 32 covers one block per weight row (a quarter of an int4_g128 block). A
 // thread owns a row of the CTA's weight tile: it copies the aligned 16-byte units that hold
 // the row's block for the step by cp.async into its own staging (rows are only 2- or
-// 4-byte aligned; a q8_0 or fp8 block spans 3 units wherever it starts, q4_0 2 (and a
-// zero-filled third), an int4_g128 quarter 1 for its header and 2 for its codes), stages - 1 steps
-// ahead, and before the step's barrier decodes that block (gemm_quant_decode.h) and writes its 32
-// weights as f16 into GemmMma's ldmatrix-ready tile. A thread reads back only its own
-// copies, so the staging needs no barrier.
+// 4-byte aligned; a q8_0 or fp8 block spans 3 units wherever it starts, q4_0 2, an
+// int4_g128 quarter 1 for its header and 2 for its codes), stages - 1 steps ahead, and
+// before the step's barrier reads its units back whole (16-byte loads), decodes the block
+// from their words (gemm_quant_decode.h; the copy of the decode for the block's word offset)
+// and writes its 32 weights as f16 into GemmMma's ldmatrix-ready tile. A thread reads back only its
+// own copies, so the staging needs no barrier.
+//
+// Bank conflicts: a thread's units lie 48 bytes (3 units, 12 words) from its neighbour's,
+// so the 8 lanes of each quarter of a warp read 16-byte slots 12 l mod 32 words = 0, 12,
+// 24, 4, 16, 28, 8, 20: every bank once, the 4 wavefronts a warp's 512 bytes need. Word
+// reads at the block's offset (the same in every lane where the rows share an alignment)
+// would hit 8 of the 32 banks, 4 lanes each, whatever the stride: units start 16-byte
+// aligned, so a word's bank is one of 8 for a given offset in its unit.
 //
 // Rounding: each weight d * code is exact in f32 (q8_0, q4_0, int4_g128: an f16 scale times
 // a code of at most 8 bits; fp8: the f32 scale times an E4M3 value rounded once to f32)
@@ -37,12 +45,72 @@ namespace {
 
 constexpr int kStepK = 32;  // k per step: one block of 32, a quarter of an int4_g128 block
 
-// Aligned 16-byte units a thread stages per row and step (see the header comment). A q4_0
-// block's 2 units have a third zero-filled (cp.async of 0 source bytes, no global read)
-// after them: a block 14 bytes into its units has its nibbles 4-byte aligned, and the
-// decode's fifth aligned word (unused then) lies past them.
+// Aligned 16-byte units a thread stages per row and step (see the header comment): room for
+// 3, q4_0's 2 at the same stride, which keeps the reads conflict-free.
 constexpr int kUnitsPerStep = 3;
 int UnitsCopied(BlockFormat f) { return f == BlockFormat::kQ4_0 ? 2 : 3; }
+
+// A row's block of a step from the thread's units in registers (`units`: their words), the
+// block `word` words into them (int4_g128: its header; its codes start a word further, mod 4,
+// in units 1 and 2, since a quarter's codes lie 4 + 16 i bytes past the header). `at`: the
+// block's byte offset, for the 2-byte formats' half-word.
+class UnitsReader : public gen::BlockReader {
+ public:
+  UnitsReader(KernelBuilder& kb, BlockFormat f, const std::vector<Reg>& units, int word, Reg at)
+      : f_(f) {
+    auto from = [&](int first, int count) {
+      return std::vector<Reg>(units.begin() + first, units.begin() + first + count);
+    };
+    switch (f) {
+      case BlockFormat::kFp8E4M3:  // 4-byte aligned: the scale word, then 8 code words
+        words_ = from(word, 9);
+        return;
+      case BlockFormat::kInt4G128:
+        words_ = from(word, 1);
+        codes_ = from(4 + (word + 1) % 4, 4);
+        return;
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // 2-byte aligned: the words from the aligned one at or below the block, and the prmt
+    // selector of bytes r + 2.. of a word pair, r = at mod 4 (0 or 2): code unit i.
+    words_ = from(word, f == BlockFormat::kQ8_0 ? 9 : 5);
+    sel_ =
+        kb.Emit(Op::kMadLo, Type::kU32, {kb.Emit(Op::kAnd, Type::kB32, {at, 3}), 0x1111, 0x5432});
+  }
+  Reg Scale(KernelBuilder& kb) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return kb.Mov(Type::kF32, words_[0]);
+      case BlockFormat::kInt4G128:
+        return words_[0];
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    // Bytes r, r + 1 of the first word.
+    const Reg sel = kb.Emit(Op::kSub, Type::kU32, {sel_, 0x2222});
+    return kb.Unpack(kb.Emit(Op::kPrmt, Type::kB32, {words_[0], words_[0], sel}), Type::kB16)[0];
+  }
+  Reg CodeUnit(KernelBuilder& kb, int i) override {
+    switch (f_) {
+      case BlockFormat::kFp8E4M3:
+        return words_[1 + i];
+      case BlockFormat::kInt4G128:
+        return codes_[i];
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+        break;
+    }
+    return kb.Emit(Op::kPrmt, Type::kB32, {words_[i], words_[i + 1], sel_});
+  }
+
+ private:
+  BlockFormat f_;
+  std::vector<Reg> words_, codes_;
+  Reg sel_;
+};
 
 // Staging of `threads` threads, each owning rows tid + threads i of the bn-row tile.
 struct Staging {
@@ -92,7 +160,6 @@ class BlockSource : public gen::MmaWeightSource {
       if (cfg_.format != BlockFormat::kInt4G128) {
         const Reg base = AlignDown(kb, gen::AddrAdd(kb, r.blocks, t, BlockBytes(cfg_.format)));
         for (int u = 0; u < UnitsCopied(cfg_.format); ++u) unit(u, base, int64_t{u} * 16);
-        if (cfg_.format == BlockFormat::kQ4_0) unit(2, base, 0, Operand(0));
       } else {
         const auto [hdr, codes] = Int4Parts(kb, t);
         const Reg hdr_at = gen::AddrAdd(kb, r.blocks, hdr, 1);
@@ -113,28 +180,46 @@ class BlockSource : public gen::MmaWeightSource {
     for (const Row& r : rows_) {
       const std::optional<ptx::Label> skip = SkipUnlessOwned(kb, r);
       const Reg st = gen::UAdd(kb, r.staging, slot);
-      gen::LaneUnitAddr a;
-      if (cfg_.format != BlockFormat::kInt4G128) {
-        a.blk = gen::UAdd(
-            kb, st,
-            Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)})));
-        if (cfg_.format == BlockFormat::kQ4_0) a = gen::Q4_0LaneUnitAddr(kb, a.blk);
-      } else {
-        const auto [hdr, code_off] = Int4Parts(kb, t);
-        a.blk = gen::UAdd(kb, st, Low4(kb, r.head, hdr));
-        a.codes = gen::UAdd(kb, gen::UAdd(kb, st, 16), Low4(kb, r.head, code_off));
+      std::vector<Reg> units;
+      for (int v = 0; v < UnitsCopied(cfg_.format); ++v) {
+        const std::vector<Reg> q = kb.Ld(Space::kShared, Type::kB32, Operand::Addr(st, v * 16), 4);
+        units.insert(units.end(), q.begin(), q.end());
       }
-      const gen::LaneUnit u = gen::DecodeLaneUnit(kb, cfg_.format, a, 0);
-      std::vector<Reg> packed;
-      for (int e = 0; e < kStepK; e += 2) {
-        packed.push_back(kb.CvtPack(Type::kF16x2, gen::FMul(kb, u.d, u.codes[e + 1]),
-                                    gen::FMul(kb, u.d, u.codes[e])));
-      }
+      const Reg at =
+          cfg_.format != BlockFormat::kInt4G128
+              ? Low4(kb, r.head, kb.Emit(Op::kMulLo, Type::kU32, {t, BlockBytes(cfg_.format)}))
+              : Low4(kb, r.head, Int4Parts(kb, t).first);
       const Reg dst = kb.Emit(Op::kMadLo, Type::kU32, {r.tile_row, row_bytes, tile});
-      for (int q = 0; q < 4; ++q) {
-        kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{q} * 16),
-              std::vector<Reg>(packed.begin() + 4 * q, packed.begin() + 4 * q + 4));
+      // The block's first word in the units, at / 4, picks one of four copies of the decode,
+      // each with its words known: a branch, where realigning the words in registers would
+      // take two selp a word. It is warp-uniform wherever the rows' lengths are multiples of
+      // 16 bytes (every row then starts where the first does).
+      const Reg high = kb.Setp(Cmp::kGe, Type::kU32, at, 8);
+      const Reg odd = kb.Setp(Cmp::kNe, Type::kU32, kb.Emit(Op::kAnd, Type::kB32, {at, 4}), 0);
+      const ptx::Label words23 = kb.NewLabel("words23"), decoded = kb.NewLabel("decoded");
+      kb.BraIf(high, words23);
+      for (int word = 0; word < 4; ++word) {
+        if (word == 2) kb.Bind(words23);
+        std::optional<ptx::Label> next;  // the odd word's copy, after an even one's
+        if (word % 2 == 0) {
+          next = kb.NewLabel("odd_word");
+          kb.BraIf(odd, *next);
+        }
+        UnitsReader reader(kb, cfg_.format, units, word, at);
+        const gen::LaneUnit u = gen::DecodeBlock(kb, cfg_.format, reader);
+        std::vector<Reg> packed;
+        for (int e = 0; e < kStepK; e += 2) {
+          packed.push_back(kb.CvtPack(Type::kF16x2, gen::FMul(kb, u.d, u.codes[e + 1]),
+                                      gen::FMul(kb, u.d, u.codes[e])));
+        }
+        for (int q = 0; q < 4; ++q) {
+          kb.St(Space::kShared, Type::kB32, Operand::Addr(dst, int64_t{q} * 16),
+                std::vector<Reg>(packed.begin() + 4 * q, packed.begin() + 4 * q + 4));
+        }
+        if (word < 3) kb.Bra(decoded);
+        if (next) kb.Bind(*next);
       }
+      kb.Bind(decoded);
       if (skip) kb.Bind(*skip);
     }
   }

@@ -293,28 +293,16 @@ std::vector<uint8_t> BlockOfOnes(BlockFormat f) {
   return b;
 }
 
-// Shared-memory loads (ld.shared) with which a thread decodes one row's block of a k step
-// from its staging (gemm_quant_decode.h): the scale, then 16 two-byte code pairs (q8_0),
-// 8 words (fp8), the 5 aligned words around the nibbles (q4_0), or 4 code words (int4_g128,
-// whose scale and zero point share the header word).
-int StagingLoadsPerRow(BlockFormat f) {
-  switch (f) {
-    case BlockFormat::kQ8_0:
-      return 1 + 16;
-    case BlockFormat::kQ4_0:
-      return 1 + 5;
-    case BlockFormat::kFp8E4M3:
-      return 1 + 8;
-    case BlockFormat::kInt4G128:
-      break;
-  }
-  return 1 + 4;
-}
+// Aligned 16-byte units a thread copies into its staging per row and k step, and reads back
+// whole (gemm_quant_mma.cc's BlockSource): 2 for q4_0 (an 18-byte block starting at most 14
+// bytes into a unit), 3 for the others (int4_g128's third holds codes that straddle units,
+// zero-filled where they do not).
+int UnitsStaged(BlockFormat f) { return f == BlockFormat::kQ4_0 ? 2 : 3; }
 
 // Aligned 16-byte units that k step t's cp.async copies read for a row whose first block
 // starts 16-byte aligned (gemm_quant_mma.cc's BlockSource::Copy): a q8_0 or fp8 block (34 or
-// 36 bytes, starting at most 14 or 12 bytes into a unit) spans 3; a q4_0 one (18 bytes) 2,
-// its third unit zero-filled without a read; an int4_g128 quarter one unit for its header
+// 36 bytes, starting at most 14 or 12 bytes into a unit) spans 3; a q4_0 one (18 bytes) 2;
+// an int4_g128 quarter one unit for its header
 // and one for its 16 code bytes, plus the next when they straddle units: the block's codes
 // start 68 b + 4 + 16 (t % 4) bytes into the row, on a unit boundary only for blocks
 // b = t / 4 with b % 4 == 3.
@@ -407,12 +395,12 @@ TEST(KernelCounters, QuantGemmMmaRunsItsTileMath) {
     const uint64_t ldmatrix = k16s * (mi + nj / 2);
     EXPECT_EQ(kc.Instructions(emu::InstrClass::kTensor), mma + ldmatrix);
 
-    // cp.async: each owning warp copies its rows' units of every k step once (q4_0's
-    // zero-filled unit included), and every warp commits a group per step and per prologue
+    // cp.async: each owning warp copies its rows' units of every k step once (int4_g128's
+    // zero-filled one included), and every warp commits a group per step and per prologue
     // stage and waits once per step.
     int units_issued = 0, units_read = 0;
     for (int s = 0; s < steps; ++s) {
-      units_issued += 3;
+      units_issued += UnitsStaged(c.format);
       units_read += UnitsRead(c.format, s);
     }
     EXPECT_EQ(kc.Instructions(emu::InstrClass::kAsyncCopy),
@@ -448,18 +436,20 @@ TEST(KernelCounters, QuantGemmMmaRunsItsTileMath) {
     EXPECT_EQ(kc.shared_store.requests, kc.ctas * steps * (warps * a_rounds + row_warps * 4));
     EXPECT_EQ(kc.shared_store.BankConflicts(), 0u);
     // Loads: ldmatrix reads rows of 80 bytes, 8 rows of a matrix in distinct bank groups: its
-    // ideal 4 wavefronts. The staging reads are not conflict-free: a thread's units sit
-    // 48 bytes (12 words) from its neighbour's, so lanes l, l + 8, l + 16 and l + 24 read
-    // distinct words of one bank, 4 wavefronts where 1 would do.
-    const uint64_t staging_loads = kc.ctas * row_warps * steps * StagingLoadsPerRow(c.format);
+    // ideal 4 wavefronts. The staging reads are 16-byte loads of a thread's units, one per
+    // unit staged: lane l's unit at 48 l bytes (12 l words) from lane 0's, so lanes l and
+    // l + 8 share a 16-byte bank group (96 words apart, 0 mod 32) and lanes 0..7 take the
+    // groups at 0, 12, 24, 4, 16, 28, 8, 20 words mod 32, all 8: each bank holds 4 distinct
+    // words of the warp's 128, the ideal 4 wavefronts.
+    const uint64_t staging_loads = kc.ctas * row_warps * steps * UnitsStaged(c.format);
     EXPECT_EQ(kc.shared_load.requests, ldmatrix + staging_loads);
-    EXPECT_EQ(kc.shared_load.ideal_wavefronts, 4 * ldmatrix + staging_loads);
-    EXPECT_EQ(kc.shared_load.BankConflicts(), 3 * staging_loads);
+    EXPECT_EQ(kc.shared_load.ideal_wavefronts, 4 * ldmatrix + 4 * staging_loads);
+    EXPECT_EQ(kc.shared_load.BankConflicts(), 0u);
 
     absl::PrintF(
         "qgemm tc %s m %d n %d k %d tile %dx%d: %u mma, %u ldmatrix; weights %u B, DRAM %u B, "
         "requested %u B (%.1f sectors/request, ideal %.1f); shared loads %u, bank conflicts "
-        "%u wavefronts (staging reads)\n",
+        "%u wavefronts\n",
         BlockFormatName(c.format), c.m, c.n, c.k, t.bm, t.bn, mma, ldmatrix, w_bytes,
         wt->dram_read_bytes, wt->access.sectors * 32, wt->access.SectorsPerRequest(),
         static_cast<double>(wt->access.ideal_sectors) / wt->access.requests,
