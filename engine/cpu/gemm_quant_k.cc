@@ -19,7 +19,9 @@
 // keeps x's rounding, and its bound, that of the other integer kernels.
 //
 // Tiles as gemm_quant.cc's: NR weight rows far apart (separate streams) times MR rows of x;
-// the helpers are forced inline, as the accumulators would otherwise live in memory.
+// the helpers are forced inline, as the accumulators would otherwise live in memory. On CPUs
+// with AVX512-VNNI gemm_quant_k_vnni.cc's tile runs instead, with the same results bit for bit
+// (its header says how).
 #include "engine/cpu/gemm_quant_k.h"
 
 #include <immintrin.h>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa.h"
 #include "engine/cpu/simd.h"
 #include "engine/util/thread_pool.h"
 
@@ -42,43 +45,20 @@ inline float Half(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// What a tile kernel reads: x from its first row (rows `blocks` blocks apart), the tile's
-// first weight row, the distance between its rows, and where its outputs go.
-struct TileArgs {
-  const int8_t* x_codes;
-  const float* x_scales;
-  const float* x_sums;  // q4_k: dx * sum of the block's codes, per block
-  int64_t blocks;       // blocks of 32 per row of x
-  const uint8_t* w;
-  int64_t row_bytes;
-  int64_t col_step;
-  const float* bias;
-  int64_t ldy;
-  float* y;
-};
+using TileArgs = KQuantTile;
 
-// q4_k: f16 d, f16 dmin, 12 bytes of scales and mins, 128 bytes of nibbles (sub-blocks 2p
-// and 2p + 1 in the low and high nibbles of bytes 32p..32p + 31).
+// q4_k: f16 d, f16 dmin, 12 bytes of scales and mins (Q4KScalesMins), 128 bytes of nibbles
+// (sub-blocks 2p and 2p + 1 in the low and high nibbles of bytes 32p..32p + 31).
 struct Q4K {
+  static constexpr QuantType kType = QuantType::kQ4_K;
   static constexpr int kBytes = 144;
   static constexpr bool kSums = true;
-  // The 8 six-bit scales and mins as bytes (quant.cc's Q4KScaleMin, four at a time):
-  // sub-blocks 0..3 in the low six bits of bytes 0..3 (scales) and 4..7 (mins); 4..7 in
-  // the nibbles of bytes 8..11 with their top two bits in the spare high bits of 0..7.
-  static void ScalesMins(const uint8_t* b, uint8_t* sc, uint8_t* m) {
-    uint32_t w[3];
-    std::memcpy(w, b + 4, 12);
-    const uint32_t lo[2] = {w[0] & 0x3F3F3F3F, (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030)};
-    const uint32_t mins[2] = {w[1] & 0x3F3F3F3F,
-                              ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030)};
-    std::memcpy(sc, lo, 8);
-    std::memcpy(m, mins, 8);
-  }
 };
 
 // q6_k: 128 bytes ql (low nibbles), 64 bytes qh (2 high bits each), int8 scales[16], f16 d;
 // each half of 128 elements takes 64 bytes of ql, 32 of qh and 8 scales.
 struct Q6K {
+  static constexpr QuantType kType = QuantType::kQ6_K;
   static constexpr int kBytes = 210;
   static constexpr bool kSums = false;
 };
@@ -151,7 +131,7 @@ template <int MR>
 inline __attribute__((always_inline)) void SuperBlockQ4K(const uint8_t* b, int64_t sb,
                                                          const TileArgs& a, __m256 (&acc)[MR]) {
   alignas(8) uint8_t sc[kSubBlocks], m[kSubBlocks];
-  Q4K::ScalesMins(b, sc, m);
+  Q4KScalesMins(b, sc, m);
   // The min term: dmin * m_s against dx * sum(xq) of x's block s, lane s.
   const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(Half(b + 2)),
                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -295,8 +275,9 @@ template <class F>
 void Run(const int8_t* x_codes, const float* x_scales, const float* x_sums, const uint8_t* w,
          const float* bias, int64_t M, int64_t N, int64_t K, float* y) {
   const int64_t blocks = K / 32, row_bytes = K / 256 * F::kBytes;
+  const bool vnni = GemmIsa() >= Isa::kAvx512Vnni;
   auto panel = [&](int64_t n_begin, int64_t n_end) {
-    ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
+    ForEachTile(M, n_begin, n_end, kNR, vnni ? kKQuantVnniMR : kMR, kMBlock,
                 [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
                   const TileArgs a{x_codes + m0 * blocks * 32,
                                    x_scales + m0 * blocks,
@@ -308,7 +289,11 @@ void Run(const int8_t* x_codes, const float* x_scales, const float* x_sums, cons
                                    bias != nullptr ? bias + n : nullptr,
                                    N,
                                    y + m0 * N + n};
-                  PickTile<F>(mr, nr)(a);
+                  if (vnni) {
+                    KQuantTileAvx512Vnni(F::kType, mr, nr, a);
+                  } else {
+                    PickTile<F>(mr, nr)(a);
+                  }
                 });
   };
   if (M * N * K < kSerialWork) {
