@@ -11,7 +11,7 @@
 #
 # usage: bench/cpu_vs_llama_cpp.sh [LLAMA_BIN_DIR] [ROUNDS] [MODEL_PREFIX...]
 #   defaults: /work/llama.cpp/build/bin, 2 rounds, /tmp/m15 /tmp/m1b; each prefix's files are
-#   PREFIX-TYPE.gguf for TYPES (environment; default "f16 bf16 q8_0 q4_0"), written by
+#   PREFIX-TYPE.gguf for TYPES (environment; default "f16 bf16 q8_0 q4_0 q4_k"), written by
 #   `ptxserve make-model --preset 15m|llama-3.2-1b` and `ptxserve quantize --type TYPE`.
 #   A missing file is reported and skipped.
 set -euo pipefail
@@ -20,7 +20,7 @@ LLAMA_BIN=${1:-/work/llama.cpp/build/bin}
 ROUNDS=${2:-2}
 shift $(($# < 2 ? $# : 2))
 PREFIXES=${*:-/tmp/m15 /tmp/m1b}
-TYPES=${TYPES:-f16 bf16 q8_0 q4_0}
+TYPES=${TYPES:-f16 bf16 q8_0 q4_0 q4_k}
 THREADS=2  # llama.cpp's; ours uses the machine's cores (2 here)
 
 # Column `name` of a CSV (header line first) on stdin, first data row, quotes dropped.
