@@ -11,7 +11,7 @@
 #
 # usage: bench/cpu_vs_llama_cpp.sh [LLAMA_BIN_DIR] [ROUNDS] [MODEL_PREFIX...]
 #   defaults: /work/llama.cpp/build/bin, 2 rounds, /tmp/m15 /tmp/m1b; each prefix's files are
-#   PREFIX-TYPE.gguf for TYPES (environment; default "f16 bf16 q8_0 q4_0"), written by
+#   PREFIX-TYPE.gguf for TYPES (environment; default "f16 bf16 q8_0 q4_0 q4_k"), written by
 #   `ptxserve make-model --preset 15m|llama-3.2-1b` and `ptxserve quantize --type TYPE`.
 #   A missing file is reported and skipped. PARTS (environment; default "decode1 decode8
 #   prefill") picks the columns to run; the others print "-". After the rounds, the median
@@ -23,7 +23,7 @@ LLAMA_BIN=${1:-/work/llama.cpp/build/bin}
 ROUNDS=${2:-2}
 shift $(($# < 2 ? $# : 2))
 PREFIXES=${*:-/tmp/m15 /tmp/m1b}
-TYPES=${TYPES:-f16 bf16 q8_0 q4_0}
+TYPES=${TYPES:-f16 bf16 q8_0 q4_0 q4_k}
 PARTS=${PARTS:-decode1 decode8 prefill}
 LOG=$(mktemp "${TMPDIR:-/tmp}/cpu_vs_llama_cpp.XXXXXX")
 trap 'rm -f "$LOG"' EXIT

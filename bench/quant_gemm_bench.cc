@@ -2,11 +2,11 @@
 // for a decode step (1 row), batches (8, 64) and a prefill chunk (512), with each
 // q8_0/q4_0 kernel (widening in registers, widened rows, integer dot products) named
 // explicitly (the integer one also on AVX2 alone, where the CPU has AVX512-VNNI: the label
-// names the instruction set), q4_k and q6_k (widened rows, integer), and the Hugging Face
-// formats fp8_e4m3 and int4_g128. GB/s is weight bytes read per second (the weights once
-// per GEMM), the figure decode is bound by.
-// Iterations cycle through copies of the weights filling kColdBytes, more than the
-// last-level cache, so the weights come from memory as a whole model's do in decode.
+// names the instruction set), q4_k and q6_k (widened rows, integer, integer on AVX2), and the
+// Hugging Face formats fp8_e4m3 and int4_g128. GB/s is weight bytes read per second (the weights
+// once per GEMM), the figure decode is bound by. Iterations cycle through copies of the weights
+// filling kColdBytes, more than the last-level cache, so the weights come from memory as a whole
+// model's do in decode.
 //
 //   build/bench/quant_gemm_bench
 //   build/bench/quant_gemm_bench --benchmark_filter='q4_0.*/1/'
@@ -119,13 +119,18 @@ BENCHMARK_CAPTURE(RunGemm, q4_0_integer_avx2, QuantType::kQ4_0, BlockKernel::kIn
 BENCHMARK_CAPTURE(RunGemm, q8_0_chosen, QuantType::kQ8_0, BlockKernel::kChosen)->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_0_chosen, QuantType::kQ4_0, BlockKernel::kChosen)->Apply(Shapes);
 // llama.cpp's k-quants (a Q4_K_M file's q4_k and q6_k): widened rows against the integer
-// kernel (gemm_quant_k.cc, AVX2 whatever the CPU has).
+// kernel (gemm_quant_k.cc; gemm_quant_k_vnni.cc's tile where the CPU has AVX512-VNNI, and
+// the AVX2 one named apart).
 BENCHMARK_CAPTURE(RunGemm, q4_k_widened_rows, QuantType::kQ4_K, BlockKernel::kWidenedRows)
     ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q4_k_integer, QuantType::kQ4_K, BlockKernel::kInteger)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q4_k_integer_avx2, QuantType::kQ4_K, BlockKernel::kInteger, true)
+    ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q6_k_widened_rows, QuantType::kQ6_K, BlockKernel::kWidenedRows)
     ->Apply(Shapes);
 BENCHMARK_CAPTURE(RunGemm, q6_k_integer, QuantType::kQ6_K, BlockKernel::kInteger)->Apply(Shapes);
+BENCHMARK_CAPTURE(RunGemm, q6_k_integer_avx2, QuantType::kQ6_K, BlockKernel::kInteger, true)
+    ->Apply(Shapes);
 // Hugging Face checkpoints' formats as loaded (fp8, awq/gptq): both exact kernels.
 BENCHMARK_CAPTURE(RunGemm, fp8_e4m3_widening, QuantType::kFp8E4M3, BlockKernel::kWidening)
     ->Apply(Shapes);

@@ -2,7 +2,7 @@
 // (largest and subnormal f16 scales, every 6-bit scale and min at 63, signed q6_k scales at
 // -128 and 127, all codes 0 or all at their maximum): against the dequantized weights
 // (quant.h's reference decoder) dotted in double with x rounded as the kernel rounds it (to
-// f32 rounding), and against x itself within ops.h's bound.
+// f32 rounding), and against x itself within ops.h's bound; every instruction set's tile alike.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -143,7 +143,8 @@ TEST_P(KQuantGemmTest, MatchesReferenceWithinBound) {
       ASSERT_NEAR(got[m * N + n], exact, wsum_bound + f32 + u * mag) << "m " << m << " n " << n;
     }
   }
-  // The kernel is AVX2 whatever GemmIsa() says: the same sums under every instruction set.
+  // AVX2 and AVX512-VNNI tiles (gemm_quant_k_vnni.cc) give the same sums bit for bit (AVX-512
+  // without VNNI runs the AVX2 tile).
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
     if (!SetGemmIsa(isa)) continue;
     std::vector<float> again(M * N);
@@ -160,6 +161,8 @@ std::vector<Shape> Shapes() {
     shapes.push_back({t, 4, 37, 768});
     shapes.push_back({t, 9, 1, 512});
     shapes.push_back({t, 50, 11, 256});  // two passes of x rows over the weights
+    shapes.push_back({t, 4, 6, 256});    // tiles of 2 weight rows (one 512-bit pair)
+    shapes.push_back({t, 7, 7, 512});    // tiles of 3 (the last pair's second row repeated)
   }
   return shapes;
 }
