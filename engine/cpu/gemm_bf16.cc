@@ -23,13 +23,8 @@
 // without loads reaches ~400. Packed x rows are one 64-byte line longer than needed: at
 // K = 2^n their starts would otherwise share L1 sets (5-25% slower, under load).
 //
-// Compiled for AVX512-BF16 by a target pragma after the includes, for the reasons
-// gemm_avx512.cc gives; the driver (GemmBf16Dot: buffer, threads) follows the pragma's end.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Compiled for AVX512-BF16 between PTXSERVE_TARGET_BEGIN and _END (isa_target.h); the driver
+// (GemmBf16Dot: buffer, threads) follows the end.
 #include "engine/cpu/gemm_bf16.h"
 
 #include <immintrin.h>
@@ -40,16 +35,11 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa_target.h"
 #include "engine/cpu/simd.h"
 #include "engine/util/thread_pool.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512bf16")
-#endif
+PTXSERVE_TARGET_BEGIN("avx512f,avx512vl,avx512bw,avx512bf16")
 
 namespace ptxserve::cpu {
 namespace {
@@ -174,12 +164,7 @@ void PanelBf16(const uint16_t* xp, int64_t kp, const uint16_t* w, const float* b
 }  // namespace
 }  // namespace ptxserve::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+PTXSERVE_TARGET_END()
 
 namespace ptxserve::cpu {
 
