@@ -11,7 +11,9 @@
 // 64-byte load (32 k of one x row or one weight row) is used whole, with no shuffles in the
 // loop; the 16 lanes are summed once at the end. x rows come from the packed copy (K rounded
 // up to 32, zeros after K, so its loads need no tail handling; a weight row's last partial
-// step is a masked load, zeros past K).
+// step is a masked load, zeros past K). The masked loads (those of the weights' last step and
+// of x's last 32 while it is packed) read nothing for masked-off lanes, which cannot fault
+// even past the end of a mapping, so no tail is copied (gemm_bf16_test's guard-page test).
 //
 // The x tile stays put while the weights stream past it: for each panel of weight rows that
 // fits L2 (kL2PanelBytes), each x tile (24 KiB at K = 2048, in L1) runs against all the
