@@ -51,9 +51,9 @@ void ForEachTile(int64_t M, int64_t n_begin, int64_t n_end, int nr_max, int mr_m
 }
 
 // The tile kernel for mr x rows by nr weight rows (ForEachTile's mr <= kMR, nr <= kNR):
-// every AVX2 tile kernel (gemm.cc, gemm_quant.cc, gemm_quant_k.cc) is a template over its
-// shape, so that its loops unroll and its MR x NR accumulators live in registers, and this
-// maps the run-time shape onto those instances. `instance` is a lambda
+// the AVX2 tile kernels (gemm.cc's, gemm_quant.cc's; gemm_quant_k.cc's have the same form) are
+// templates over their shape, so that their loops unroll and the MR x NR accumulators live in
+// registers, and this maps the run-time shape onto those instances. `instance` is a lambda
 // []<int MR, int NR>() { return Kernel<MR, NR, ...>; } giving the instance for a shape (all
 // of one function-pointer type).
 template <class Instance>
