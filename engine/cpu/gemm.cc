@@ -118,36 +118,6 @@ void MicroKernel(const float* x, const W* w, DType wt, const float* bias, int64_
   }
 }
 
-template <class W>
-using KernelFn = void (*)(const float*, const W*, DType, const float*, int64_t, int64_t, int64_t,
-                          float*);
-
-template <int MR, class W>
-KernelFn<W> PickNR(int nr) {
-  switch (nr) {
-    case 1:
-      return MicroKernel<MR, 1, W>;
-    case 2:
-      return MicroKernel<MR, 2, W>;
-    case 3:
-      return MicroKernel<MR, 3, W>;
-    default:
-      return MicroKernel<MR, 4, W>;
-  }
-}
-
-template <class W>
-KernelFn<W> PickKernel(int mr, int nr) {
-  switch (mr) {
-    case 1:
-      return PickNR<1, W>(nr);
-    case 2:
-      return PickNR<2, W>(nr);
-    default:
-      return PickNR<3, W>(nr);
-  }
-}
-
 // Rows [n_begin, n_end) of w against all M rows of x; y's rows are ldy apart.
 template <class W>
 void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t M, int64_t ldy,
@@ -158,9 +128,10 @@ void GemmPanel(const float* x, const W* w, DType wt, const float* bias, int64_t 
   }
   ForEachTile(M, n_begin, n_end, kNR, kMR, kMBlock,
               [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
-                PickKernel<W>(mr, nr)(x + m0 * K, w + n * K, wt,
-                                      bias != nullptr ? bias + n : nullptr, K, col_step, ldy,
-                                      y + m0 * ldy + n);
+                const auto kernel =
+                    PickTile(mr, nr, []<int MR, int NR>() { return MicroKernel<MR, NR, W>; });
+                kernel(x + m0 * K, w + n * K, wt, bias != nullptr ? bias + n : nullptr, K, col_step,
+                       ldy, y + m0 * ldy + n);
               });
 }
 

@@ -15,20 +15,8 @@
 // K = 8192, where the 48 unpacked x rows (32 KiB each) had outgrown L2. The tile shape
 // changes no sum: every output is still its own 8-lane chain and Hsum4.
 //
-// The code below is compiled for AVX-512 by a target pragma after the includes, not by
-// compiling the file with -mavx512f: inline functions from headers (the standard
-// library's too) are then still compiled for the baseline, so the linker cannot keep an
-// AVX-512 copy of one of them for the whole program. (Clang's pragma does not reach into
-// lambdas, so the kernels below use none.)
-//
-// GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*(), a
-// self-initialised variable that its (maybe-)uninitialized warnings flag once inlined;
-// they are off for this file, from before immintrin.h is read.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Compiled for AVX-512 F and VL between PTXSERVE_TARGET_BEGIN and _END (isa_target.h says why
+// that way), so the kernels below use no lambdas.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -39,15 +27,11 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa_target.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/simd.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl")
-#endif
+PTXSERVE_TARGET_BEGIN("avx512f,avx512vl")
 
 namespace ptxserve::cpu {
 namespace {
@@ -252,9 +236,4 @@ void GemmPanelAvx512(const float* x, const uint16_t* w, DType wt, const float* b
 
 }  // namespace ptxserve::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+PTXSERVE_TARGET_END()

@@ -11,7 +11,9 @@
 // 64-byte load (32 k of one x row or one weight row) is used whole, with no shuffles in the
 // loop; the 16 lanes are summed once at the end. x rows come from the packed copy (K rounded
 // up to 32, zeros after K, so its loads need no tail handling; a weight row's last partial
-// step is a masked load, zeros past K).
+// step is a masked load, zeros past K). The masked loads (those of the weights' last step and
+// of x's last 32 while it is packed) read nothing for masked-off lanes, which cannot fault
+// even past the end of a mapping, so no tail is copied (gemm_bf16_test's guard-page test).
 //
 // The x tile stays put while the weights stream past it: for each panel of weight rows that
 // fits L2 (kL2PanelBytes), each x tile (24 KiB at K = 2048, in L1) runs against all the
@@ -23,13 +25,8 @@
 // without loads reaches ~400. Packed x rows are one 64-byte line longer than needed: at
 // K = 2^n their starts would otherwise share L1 sets (5-25% slower, under load).
 //
-// Compiled for AVX512-BF16 by a target pragma after the includes, for the reasons
-// gemm_avx512.cc gives; the driver (GemmBf16Dot: buffer, threads) follows the pragma's end.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Compiled for AVX512-BF16 between PTXSERVE_TARGET_BEGIN and _END (isa_target.h); the driver
+// (GemmBf16Dot: buffer, threads) follows the end.
 #include "engine/cpu/gemm_bf16.h"
 
 #include <immintrin.h>
@@ -40,16 +37,11 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa_target.h"
 #include "engine/cpu/simd.h"
 #include "engine/util/thread_pool.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512bf16")
-#endif
+PTXSERVE_TARGET_BEGIN("avx512f,avx512vl,avx512bw,avx512bf16")
 
 namespace ptxserve::cpu {
 namespace {
@@ -174,12 +166,7 @@ void PanelBf16(const uint16_t* xp, int64_t kp, const uint16_t* w, const float* b
 }  // namespace
 }  // namespace ptxserve::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+PTXSERVE_TARGET_END()
 
 namespace ptxserve::cpu {
 

@@ -324,34 +324,6 @@ void IntegerKernel<MR, NR, F>::Run(const TileArgs& a) {
   }
 }
 
-using TileKernel = void (*)(const TileArgs&);
-
-template <template <int, int, class> class Kernel, class F, int MR>
-TileKernel PickNR(int nr) {
-  switch (nr) {
-    case 1:
-      return Kernel<MR, 1, F>::Run;
-    case 2:
-      return Kernel<MR, 2, F>::Run;
-    case 3:
-      return Kernel<MR, 3, F>::Run;
-    default:
-      return Kernel<MR, 4, F>::Run;
-  }
-}
-
-template <template <int, int, class> class Kernel, class F>
-TileKernel PickTile(int mr, int nr) {
-  switch (mr) {
-    case 1:
-      return PickNR<Kernel, F, 1>(nr);
-    case 2:
-      return PickNR<Kernel, F, 2>(nr);
-    default:
-      return PickNR<Kernel, F, 3>(nr);
-  }
-}
-
 // One GEMM's operands, shared by the threads.
 struct Problem {
   const float* x;
@@ -366,31 +338,22 @@ struct Problem {
 // Weight rows [n_begin, n_end) against all M rows of x with the tile kernels `Kernel`.
 template <template <int, int, class> class Kernel, class F>
 void BlockPanel(const Problem& p, int64_t n_begin, int64_t n_end) {
-  const int64_t stride = (n_end - n_begin) / kNR;
-  const int64_t rest = n_end - n_begin - stride * kNR;
   const int64_t blocks = p.K / 32;
-  auto tile = [&](int64_t n, int nr, int64_t col_step, int64_t m_begin, int64_t m_end) {
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += kMR) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMR, m_end - m0));
-      TileArgs a{p.x + m0 * p.K,
-                 p.xq ? p.xq->codes.data() + m0 * blocks * 32 : nullptr,
-                 p.xq ? p.xq->scales.data() + m0 * blocks : nullptr,
-                 p.xq ? p.xq->corrections.data() + m0 * blocks * 8 : nullptr,
-                 p.w + n * p.row_bytes,
-                 p.row_bytes,
-                 col_step,
-                 p.K,
-                 p.bias ? p.bias + n : nullptr,
-                 p.N,
-                 p.y + m0 * p.N + n};
-      PickTile<Kernel, F>(mr, nr)(a);
-    }
-  };
-  for (int64_t m_block = 0; m_block < p.M; m_block += kMBlock) {
-    const int64_t m_end = std::min(p.M, m_block + kMBlock);
-    for (int64_t r = 0; r < stride; ++r) tile(n_begin + r, kNR, stride, m_block, m_end);
-    if (rest > 0) tile(n_begin + stride * kNR, static_cast<int>(rest), 1, m_block, m_end);
-  }
+  ForEachTile(p.M, n_begin, n_end, kNR, kMR, kMBlock,
+              [&](int64_t n, int nr, int64_t col_step, int64_t m0, int mr) {
+                const TileArgs a{p.x + m0 * p.K,
+                                 p.xq ? p.xq->codes.data() + m0 * blocks * 32 : nullptr,
+                                 p.xq ? p.xq->scales.data() + m0 * blocks : nullptr,
+                                 p.xq ? p.xq->corrections.data() + m0 * blocks * 8 : nullptr,
+                                 p.w + n * p.row_bytes,
+                                 p.row_bytes,
+                                 col_step,
+                                 p.K,
+                                 p.bias ? p.bias + n : nullptr,
+                                 p.N,
+                                 p.y + m0 * p.N + n};
+                PickTile(mr, nr, []<int MR, int NR>() { return Kernel<MR, NR, F>::Run; })(a);
+              });
 }
 
 // Weight rows [n_begin, n_end), kWidenRows at a time dequantized into a buffer that

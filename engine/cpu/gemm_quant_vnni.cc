@@ -29,13 +29,8 @@
 // stored, q8_0's codes + 128) and x's correction on x, which costs less than repacking a
 // tile's weights for one row.
 //
-// Compiled for AVX-512 by a target pragma after the includes, for the reasons
-// gemm_avx512.cc gives; no intrinsics in lambdas below, which Clang's pragma does not reach.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Compiled for AVX512-VNNI between PTXSERVE_TARGET_BEGIN and _END (isa_target.h); no
+// intrinsics in lambdas below, which Clang's pragma does not reach.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,14 +41,9 @@
 #include <vector>
 
 #include "engine/cpu/gemm_tiles.h"
+#include "engine/cpu/isa_target.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512vnni"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512vnni")
-#endif
+PTXSERVE_TARGET_BEGIN("avx512f,avx512vl,avx512vnni")
 
 namespace ptxserve::cpu {
 namespace {
@@ -427,9 +417,4 @@ void IntegerPanelAvx512Vnni(QuantType t, const QuantizedX& x, const uint8_t* w, 
 
 }  // namespace ptxserve::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+PTXSERVE_TARGET_END()

@@ -1,6 +1,7 @@
 // What gemm.cc, gemm_avx512.cc and gemm_quant.cc share (internal to engine/cpu): the
-// order of a panel's tiles, the f32 GEMM's serial panel, which the block-quantized GEMM runs over
-// rows it has widened to f32, and the quantized GEMM's entry point, which Gemm dispatches to.
+// order of a panel's tiles and the pick of a tile kernel for its shape, the f32 GEMM's serial
+// panel, which the block-quantized GEMM runs over rows it has widened to f32, and the quantized
+// GEMM's entry point, which Gemm dispatches to.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +24,7 @@ constexpr int64_t kSerialWork = 1 << 15;
 void GemmF32Serial(const float* x, const float* w, const float* bias, int64_t M, int64_t N,
                    int64_t K, int64_t ldy, float* y);
 
-// The order the GEMM kernels (gemm.cc, gemm_avx512.cc) walk weight rows [n_begin,
+// The order the GEMM kernels (gemm.cc, gemm_avx512.cc, gemm_quant.cc) walk weight rows [n_begin,
 // n_end) against M rows of x: tiles of up to nr_max weight rows taken `stride` apart
 // (rows r, r + S, r + 2S, ...: each a separate sequential stream, which the hardware
 // prefetchers follow at full speed, where adjacent rows read in lockstep measured at half
@@ -46,6 +47,37 @@ void ForEachTile(int64_t M, int64_t n_begin, int64_t n_end, int nr_max, int mr_m
     if (rest > 0) {
       rows(n_begin + stride * nr_max, static_cast<int>(rest), 1, m_block_begin, m_end);
     }
+  }
+}
+
+// The tile kernel for mr x rows by nr weight rows (ForEachTile's mr <= kMR, nr <= kNR):
+// the AVX2 tile kernels (gemm.cc's, gemm_quant.cc's; gemm_quant_k.cc's have the same form) are
+// templates over their shape, so that their loops unroll and the MR x NR accumulators live in
+// registers, and this maps the run-time shape onto those instances. `instance` is a lambda
+// []<int MR, int NR>() { return Kernel<MR, NR, ...>; } giving the instance for a shape (all
+// of one function-pointer type).
+template <class Instance>
+auto PickTile(int mr, int nr, const Instance& instance) {
+  static_assert(kMR == 3 && kNR == 4, "PickTile's cases are kMR x kNR");
+  auto with_mr = [&]<int MR>() {
+    switch (nr) {
+      case 1:
+        return instance.template operator()<MR, 1>();
+      case 2:
+        return instance.template operator()<MR, 2>();
+      case 3:
+        return instance.template operator()<MR, 3>();
+      default:
+        return instance.template operator()<MR, 4>();
+    }
+  };
+  switch (mr) {
+    case 1:
+      return with_mr.template operator()<1>();
+    case 2:
+      return with_mr.template operator()<2>();
+    default:
+      return with_mr.template operator()<3>();
   }
 }
 

@@ -1,8 +1,12 @@
 // The bf16 GEMM on AVX512-BF16's dot products (engine/cpu/gemm_bf16.h) against sums in double
-// over x rounded to bf16, within the error bound gemm_bf16.h derives; its rounding of x; which
-// calls Gemm sends to it; and the detection and forcing of the instruction set it needs.
-// Kernel tests are skipped, with the reason printed, on CPUs without AVX512-BF16.
+// over x rounded to bf16, within the error bound gemm_bf16.h derives; its rounding of x; its
+// tail loads at arrays that end at a guard page; which calls Gemm sends to it; and the detection
+// and forcing of the instruction set it needs. Kernel tests are skipped, with the reason printed,
+// on CPUs without AVX512-BF16.
 #include "engine/cpu/gemm_bf16.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -39,6 +43,37 @@ double Gamma(int64_t n) {
   const double nu = static_cast<double>(n) * 0x1p-24;
   return nu / (1 - nu);
 }
+
+// n elements of T ending exactly where a PROT_NONE page starts, so that a read of even one byte
+// past the array faults (SIGSEGV) instead of reading a neighbour's memory.
+template <class T>
+class GuardedArray {
+ public:
+  explicit GuardedArray(const std::vector<T>& values) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = values.size() * sizeof(T);
+    data_bytes_ = (bytes + page - 1) / page * page;
+    map_bytes_ = data_bytes_ + page;
+    void* map =
+        mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return;
+    base_ = static_cast<char*>(map);
+    if (mprotect(base_ + data_bytes_, page, PROT_NONE) != 0) return;
+    data_ = reinterpret_cast<T*>(base_ + data_bytes_ - bytes);
+    std::memcpy(data_, values.data(), bytes);
+  }
+  ~GuardedArray() {
+    if (base_ != nullptr) munmap(base_, map_bytes_);
+  }
+  GuardedArray(const GuardedArray&) = delete;
+  GuardedArray& operator=(const GuardedArray&) = delete;
+  const T* data() const { return data_; }  // nullptr if the mapping failed
+
+ private:
+  char* base_ = nullptr;
+  T* data_ = nullptr;
+  size_t data_bytes_ = 0, map_bytes_ = 0;
+};
 
 class Bf16DotTest : public ::testing::Test {
  protected:
@@ -119,6 +154,31 @@ TEST_F(Bf16DotTest, RoundsXToNearestEven) {
   EXPECT_EQ(y[3], 1.0f + one_ulp);
   for (int64_t i = 0; i < M * K; ++i) {
     ASSERT_EQ(y[i], BF16ToFloat(FloatToBF16(x[i]))) << "row " << i / K << " k " << i % K;
+  }
+}
+
+// The kernel's reads past a row's last 32-k step are AVX-512 masked loads (vmovdqu16 of the
+// weights, vmovups of x while it is packed, both zero-masked): a masked-off lane reads nothing
+// and cannot fault, so no tail needs a copy. With x and w each ending at a PROT_NONE page, K
+// short of a whole step (the last row's last load covers bytes past the array) and M, N with
+// partial tiles, any full-width load of a tail would fault here; the sums must equal those
+// over the same values in ordinary vectors, bit for bit.
+TEST_F(Bf16DotTest, TailLoadsStayInsideArraysEndingAtAGuardPage) {
+  for (int64_t K : {1, 17, 31, 33, 100}) {
+    SCOPED_TRACE(::testing::Message() << "K=" << K);
+    const int64_t M = kBf16DotMinRows + 1, N = 7;
+    const std::vector<float> x = Random(M * K, 8), bias = Random(N, 10);
+    const std::vector<uint16_t> w = ToBf16(Random(N * K, 9));
+    const GuardedArray<float> guarded_x(x);
+    const GuardedArray<uint16_t> guarded_w(w);
+    const GuardedArray<float> guarded_bias(bias);
+    ASSERT_NE(guarded_x.data(), nullptr) << "mmap/mprotect failed";
+    ASSERT_NE(guarded_w.data(), nullptr) << "mmap/mprotect failed";
+    ASSERT_NE(guarded_bias.data(), nullptr) << "mmap/mprotect failed";
+    std::vector<float> want(M * N), got(M * N, NAN);
+    GemmBf16Dot(x.data(), w.data(), bias.data(), M, N, K, want.data());
+    GemmBf16Dot(guarded_x.data(), guarded_w.data(), guarded_bias.data(), M, N, K, got.data());
+    EXPECT_EQ(got, want);
   }
 }
 

@@ -5,13 +5,15 @@
 // with the CPU op (engine/cpu/ops.h) within the tolerance of its dtype. The CPU reference
 // reads the same rounded f16/bf16 weights as the kernel, so the tolerance covers only the
 // kernel's own arithmetic (its summation order, and approximate SFU functions on a GPU).
+// The cases themselves, and their names, are listed in op_cases.h / op_cases.cc.
+#include "tests/cuda/op_cases.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -36,137 +38,6 @@
 
 namespace ptxserve::cuda {
 namespace {
-
-using kernels::ElemType;
-
-// One case per op: the shape and dtypes it runs at.
-struct RmsNormCase {
-  int rows, dim;
-  ElemType weights;
-};
-// The GEMM's forms (kernels/gemm.h): GEMV for up to 8 rows, the f32 FMA tiled form, and
-// the tensor-core form in its narrow (k over warps) and wide tiles.
-enum class GemmForm { kGemv, kFmaTiled, kMmaNarrow, kMmaWide };
-struct GemmCase {
-  int m, n, k;
-  ElemType weights;
-  bool bias, accumulate;
-  GemmForm form = GemmForm::kGemv;
-  bool norm = false;  // the GEMV with its input's RMSNorm fused, against rmsnorm then gemm
-};
-struct SiluMulCase {
-  int n;
-};
-struct EmbeddingCase {
-  int tokens, vocab, dim;
-  ElemType table;
-};
-struct ArgmaxCase {
-  int rows, vocab;
-};
-// RoPE and the KV write in one launch, from the stacked q/k/v rows.
-struct RopeKvCase {
-  int tokens, heads, kv_heads, head_dim;
-  kernels::RopeLayout layout;
-  ElemType kv;
-};
-// Decode mode: one query row per sequence; split: partitions of `partition` tokens merged
-// by the last CTA of each group.
-struct DecodeAttentionCase {
-  int seqs, heads, kv_heads, head_dim, block_size;
-  ElemType kv;
-  int partition;  // 0: not split
-};
-// Flash attention over a ragged step: a whole 37-token prompt, a decode row at 50 and a
-// 20-token chunk after 40 cached tokens.
-struct FlashAttentionCase {
-  int heads, kv_heads, head_dim;
-  ElemType kv;
-};
-using OpCase = std::variant<RmsNormCase, GemmCase, SiluMulCase, EmbeddingCase, ArgmaxCase,
-                            DecodeAttentionCase, FlashAttentionCase, RopeKvCase>;
-
-std::vector<OpCase> AllCases() {
-  std::vector<OpCase> cases;
-  for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
-    cases.push_back(RmsNormCase{3, 64, t});
-    cases.push_back(RmsNormCase{2, 1000, t});
-    cases.push_back(GemmCase{1, 96, 256, t, false, false});  // GEMV
-    cases.push_back(GemmCase{5, 72, 128, t, true, false});   // GEMV, a partial row tile
-    cases.push_back(GemmCase{3, 64, 96, t, false, true});    // fused residual add
-    cases.push_back(GemmCase{1, 96, 2048, t, false, false, GemmForm::kGemv, true});
-    cases.push_back(GemmCase{5, 40, 200, t, true, false, GemmForm::kGemv, true});  // partial K
-    cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kFmaTiled});    // partial tiles
-    if (t != ElemType::kF32) {
-      cases.push_back(GemmCase{20, 80, 136, t, true, true, GemmForm::kMmaNarrow});
-      cases.push_back(GemmCase{70, 72, 64, t, false, false, GemmForm::kMmaWide});
-    }
-    cases.push_back(EmbeddingCase{6, 50, 96, t});
-  }
-  cases.push_back(SiluMulCase{1000});
-  cases.push_back(SiluMulCase{4096});
-  cases.push_back(ArgmaxCase{3, 1000});
-  cases.push_back(ArgmaxCase{2, 32000});
-  for (ElemType t : {ElemType::kF32, ElemType::kF16, ElemType::kBF16}) {
-    cases.push_back(RopeKvCase{5, 8, 2, 64, kernels::RopeLayout::kRotateHalf, t});
-    cases.push_back(RopeKvCase{3, 4, 4, 128, kernels::RopeLayout::kInterleaved, t});
-    cases.push_back(DecodeAttentionCase{3, 8, 2, 64, 16, t, 0});    // GQA 4:1
-    cases.push_back(DecodeAttentionCase{2, 4, 4, 128, 16, t, 32});  // split, merged
-    if (t != ElemType::kF32) {
-      cases.push_back(FlashAttentionCase{8, 2, 64, t});   // GQA 4:1
-      cases.push_back(FlashAttentionCase{8, 8, 128, t});  // GQA 1:1
-    }
-  }
-  return cases;
-}
-
-constexpr const char* kFormNames[] = {"", "_fma_tiled", "_mma_narrow", "_mma_wide"};
-
-std::string Name(const OpCase& c) {
-  struct Namer {
-    std::string operator()(const RmsNormCase& c) const {
-      return absl::StrCat("rmsnorm_r", c.rows, "_d", c.dim, "_", kernels::ElemTypeName(c.weights));
-    }
-    std::string operator()(const GemmCase& c) const {
-      return absl::StrCat("gemm_m", c.m, "_n", c.n, "_k", c.k, "_",
-                          kernels::ElemTypeName(c.weights), c.bias ? "_bias" : "",
-                          c.accumulate ? "_acc" : "", kFormNames[static_cast<int>(c.form)],
-                          c.norm ? "_norm" : "");
-    }
-    std::string operator()(const SiluMulCase& c) const { return absl::StrCat("silu_mul_n", c.n); }
-    std::string operator()(const EmbeddingCase& c) const {
-      return absl::StrCat("embedding_t", c.tokens, "_d", c.dim, "_",
-                          kernels::ElemTypeName(c.table));
-    }
-    std::string operator()(const ArgmaxCase& c) const {
-      return absl::StrCat("argmax_r", c.rows, "_v", c.vocab);
-    }
-    std::string operator()(const RopeKvCase& c) const {
-      return absl::StrCat("rope_kv_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim,
-                          c.layout == kernels::RopeLayout::kRotateHalf ? "_half" : "_interleaved",
-                          "_", kernels::ElemTypeName(c.kv));
-    }
-    std::string operator()(const DecodeAttentionCase& c) const {
-      return absl::StrCat("decode_attention_s", c.seqs, "_h", c.heads, "_kv", c.kv_heads, "_d",
-                          c.head_dim, "_", kernels::ElemTypeName(c.kv),
-                          c.partition > 0 ? absl::StrCat("_split", c.partition) : "");
-    }
-    std::string operator()(const FlashAttentionCase& c) const {
-      return absl::StrCat("flash_attention_h", c.heads, "_kv", c.kv_heads, "_d", c.head_dim, "_",
-                          kernels::ElemTypeName(c.kv));
-    }
-  };
-  return std::visit(Namer{}, c);
-}
-// Each case by its name, not its bytes (padding), in test names and failure messages.
-template <class C, class V>
-struct IsCaseOf : std::false_type {};
-template <class C, class... T>
-struct IsCaseOf<C, std::variant<T...>> : std::bool_constant<(std::is_same_v<C, T> || ...)> {};
-template <class C>
-requires IsCaseOf<C, OpCase>::value void PrintTo(const C& c, std::ostream* os) {
-  *os << Name(OpCase(c));
-}
 
 DType ToDType(ElemType t) {
   return t == ElemType::kF32 ? DType::kF32 : t == ElemType::kF16 ? DType::kF16 : DType::kBF16;
