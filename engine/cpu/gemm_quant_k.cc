@@ -230,34 +230,6 @@ void Tile(const TileArgs& a) {
   Store<MR, NR>(acc, a);
 }
 
-using TileKernel = void (*)(const TileArgs&);
-
-template <class F, int MR>
-TileKernel PickNR(int nr) {
-  switch (nr) {
-    case 1:
-      return Tile<MR, 1, F>;
-    case 2:
-      return Tile<MR, 2, F>;
-    case 3:
-      return Tile<MR, 3, F>;
-    default:
-      return Tile<MR, 4, F>;
-  }
-}
-
-template <class F>
-TileKernel PickTile(int mr, int nr) {
-  switch (mr) {
-    case 1:
-      return PickNR<F, 1>(nr);
-    case 2:
-      return PickNR<F, 2>(nr);
-    default:
-      return PickNR<F, 3>(nr);
-  }
-}
-
 // dx * (sum of the block's 32 codes) for every block of x: q4_k's min term.
 void BlockSums(const int8_t* codes, const float* scales, int64_t blocks, float* sums) {
   const __m256i ones = _mm256_set1_epi8(1);
@@ -292,7 +264,7 @@ void Run(const int8_t* x_codes, const float* x_scales, const float* x_sums, cons
                   if (vnni) {
                     KQuantTileAvx512Vnni(F::kType, mr, nr, a);
                   } else {
-                    PickTile<F>(mr, nr)(a);
+                    PickTile(mr, nr, []<int MR, int NR>() { return Tile<MR, NR, F>; })(a);
                   }
                 });
   };

@@ -12,13 +12,8 @@
 // Per block, x row and two weight rows that is 4 instructions where the AVX2 tile takes 4 per
 // row; and 4 rows of x per tile where AVX2's 16 registers hold 3.
 //
-// Compiled for AVX-512 by a target pragma after the includes, for the reasons
-// gemm_avx512.cc gives.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Compiled for AVX512-VNNI between PTXSERVE_TARGET_BEGIN and _END (isa_target.h); no
+// intrinsics in lambdas below, which Clang's pragma does not reach.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,15 +23,10 @@
 #include <utility>
 
 #include "engine/cpu/gemm_quant_k.h"
+#include "engine/cpu/isa_target.h"
 #include "engine/cpu/simd.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512vnni"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512vnni")
-#endif
+PTXSERVE_TARGET_BEGIN("avx512f,avx512vl,avx512vnni")
 
 namespace ptxserve::cpu {
 namespace {
@@ -294,9 +284,4 @@ void KQuantTileAvx512Vnni(QuantType t, int mr, int nr, const KQuantTile& a) {
 
 }  // namespace ptxserve::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+PTXSERVE_TARGET_END()

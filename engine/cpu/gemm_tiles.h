@@ -51,7 +51,7 @@ void ForEachTile(int64_t M, int64_t n_begin, int64_t n_end, int nr_max, int mr_m
 }
 
 // The tile kernel for mr x rows by nr weight rows (ForEachTile's mr <= kMR, nr <= kNR):
-// the AVX2 tile kernels (gemm.cc's, gemm_quant.cc's; gemm_quant_k.cc's have the same form) are
+// the AVX2 tile kernels (gemm.cc's, gemm_quant.cc's, gemm_quant_k.cc's) are
 // templates over their shape, so that their loops unroll and the MR x NR accumulators live in
 // registers, and this maps the run-time shape onto those instances. `instance` is a lambda
 // []<int MR, int NR>() { return Kernel<MR, NR, ...>; } giving the instance for a shape (all

@@ -1,8 +1,8 @@
 // Compiling part of a file for more than the build target. The project builds for x86-64-v3
 // (AVX2, FMA, F16C: CMake's PTXSERVE_MARCH), so one binary runs on every such machine; the
-// AVX-512 kernels (gemm_avx512.cc, gemm_bf16.cc, gemm_quant_vnni.cc) are compiled for their
-// instruction sets between PTXSERVE_TARGET_BEGIN and PTXSERVE_TARGET_END, and are only ever
-// called after isa.cc's cpuid check (GemmIsa()) says the CPU has them.
+// AVX-512 kernels (gemm_avx512.cc, gemm_bf16.cc, gemm_quant_vnni.cc, gemm_quant_k_vnni.cc) are
+// compiled for their instruction sets between PTXSERVE_TARGET_BEGIN and PTXSERVE_TARGET_END, and
+// are only ever called after isa.cc's cpuid check (GemmIsa()) says the CPU has them.
 //
 // The pair goes after the file's includes, rather than compiling the file with -mavx512f:
 // inline functions from headers (the standard library's too) are then still compiled for the
