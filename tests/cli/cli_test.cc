@@ -249,9 +249,9 @@ TEST(CliTest, QuantizedGgufGeneratesLikeTheDirectory) {
 // fp8, and within 5% in gptq, q4_0 and awq with --awq-rounding gptq calibrated on
 // tests/cli/calibration.txt (another story, so the text scored is not the one calibrated
 // on); q4_0, awq and gptq rounded to nearest and awq calibrated and rounded to nearest
-// (AutoAWQ's way) are printed: they miss 5% on a model this small (README "perplexity"). q4_k has
-// no row: its 256-element super-blocks do not divide TinyStories' 128-wide rows
-// (QuantizeRefusesBadArguments).
+// (AutoAWQ's way) are printed: they miss 5% on a model this small (README "perplexity"). q4_k's row
+// is q4k_perplexity_test's, on the model zero-padded to whole 256-element super-blocks (its
+// 128-wide rows are refused: QuantizeRefusesBadInputWithAnError).
 TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
     GTEST_SKIP() << "shared test model absent";
