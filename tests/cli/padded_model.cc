@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors_writer.h"
