@@ -165,6 +165,54 @@ absl::Status AddRopeFactors(const ModelConfig& c, GgufWriter* w) {
   return AddTensor(kRopeFreqsTensor, {half}, factors, {QuantType::kNone, DType::kF32}, w);
 }
 
+// llama.cpp's Q4_K_M mix for the Llama family (its llama_tensor_get_type, read as a
+// specification): a q4_k file's matrices are q4_k except the LM head (the token embedding
+// when the head is tied to it), which is q6_k, and attn_v and ffn_down, which are q6_k in
+// the layers UsesMoreBits picks: the first and last eighth and every third layer between.
+// Not followed: its rule for 80-layer GQA models (Llama-2/3 70B), which raises the other
+// attn_v tensors to q5_k, a type this writer does not have; they stay q4_k.
+bool UsesMoreBits(int64_t layer, int64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// What a matrix is, as far as the mix's rules tell matrices apart.
+enum class MatrixRole { kEmbed, kLmHead, kAttnV, kFfnDown, kOther };
+
+// The type a matrix of role `role` in layer `layer` is written in, in a file of `type`.
+GgufWeightType MatrixType(GgufWeightType type, const ModelConfig& c, MatrixRole role,
+                          int64_t layer) {
+  if (type.quant != QuantType::kQ4_K) return type;
+  const GgufWeightType q6_k{QuantType::kQ6_K, DType::kF32};
+  const bool head =
+      role == MatrixRole::kLmHead || (role == MatrixRole::kEmbed && c.tie_word_embeddings);
+  const bool layer_rule = role == MatrixRole::kAttnV || role == MatrixRole::kFfnDown;
+  return head || (layer_rule && UsesMoreBits(layer, c.num_layers)) ? q6_k : type;
+}
+
+// A q4_k file's matrices are all 256-element super-blocks (q4_k or q6_k): checked before
+// anything is encoded, naming the first matrix whose rows are not.
+absl::Status CheckSuperBlockRows(const Model& model) {
+  const ModelTensors& t = model.tensors;
+  std::vector<const Tensor*> matrices = {&t.embed};
+  if (!model.config.tie_word_embeddings) matrices.push_back(&t.lm_head);
+  for (const LayerTensors& l : t.layers) {
+    for (const Tensor* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      matrices.push_back(m);
+    }
+  }
+  const QuantLayout& q4_k = LayoutOf(QuantType::kQ4_K);
+  for (const Tensor* m : matrices) {
+    if (m->present() && m->shape.back() % q4_k.block_elems != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", GgufTensorName(m->name), "': rows of ", m->shape.back(),
+                       " elements are not whole q4_k blocks of ", q4_k.block_elems,
+                       " (a q4_k file holds q4_k and q6_k matrices, both in super-blocks of ",
+                       q4_k.block_elems, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckExportable(const ModelConfig& c) {
   if (c.sliding_window > 0) {
     return absl::UnimplementedError("sliding-window attention has no llama GGUF metadata");
@@ -213,27 +261,40 @@ absl::Status AddModelToGguf(const Model& model, GgufWeightType type, const std::
   const bool permute = c.rope_style == RopeStyle::kRotateHalf;
   const int64_t q_heads = permute ? c.num_heads : 0;
   const int64_t kv_heads = permute ? c.num_kv_heads : 0;
+  if (type.quant == QuantType::kQ4_K) PTX_RETURN_IF_ERROR(CheckSuperBlockRows(model));
   PTX_RETURN_IF_ERROR(AddRopeFactors(c, w));
-  PTX_RETURN_IF_ERROR(AddModelTensor(t.embed, type, 0, 0, w, calibrated));
+  auto matrix_type = [&](MatrixRole role, int64_t layer) {
+    return MatrixType(type, c, role, layer);
+  };
+  PTX_RETURN_IF_ERROR(
+      AddModelTensor(t.embed, matrix_type(MatrixRole::kEmbed, 0), 0, 0, w, calibrated));
   PTX_RETURN_IF_ERROR(AddModelTensor(t.final_norm, type, 0, 0, w, nullptr));
   if (!c.tie_word_embeddings) {
-    PTX_RETURN_IF_ERROR(AddModelTensor(t.lm_head, type, 0, 0, w, calibrated));
+    PTX_RETURN_IF_ERROR(
+        AddModelTensor(t.lm_head, matrix_type(MatrixRole::kLmHead, 0), 0, 0, w, calibrated));
   }
-  for (const LayerTensors& l : t.layers) {
-    // Each tensor with the number of RoPE heads its rows hold (0: not rotated).
-    for (auto [x, rope_heads] : {std::pair{&l.attn_norm, int64_t{0}},
-                                 {&l.wq, q_heads},
-                                 {&l.bq, q_heads},
-                                 {&l.wk, kv_heads},
-                                 {&l.bk, kv_heads},
-                                 {&l.wv, 0},
-                                 {&l.bv, 0},
-                                 {&l.wo, 0},
-                                 {&l.mlp_norm, 0},
-                                 {&l.w_gate, 0},
-                                 {&l.w_up, 0},
-                                 {&l.w_down, 0}}) {
-      PTX_RETURN_IF_ERROR(AddModelTensor(*x, type, rope_heads, c.head_dim, w, calibrated));
+  for (int64_t i = 0; i < static_cast<int64_t>(t.layers.size()); ++i) {
+    const LayerTensors& l = t.layers[i];
+    // Each tensor with the number of RoPE heads its rows hold (0: not rotated) and its role.
+    struct Part {
+      const Tensor* tensor;
+      int64_t rope_heads;
+      MatrixRole role;
+    };
+    for (const Part& p : {Part{&l.attn_norm, 0, MatrixRole::kOther},
+                          {&l.wq, q_heads, MatrixRole::kOther},
+                          {&l.bq, q_heads, MatrixRole::kOther},
+                          {&l.wk, kv_heads, MatrixRole::kOther},
+                          {&l.bk, kv_heads, MatrixRole::kOther},
+                          {&l.wv, 0, MatrixRole::kAttnV},
+                          {&l.bv, 0, MatrixRole::kOther},
+                          {&l.wo, 0, MatrixRole::kOther},
+                          {&l.mlp_norm, 0, MatrixRole::kOther},
+                          {&l.w_gate, 0, MatrixRole::kOther},
+                          {&l.w_up, 0, MatrixRole::kOther},
+                          {&l.w_down, 0, MatrixRole::kFfnDown}}) {
+      PTX_RETURN_IF_ERROR(AddModelTensor(*p.tensor, matrix_type(p.role, i), p.rope_heads,
+                                         c.head_dim, w, calibrated));
     }
   }
   return absl::OkStatus();

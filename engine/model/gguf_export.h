@@ -38,7 +38,10 @@ std::vector<float> PermuteRopeRows(const std::vector<float>& rows, int64_t heads
 
 // Adds general.* and llama.* metadata and every tensor of `model` to `w`: q/k rows are
 // permuted for a rotate-half model (from a Hugging Face directory), copied for an
-// interleaved one (from a GGUF). `name` becomes general.name. Errors
+// interleaved one (from a GGUF). `name` becomes general.name. For q4_k the matrices are
+// llama.cpp's Q4_K_M mix, which general.file_type 15 says they are: q6_k for the LM head
+// (the token embedding when tied) and for attn_v and ffn_down in the first and last eighth
+// of the layers and every third between, q4_k for the rest (gguf_export.cc). Errors
 // name the tensor (e.g. a row that is not whole blocks of the requested type).
 // `calibrated` (may be null): block rows of `type` by Hugging Face weight name, in HF row
 // order (hf_quant_calibrate.h's CalibrateQ4_0), stored for those matrices instead of the

@@ -29,7 +29,10 @@
 
 ABSL_FLAG(std::string, type, "f16",
           "quantize: the matrices' type: a GGUF type (f32, f16, bf16, q8_0, q4_0, q4_k; --out "
-          "names a .gguf file) or a Hugging Face quantized checkpoint (fp8, awq, gptq; --out "
+          "names a .gguf file; q4_k is llama.cpp's Q4_K_M mix: q6_k for the LM head or the tied "
+          "embedding and for attn_v and ffn_down in the first and last eighth of the layers and "
+          "every third between, q4_k for the rest, every row whole super-blocks of 256) or a "
+          "Hugging Face quantized checkpoint (fp8, awq, gptq; --out "
           "names a directory, created when missing, that gets config.json with its "
           "quantization_config, model.safetensors and the tokenizer files)");
 ABSL_FLAG(std::string, calibration, "",

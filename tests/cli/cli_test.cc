@@ -1,13 +1,11 @@
 // Runs the real `ptxserve` executable as a user would: generate, make-model, quantize and
 // perplexity.
-#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,40 +14,17 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/cli/cli_run.h"
 #include "tests/reference/reference_model.h"
 
 namespace ptxserve {
 namespace {
 
-const std::string kBinary = std::string(PTXSERVE_BINARY_DIR) + "/server/ptxserve";
-const std::string kTinyStories = std::string(PTXSERVE_SHARED_MODELS) + "/tinystories-656k";
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs `ptxserve args` with stdout and stderr captured in files under a temp dir.
-CliRun RunPtxserve(const std::string& args) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("ptxserve-cli-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string out = (dir / "out").string(), err = (dir / "err").string();
-  const std::string cmd = kBinary + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  return r;
-}
+using cli_test::CliRun;
+using cli_test::kTinyStories;
+using cli_test::Perplexity;
+using cli_test::RunPtxserve;
+using cli_test::Slurp;
 
 // Runs `generate` greedily on the test model and checks its stdout against the same
 // tokens from the independent f64 implementation: the prompt, then its continuation, which
@@ -269,22 +244,14 @@ TEST(CliTest, QuantizedGgufGeneratesLikeTheDirectory) {
   std::filesystem::remove_all(base);
 }
 
-// The perplexity printed by `ptxserve perplexity ARGS` (0 when absent).
-double Perplexity(const std::string& args) {
-  const CliRun r = RunPtxserve("perplexity " + args);
-  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
-  const size_t at = r.out.find("perplexity ");
-  return at == std::string::npos ? 0 : std::atof(r.out.c_str() + at + 11);
-}
-
 // Perplexity on tests/cli/story.txt (a short children's story written for these tests):
 // the same from the directory and from its f32 GGUF, within 1% of it in bf16, q8_0 and
 // fp8, and within 5% in gptq, q4_0 and awq with --awq-rounding gptq calibrated on
 // tests/cli/calibration.txt (another story, so the text scored is not the one calibrated
 // on); q4_0, awq and gptq rounded to nearest and awq calibrated and rounded to nearest
-// (AutoAWQ's way) are printed: they miss 5% on a model this small (README "perplexity"). q4_k has
-// no row: its 256-element super-blocks do not divide TinyStories' 128-wide rows
-// (QuantizeRefusesBadArguments).
+// (AutoAWQ's way) are printed: they miss 5% on a model this small (README "perplexity"). q4_k's row
+// is q4k_perplexity_test's, on the model zero-padded to whole 256-element super-blocks (its
+// 128-wide rows are refused: QuantizeRefusesBadInputWithAnError).
 TEST(CliTest, PerplexityOfTheStoryAndOfItsQuantizedCopies) {
   if (!std::filesystem::exists(kTinyStories + "/model.safetensors")) {
     GTEST_SKIP() << "shared test model absent";
