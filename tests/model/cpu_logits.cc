@@ -1,6 +1,7 @@
 #include "tests/model/cpu_logits.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv_block_manager.h"
@@ -42,6 +43,21 @@ std::vector<std::vector<float>> GreedyLogits(const Model& model, std::vector<int
     tokens.push_back(
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
     out.push_back(std::move(logits));
+  }
+  return out;
+}
+
+std::vector<double> RelativeLogitDiffs(const std::vector<std::vector<float>>& got,
+                                       const std::vector<std::vector<float>>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  std::vector<double> out;
+  for (size_t s = 0; s < std::min(got.size(), want.size()); ++s) {
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < want[s].size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(got[s][i]) - want[s][i]));
+      mag = std::max(mag, std::abs(static_cast<double>(want[s][i])));
+    }
+    out.push_back(diff / mag);
   }
   return out;
 }

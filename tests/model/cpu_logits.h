@@ -14,4 +14,9 @@ namespace ptxserve::test_files {
 std::vector<std::vector<float>> GreedyLogits(const Model& model, std::vector<int32_t> tokens,
                                              int steps);
 
+// Per step, the largest |got - want| over its logits relative to the largest |want| (an
+// EXPECT failure when the two have different numbers of steps).
+std::vector<double> RelativeLogitDiffs(const std::vector<std::vector<float>>& got,
+                                       const std::vector<std::vector<float>>& want);
+
 }  // namespace ptxserve::test_files

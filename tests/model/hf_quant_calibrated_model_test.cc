@@ -32,6 +32,7 @@ namespace ptxserve {
 namespace {
 
 using test_files::GreedyLogits;
+using test_files::RelativeLogitDiffs;
 using test_files::TempDir;
 using ::testing::HasSubstr;
 using Method = HfQuantization::Method;
@@ -186,15 +187,8 @@ TEST_F(HfQuantModelTest, CalibratedCheckpointGivesTheDequantizedModelsLogits) {
 
     const auto got = GreedyLogits(*q, kPrompt, 6);
     const auto ref = GreedyLogits(ptxserve::testing::DequantizedModel(*q), kPrompt, 6);
-    ASSERT_EQ(got.size(), ref.size());
-    for (size_t s = 0; s < ref.size(); ++s) {
-      double diff = 0, mag = 0;
-      for (size_t i = 0; i < ref[s].size(); ++i) {
-        diff = std::max(diff, std::abs(static_cast<double>(got[s][i]) - ref[s][i]));
-        mag = std::max(mag, std::abs(static_cast<double>(ref[s][i])));
-      }
-      EXPECT_LE(diff, 1e-6 * mag) << "step " << s;
-    }
+    const std::vector<double> diffs = RelativeLogitDiffs(got, ref);
+    for (size_t s = 0; s < diffs.size(); ++s) EXPECT_LE(diffs[s], 1e-6) << "step " << s;
   }
   auto empty = CalibrateInt4(*model, Method::kGptq, {});
   EXPECT_EQ(empty.status().message(), "no calibration tokens");
@@ -375,15 +369,8 @@ TEST(HfQuantSyntheticTest, CalibratedCheckpointsOfABf16ModelLoadExactly) {
     const std::vector<int32_t> prompt = {1, 20, 30, 40};
     const auto got = GreedyLogits(*q, prompt, 3);
     const auto want = GreedyLogits(ptxserve::testing::DequantizedModel(*q), prompt, 3);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t s = 0; s < want.size(); ++s) {
-      double d = 0, m = 0;
-      for (size_t i = 0; i < want[s].size(); ++i) {
-        d = std::max(d, std::abs(static_cast<double>(got[s][i]) - want[s][i]));
-        m = std::max(m, std::abs(static_cast<double>(want[s][i])));
-      }
-      EXPECT_LE(d, 1e-6 * m) << "step " << s;
-    }
+    const std::vector<double> diffs = RelativeLogitDiffs(got, want);
+    for (size_t s = 0; s < diffs.size(); ++s) EXPECT_LE(diffs[s], 1e-6) << "step " << s;
   }
 }
 
