@@ -176,14 +176,16 @@ void PackQ4KScales(const int* sc, const int* m, uint8_t* s) {
 // llama.cpp's reference encoders (its make_qkx2_quants and make_qx_quants), written anew.
 // q4_k weights each element's error by |x| plus the sub-block's rms, as llama.cpp does, so
 // the larger elements, which move a matrix product most, are kept closer. On the padded
-// TinyStories model this took q4_k's perplexity from +8.0% over f32 to +2.7% (README).
+// TinyStories model this took q4_k's perplexity from +8.0% over f32 to +3.3% (README).
 // Codes always clamp to the format's range, so an element past a narrowed span takes the
-// end code. Sums are in double so tiny rows' squares do not underflow.
+// end code. The searches run on the block scaled to [0, 1] (q4_k) or by its largest
+// element (q6_k), so f32 sums neither underflow on tiny blocks nor overflow on large ones,
+// and the loops vectorize.
 
 // A candidate replaces the best so far only when better by more than rounding noise (a
-// billionth of the (weighted) sum of squares), so an exact fit of the plain extremes (a
+// millionth of the (weighted) sum of squares), so an exact fit of the plain extremes (a
 // constant or two-level block) is kept.
-constexpr double kBeyondRounding = 1 + 1e-9;
+constexpr float kBeyondRounding = 1 + 1e-6f;
 
 // A q4_k sub-block's fit: value = scale * code - min, codes in [0, 15], scale, min >= 0.
 struct Q4KFit {
@@ -198,19 +200,9 @@ void Q4KWeights(const float* x, float* w) {
   for (int l = 0; l < 32; ++l) w[l] = rms + std::fabs(x[l]);
 }
 
-// Weighted squared error of `fit` on the 32 elements, with their nearest codes `q`.
-double Q4KFitError(const float* x, const float* w, const int* q, const Q4KFit& fit) {
-  double err = 0;
-  for (int l = 0; l < 32; ++l) {
-    const double e = static_cast<double>(fit.scale) * q[l] - fit.min - x[l];
-    err += w[l] * e * e;
-  }
-  return err;
-}
-
 // The fit of one sub-block of 32: codes from the span [lo, hi] stretched by the step
 // 15 / (hi - lo) + (-1 .. +1 in tenths) / (hi - lo), each refitted; lo = min(0, lowest),
-// so a sub-block with no negative element starts at 0.
+// so a sub-block with no negative element starts at 0. Worked in t = (x - lo) / (hi - lo).
 Q4KFit FitQ4KSubBlock(const float* x) {
   float lo = 0, hi = x[0];
   for (int l = 0; l < 32; ++l) {
@@ -218,49 +210,68 @@ Q4KFit FitQ4KSubBlock(const float* x) {
     hi = std::max(hi, x[l]);
   }
   if (hi == lo) return {0, -lo};  // constant: every value is -min exactly
-  float w[32];
+  const float span = hi - lo, inv_span = 1 / span;
+  float t[32], w[32];
   Q4KWeights(x, w);
-  double sum_w = 0, sum_wx = 0, sum_wx2 = 0;
+  double sum_w = 0, sum_wt = 0, sum_wt2 = 0;
   for (int l = 0; l < 32; ++l) {
+    t[l] = std::min(1.0f, (x[l] - lo) * inv_span);
+    w[l] *= inv_span;
     sum_w += w[l];
-    sum_wx += static_cast<double>(w[l]) * x[l];
-    sum_wx2 += static_cast<double>(w[l]) * x[l] * x[l];
+    sum_wt += w[l] * t[l];
+    sum_wt2 += w[l] * t[l] * t[l];
   }
-  auto codes = [&](float inv, int* q) {
-    for (int l = 0; l < 32; ++l)
-      q[l] = std::clamp(static_cast<int>(roundf(inv * (x[l] - lo))), 0, 15);
-  };
-  int q[32];
-  Q4KFit best{(hi - lo) / 15, -lo};
-  codes(15 / (hi - lo), q);
-  double best_err = Q4KFitError(x, w, q, best);
-  for (int step = -10; step <= 10; ++step) {
-    codes((15 + 0.1f * static_cast<float>(step)) / (hi - lo), q);
-    double sum_wq = 0, sum_wq2 = 0, sum_wqx = 0;
-    for (int l = 0; l < 32; ++l) {
-      sum_wq += w[l] * q[l];
-      sum_wq2 += static_cast<double>(w[l]) * q[l] * q[l];
-      sum_wqx += static_cast<double>(w[l]) * q[l] * x[l];
+  // The format's offset lo + b span (the value of code 0) is -min <= 0: b <= b_max.
+  const float b_max = -lo * inv_span;
+  // Sums over the codes for stretch f (15 = the plain extremes), in 8 lanes so the loop
+  // vectorizes, and the weighted error of a q + b expanded in them (no second pass).
+  double sum_wq = 0, sum_wq2 = 0, sum_wqt = 0;
+  auto code_sums = [&](float f) {
+    float lane_q[8] = {}, lane_q2[8] = {}, lane_qt[8] = {};
+    for (int l0 = 0; l0 < 32; l0 += 8) {
+      for (int k = 0; k < 8; ++k) {
+        const int l = l0 + k;
+        const float q = std::min(15.0f, static_cast<float>(static_cast<int>(f * t[l] + 0.5f)));
+        lane_q[k] += w[l] * q;
+        lane_q2[k] += w[l] * q * q;
+        lane_qt[k] += w[l] * q * t[l];
+      }
     }
+    sum_wq = sum_wq2 = sum_wqt = 0;
+    for (int k = 0; k < 8; ++k) {
+      sum_wq += lane_q[k];
+      sum_wq2 += lane_q2[k];
+      sum_wqt += lane_qt[k];
+    }
+  };
+  auto error = [&](double a, double b) {
+    return sum_wt2 - 2 * a * sum_wqt - 2 * b * sum_wt + a * a * sum_wq2 + 2 * a * b * sum_wq +
+           b * b * sum_w;
+  };
+  code_sums(15);
+  double best_a = 1.0 / 15, best_b = 0;
+  double best_err = error(best_a, best_b);
+  for (int step = -10; step <= 10; ++step) {
+    code_sums(15 + 0.1f * static_cast<float>(step));
     const double det = sum_w * sum_wq2 - sum_wq * sum_wq;
     if (!(det > 0)) continue;  // all codes equal: no slope to fit
-    double scale = (sum_w * sum_wqx - sum_wx * sum_wq) / det;
-    double offset = (sum_wq2 * sum_wx - sum_wq * sum_wqx) / det;  // the value of code 0
-    if (offset > 0) {  // the format's offset is -min <= 0: refit the scale alone
-      offset = 0;
-      scale = sum_wqx / sum_wq2;
+    double a = (sum_w * sum_wqt - sum_wt * sum_wq) / det;
+    double b = (sum_wq2 * sum_wt - sum_wq * sum_wqt) / det;
+    if (b > b_max) {  // refit the scale alone with the offset at its bound
+      b = b_max;
+      a = (sum_wqt - b * sum_wq) / sum_wq2;
     }
     // A fit far outside the sub-block's span (possible only for degenerate codes) could
     // overflow f16 in the super-block's d or dmin; LargestScale allows for 2 (hi - lo).
-    if (!(scale > 0) || scale > hi - lo || -offset > 2 * (hi - lo)) continue;
-    const Q4KFit fit{static_cast<float>(scale), static_cast<float>(-offset)};
-    const double err = Q4KFitError(x, w, q, fit);
-    if (err + (kBeyondRounding - 1) * sum_wx2 < best_err) {
+    if (!(a > 0) || a > 1 || -b > 2) continue;
+    const double err = error(a, b);
+    if (err + (kBeyondRounding - 1) * sum_wt2 < best_err) {
       best_err = err;
-      best = fit;
+      best_a = a;
+      best_b = b;
     }
   }
-  return best;
+  return {static_cast<float>(best_a) * span, -(lo + static_cast<float>(best_b) * span)};
 }
 
 // The code of each element of a sub-block stored with scale s and min mn, and the
@@ -338,24 +349,35 @@ float FitQ6KGroup(const float* x) {
     }
   }
   if (amax == 0) return 0;
-  // With the least-squares scale sum_qx / sum_q2 the error is sum_x2 - sum_qx^2 / sum_q2:
-  // the best candidate has the largest sum_qx^2 / sum_q2.
-  double best_gain = -1, best_scale = max / -32.0;
+  float t[16];  // x / max: the largest element at 1
+  for (int i = 0; i < 16; ++i) t[i] = x[i] / max;
+  // With the least-squares scale sum_qt / sum_q2 the error is sum_t2 - sum_qt^2 / sum_q2:
+  // the best candidate has the largest sum_qt^2 / sum_q2.
+  float best_gain = -1, best_scale = -1.0f / 32;
   for (int k = 0; k <= 18; ++k) {  // the plain extremes first: a tie keeps them
     const int step = k % 2 == 0 ? k / 2 : -(k + 1) / 2;
-    const float inv = -(32 + 0.1f * static_cast<float>(step)) / max;
-    double sum_q2 = 0, sum_qx = 0;
-    for (int i = 0; i < 16; ++i) {
-      const int q = std::clamp(static_cast<int>(roundf(inv * x[i])), -32, 31);
-      sum_q2 += q * q;
-      sum_qx += q * static_cast<double>(x[i]);
+    const float f = -(32 + 0.1f * static_cast<float>(step));
+    float lane_q2[8] = {}, lane_qt[8] = {};  // 8 lanes so the loop vectorizes
+    for (int i0 = 0; i0 < 16; i0 += 8) {
+      for (int k = 0; k < 8; ++k) {
+        // Round to nearest as a truncation of a positive number, clamped to [-32, 31].
+        const float v = std::clamp(f * t[i0 + k], -32.0f, 31.0f);
+        const float q = static_cast<float>(static_cast<int>(v + 32.5f) - 32);
+        lane_q2[k] += q * q;
+        lane_qt[k] += q * t[i0 + k];
+      }
     }
-    if (sum_q2 > 0 && sum_qx * sum_qx / sum_q2 > best_gain * kBeyondRounding) {
-      best_gain = sum_qx * sum_qx / sum_q2;
-      best_scale = sum_qx / sum_q2;
+    float sum_q2 = 0, sum_qt = 0;
+    for (int k = 0; k < 8; ++k) {
+      sum_q2 += lane_q2[k];
+      sum_qt += lane_qt[k];
+    }
+    if (sum_q2 > 0 && sum_qt * sum_qt / sum_q2 > best_gain * kBeyondRounding) {
+      best_gain = sum_qt * sum_qt / sum_q2;
+      best_scale = sum_qt / sum_q2;
     }
   }
-  return static_cast<float>(best_scale);
+  return best_scale * max;
 }
 
 // The squared error of a q6_k group of 16 stored with scale s.
