@@ -187,6 +187,12 @@ void PackQ4KScales(const int* sc, const int* m, uint8_t* s) {
 // constant or two-level block) is kept.
 constexpr float kBeyondRounding = 1 + 1e-6f;
 
+// The integer nearest v within [lo, hi], by truncating a non-negative number (no libm call).
+int NearestCode(float v, int lo, int hi) {
+  const float c = std::clamp(v, static_cast<float>(lo), static_cast<float>(hi));
+  return static_cast<int>(c - static_cast<float>(lo) + 0.5f) + lo;
+}
+
 // A q4_k sub-block's fit: value = scale * code - min, codes in [0, 15], scale, min >= 0.
 struct Q4KFit {
   float scale = 0, min = 0;
@@ -276,12 +282,12 @@ Q4KFit FitQ4KSubBlock(const float* x) {
 
 // The code of each element of a sub-block stored with scale s and min mn, and the
 // weighted squared error of the values those codes decode to.
-double Q4KStoredError(const float* x, const float* w, float s, float mn, int* q) {
+float Q4KStoredError(const float* x, const float* w, float s, float mn, int* q) {
   const float inv = s > 0 ? 1 / s : 0;
-  double err = 0;
+  float err = 0;
   for (int l = 0; l < 32; ++l) {
-    q[l] = std::clamp(static_cast<int>(roundf((x[l] + mn) * inv)), 0, 15);
-    const double e = static_cast<double>(s * static_cast<float>(q[l]) - mn) - x[l];
+    q[l] = NearestCode((x[l] + mn) * inv, 0, 15);
+    const float e = s * static_cast<float>(q[l]) - mn - x[l];
     err += w[l] * e * e;
   }
   return err;
@@ -308,12 +314,12 @@ void QuantizeQ4_K(const float* x, uint8_t* b) {
     Q4KWeights(x + 32 * j, w);
     const int sc_below = d > 0 ? std::min(63, static_cast<int>(fit[j].scale / d)) : 0;
     const int m_below = dmin > 0 ? std::min(63, static_cast<int>(fit[j].min / dmin)) : 0;
-    double best = std::numeric_limits<double>::infinity();
+    float best = std::numeric_limits<float>::infinity();
     for (int s = sc_below; s <= std::min(63, sc_below + 1); ++s) {
       for (int mn = m_below; mn <= std::min(63, m_below + 1); ++mn) {
         int codes[32];
-        const double err = Q4KStoredError(x + 32 * j, w, d * static_cast<float>(s),
-                                          dmin * static_cast<float>(mn), codes);
+        const float err = Q4KStoredError(x + 32 * j, w, d * static_cast<float>(s),
+                                         dmin * static_cast<float>(mn), codes);
         if (err < best) {
           best = err;
           sc[j] = s;
@@ -381,11 +387,11 @@ float FitQ6KGroup(const float* x) {
 }
 
 // The squared error of a q6_k group of 16 stored with scale s.
-double Q6KStoredError(const float* x, float s) {
-  double err = 0;
+float Q6KStoredError(const float* x, float s) {
+  const float inv = s != 0 ? 1 / s : 0;
+  float err = 0;
   for (int i = 0; i < 16; ++i) {
-    const int q = s != 0 ? std::clamp(static_cast<int>(roundf(x[i] / s)), -32, 31) : 0;
-    const double e = static_cast<double>(s * static_cast<float>(q)) - x[i];
+    const float e = s * static_cast<float>(NearestCode(x[i] * inv, -32, 31)) - x[i];
     err += e * e;
   }
   return err;
@@ -419,7 +425,7 @@ void QuantizeQ6_K(const float* x, uint8_t* b) {
     // Element e: half e / 128; in it, quarter g4 of 32 and position l (DequantizeQ6_K).
     const int half = e / 128, g4 = (e % 128) / 32, l = e % 32;
     const float s = d * static_cast<float>(scales[e / 16]);
-    const int q = s != 0 ? std::clamp(static_cast<int>(roundf(x[e] / s)), -32, 31) + 32 : 32;
+    const int q = s != 0 ? NearestCode(x[e] * (1 / s), -32, 31) + 32 : 32;
     ql[64 * half + 32 * (g4 % 2) + l] |= static_cast<uint8_t>((q & 0xF) << (4 * (g4 / 2)));
     qh[32 * half + l] |= static_cast<uint8_t>((q >> 4) << (2 * g4));
   }
