@@ -269,7 +269,7 @@ Q4KFit FitQ4KSubBlock(const float* x) {
     }
     // A fit far outside the sub-block's span (possible only for degenerate codes) could
     // overflow f16 in the super-block's d or dmin; LargestScale allows for 2 (hi - lo).
-    if (!(a > 0) || a > 1 || -b > 2) continue;
+    if (!(a > 0) || a > 1 || b_max - b > 2) continue;  // min = (b_max - b) (hi - lo)
     const double err = error(a, b);
     if (err + (kBeyondRounding - 1) * sum_wt2 < best_err) {
       best_err = err;
