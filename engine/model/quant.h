@@ -71,9 +71,9 @@ int64_t QuantRowBytes(QuantType t, int64_t n);
 void DequantizeRow(QuantType t, const uint8_t* blocks, int64_t n, float* out);
 
 // Encodes n floats into QuantRowBytes(t, n) bytes at `out`, the way llama.cpp's reference
-// encoders do for q8_0 and q4_0 (so files match byte for byte); q4_k by per-sub-block
-// min/max and q6_k by per-group signed max (quant.cc), both with scales rounded up so no
-// code clamps more than q4_0's do; fp8_e4m3 with the row's scale max |x| / 448;
+// encoders do for q8_0 and q4_0 (so files match byte for byte); q4_k and q6_k by a
+// weighted least-squares search over a few candidate scales per sub-block (the method of
+// llama.cpp's reference encoders, quant.cc says why); fp8_e4m3 with the row's scale max |x| / 448;
 // int4_g128 asymmetric per block over [min(0, lowest), max(0, highest)], as AWQ does.
 // InvalidArgument when n is not a multiple of the block size, an input is not finite (naming its
 // index) or a block's scale overflows f16; Unimplemented for kNone.

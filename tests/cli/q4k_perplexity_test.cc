@@ -64,14 +64,15 @@ TEST(CliQ4kTest, PerplexityOfTheZeroPaddedModelInQ4K) {
     if (type == "q4_0") padded_q4_0 = ppl[1];
   }
   // q4_k as `quantize` writes it: llama.cpp's Q4_K_M mix (q6_k for the tied embedding and
-  // for layer 1's attn_v and ffn_down). It misses 5% of f32 (README "perplexity"): held
-  // to what it does, beating q4_0 on the same padded model.
+  // for layer 1's attn_v and ffn_down), within 5% of f32 like the other 4-bit rows
+  // (README "perplexity": +3.3%, llama.cpp's own Q4_K_M file +3.1%), beating q4_0.
   const std::string gguf = (base / "q4_k-padded.gguf").string();
   const CliRun q = RunPtxserve("quantize --model " + padded + " --out " + gguf + " --type q4_k");
   ASSERT_EQ(q.exit_code, 0) << q.err;
   const double q4_k = Perplexity("--model " + gguf + " --text " + text);
   print("q4_k (padded)", q4_k);
   EXPECT_GT(q4_k, f32);
+  EXPECT_LT(q4_k, 1.05 * f32);
   EXPECT_LT(q4_k, padded_q4_0);
   std::filesystem::remove_all(base);
 }
