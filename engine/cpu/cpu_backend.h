@@ -40,9 +40,9 @@ class CpuBackend final : public Backend {
   size_t step_weight_bytes() const;
 
  private:
-  // A weight matrix, or several stacked, as stored: one dtype or block format, the
-  // checkpoint's when its parts share one, else f32. Always a copy, on huge pages
-  // (engine/util/huge_page_buffer.h): every decode step streams all of it.
+  // A weight matrix, or several stacked parts in one format, as stored (one dtype or block
+  // format). Always a copy, on huge pages (engine/util/huge_page_buffer.h): every decode
+  // step streams all of it.
   struct Matrix {
     HugePageBuffer bytes;
     DType dtype = DType::kF32;
